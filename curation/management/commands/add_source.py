@@ -1,0 +1,94 @@
+import sys
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+from tqdm import tqdm
+
+from curation import selectors
+from curation.management.progress import wait_for_job
+from curation.models import Job, Source
+from curation.services.ingest import IngestAlreadyRunning, ingest_resume, ingest_run_inline, ingest_start
+from curation.services.sources import SourceError, source_register
+from pipelines.sources import ClassMapError
+from pipelines.wordnet import WordNetUnavailable
+
+
+class Command(BaseCommand):
+    help = (
+        "Register a folder of images (PATH/<class folder>/<image files>) as a source and ingest it. "
+        "Re-running adds new files, notices changed ones and marks missing ones."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("name", help="Short unique name (letters, digits, - and _)")
+        parser.add_argument("path", help="The source's root folder")
+        parser.add_argument("--role", choices=Source.Role.values, default=Source.Role.CANDIDATE,
+                            help="candidate (OOD candidates, default) or id (an in-distribution reference set)")
+        parser.add_argument("--class-map", help="CSV of folder,wnid for folders not named by wnid")
+        parser.add_argument("--rehash", action="store_true", help="Re-read every file, not only new or changed ones")
+        parser.add_argument("--no-wait", action="store_true", help="With a broker: queue the job and return")
+        parser.add_argument("--resume", action="store_true", help="Queue the unfinished part of this source's running ingest job")
+        parser.add_argument("--show-broken", type=int, default=20, help="How many broken files to list (default 20)")
+
+    def handle(self, *args, name, path, role, class_map=None, rehash=False, no_wait=False, resume=False, show_broken=20, **opts):
+        try:
+            reg = source_register(name=name, root=path, role=role, class_map_path=class_map)
+        except (SourceError, ClassMapError, WordNetUnavailable) as exc:
+            raise CommandError(str(exc)) from None
+        source = reg.source
+        mapped = len(reg.classes) - len(reg.unmapped)
+        self.stdout.write(f"Source {source.name!r} ({source.get_role_display()}) at {source.root}: "
+                          f"{len(reg.classes)} class folders, {mapped} mapped to WordNet")
+        if reg.unmapped:
+            lines = "\n".join(f"  - {c.folder}: {c.mapping_note}" for c in reg.unmapped)
+            self.stderr.write(self.style.WARNING(
+                f"Warning: {len(reg.unmapped)} folder(s) are unmapped (registered without a wnid; map them with --class-map):\n{lines}"))
+
+        eager = settings.CELERY_TASK_ALWAYS_EAGER
+        try:
+            job = ingest_start(source=source, rehash=rehash, enqueue=not eager)
+        except IngestAlreadyRunning as exc:
+            if not resume:
+                raise CommandError(str(exc)) from None
+            job = exc.job
+            if eager:
+                job = self._run_inline(job)
+            else:
+                pending = ingest_resume(job=job)
+                self.stdout.write(f"Re-queued {len(pending)} unfinished chunk(s) of job #{job.pk}")
+        else:
+            if eager:
+                job = self._run_inline(job)
+            else:
+                self.stdout.write(f"Queued ingest job #{job.pk} on the 'cpu' queue ({settings.CELERY_BROKER_URL.split('@')[-1]})")
+        if not eager:
+            if no_wait:
+                return
+            job = wait_for_job(job, desc=f"ingest {source.name}")
+        self._report(job, show_broken)
+        if job.status == Job.Status.FAILED:
+            raise CommandError(f"ingest job #{job.pk} failed: {job.message}")
+
+    def _run_inline(self, job):
+        bar = tqdm(desc=f"ingest {job.source.name}", unit="img", file=sys.stderr, dynamic_ncols=True)
+
+        def on_total(total):
+            bar.total = total
+            bar.refresh()
+
+        try:
+            return ingest_run_inline(job=job, progress=bar.update, on_total=on_total)
+        except Exception as exc:
+            raise CommandError(f"ingest job #{job.pk} failed: {type(exc).__name__}: {exc}") from exc
+        finally:
+            bar.close()
+
+    def _report(self, job, show_broken):
+        self.stdout.write(self.style.SUCCESS(f"Job #{job.pk} {job.status}: {job.message}"))
+        broken = selectors.source_broken_images(source=job.source)
+        if broken:
+            self.stdout.write(f"{len(broken)} broken or refused file(s), recorded with their reasons:")
+            for img in broken[:show_broken]:
+                self.stdout.write(f"  [{img.error_code}] {img.relative_path}: {img.error}")
+            if len(broken) > show_broken:
+                self.stdout.write(f"  ... and {len(broken) - show_broken} more (see the admin, filter by status)")

@@ -1,0 +1,45 @@
+from pathlib import Path
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand
+
+from curation import selectors
+from curation.services.users import users_create_demo
+from fixtures.demo import generate_demo
+
+
+class Command(BaseCommand):
+    help = "Generate the bundled demo data, run every automatic stage on it, print a summary, and serve the web app."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--data", default=None, help="Where to write the demo sources (default: $OODC_DATA_DIR/demo)")
+        parser.add_argument("--addr", default="127.0.0.1:8000", help="Address for the web app (default 127.0.0.1:8000)")
+        parser.add_argument("--no-serve", action="store_true", help="Stop after the summary instead of serving")
+
+    def handle(self, *args, data=None, addr="127.0.0.1:8000", no_serve=False, **opts):
+        out = self.stdout
+        root = Path(data or settings.DATA_DIR / "demo")
+        out.write(self.style.MIGRATE_HEADING(f"1/4 Generating demo data in {root}"))
+        paths = generate_demo(root)
+        out.write(self.style.MIGRATE_HEADING("2/4 ID class set"))
+        call_command("set_id_classes", "imagenet-1k", stdout=out)
+        out.write(self.style.MIGRATE_HEADING("3/4 Ingesting the sources"))
+        call_command("add_source", "demo-candidates", str(paths.candidates), class_map=str(paths.class_map), stdout=out, stderr=self.stderr, show_broken=30)
+        call_command("add_source", "demo-id", str(paths.id_reference), role="id", stdout=out, stderr=self.stderr)
+        out.write(self.style.MIGRATE_HEADING("4/4 Summary"))
+        for row in selectors.source_summaries():
+            out.write(
+                f"  {row['source'].name:<16} {row['source'].role:<9} classes={row['classes']:<3} unmapped={row['unmapped']:<2} "
+                f"images={row['total']:<4} ok={row['ok']:<4} broken={row['broken']:<3} duplicate={row['duplicate']:<3} missing={row['missing']}"
+            )
+        accounts = users_create_demo()
+        out.write(self.style.MIGRATE_HEADING("Demo accounts (one per role)"))
+        for username, password in accounts.items():
+            out.write(f"  {username:<11} password: {password}")
+        url = f"http://{addr}/"
+        if no_serve:
+            out.write(self.style.SUCCESS(f"Done. Serve with: python manage.py runserver {addr}  then open {url}"))
+            return
+        out.write(self.style.SUCCESS(f"Serving on {url} (admin: {url}admin/). Ctrl-C to stop."))
+        call_command("runserver", addr, use_reloader=False)

@@ -1,0 +1,18 @@
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from pipelines.wordnet import WordNetUnavailable, provision_wordnet
+
+
+class Command(BaseCommand):
+    help = "Install WordNet 3.0 for NLTK under NLTK_DATA (from Debian's files, or nltk.download) and verify it."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--no-download", action="store_true", help="Never try the NLTK downloader")
+
+    def handle(self, *args, no_download=False, **opts):
+        try:
+            line = provision_wordnet(settings.NLTK_DATA, allow_download=not no_download)
+        except WordNetUnavailable as exc:
+            raise CommandError(str(exc)) from None
+        self.stdout.write(self.style.SUCCESS(f"WordNet ready: {line}"))

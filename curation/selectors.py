@@ -1,0 +1,43 @@
+"""Reads. Views, commands and the admin ask these rather than building queries themselves."""
+from __future__ import annotations
+
+from django.db.models import Count, Q
+
+from curation.models import CandidateClass, IdClassSet, Image, Job, Source
+
+
+def source_broken_images(*, source: Source) -> list[Image]:
+    return list(Image.objects.filter(source=source, status=Image.Status.BROKEN).order_by("relative_path"))
+
+
+def source_summaries() -> list[dict]:
+    """One row per source with image counts by status and class counts, in two queries."""
+    counts = {
+        row["source"]: row
+        for row in Image.objects.values("source").annotate(
+            total=Count("id"),
+            ok=Count("id", filter=Q(status=Image.Status.OK)),
+            broken=Count("id", filter=Q(status=Image.Status.BROKEN)),
+            duplicate=Count("id", filter=Q(status=Image.Status.DUPLICATE)),
+            missing=Count("id", filter=Q(status=Image.Status.MISSING)),
+        )
+    }
+    out = []
+    for source in Source.objects.annotate(
+        n_classes=Count("classes", distinct=True),
+        n_unmapped=Count("classes", filter=Q(classes__mapping=CandidateClass.Mapping.UNMAPPED), distinct=True),
+    ).order_by("role", "name"):
+        c = counts.get(source.pk, {})
+        out.append({
+            "source": source, "classes": source.n_classes, "unmapped": source.n_unmapped,
+            **{k: c.get(k, 0) for k in ("total", "ok", "broken", "duplicate", "missing")},
+        })
+    return out
+
+
+def recent_jobs(*, limit: int = 20) -> list[Job]:
+    return list(Job.objects.select_related("source", "created_by").order_by("-created_at")[:limit])
+
+
+def default_id_class_set() -> IdClassSet | None:
+    return IdClassSet.objects.filter(is_default=True).first()

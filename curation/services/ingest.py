@@ -1,0 +1,301 @@
+"""Ingest: register every file of a source as an Image row with its checks, in chunks.
+
+plan (scan the folder, write chunks) -> process each chunk (inspect files, upsert rows, mark the
+chunk done, all in one transaction) -> finalize (missing files, exact duplicates, summary).
+Every step is idempotent, so a redelivered or re-run task repeats nothing that was finished.
+"""
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from typing import Callable
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Count, F
+from django.utils import timezone
+
+from curation.models import CandidateClass, Image, Job, JobChunk, Source
+from curation.services.audit import audit_record
+from curation.services.jobs import job_fail, job_mark_running
+from curation.services.sources import source_sync_classes
+from curation.version import code_version
+from pipelines.images import inspect_image
+from pipelines.sources import PATH_ESCAPES_ROOT, UnsafePath, safe_join, scan_source
+
+log = logging.getLogger(__name__)
+
+ProgressCallback = Callable[[int], None]
+
+
+class IngestAlreadyRunning(RuntimeError):
+    def __init__(self, job: Job):
+        self.job = job
+        super().__init__(
+            f"source {job.source.name!r} already has ingest job #{job.pk} ({job.status}, {job.progress}/{job.total}); "
+            "wait for it, or resume it with `python manage.py add_source NAME PATH --resume`"
+        )
+
+
+def ingest_start(*, source: Source, user=None, rehash: bool = False, enqueue: bool = True) -> Job:
+    """Create an ingest job for ``source`` (refusing a second one while one is unfinished).
+
+    With ``enqueue`` the plan task is queued once the transaction commits; without it, the
+    caller runs the job itself (``ingest_run_inline``)."""
+    with transaction.atomic():
+        Source.objects.select_for_update().get(pk=source.pk)  # serialise concurrent starts
+        active = Job.objects.filter(source=source, kind=Job.Kind.INGEST, status__in=[Job.Status.PENDING, Job.Status.RUNNING]).first()
+        if active is not None:
+            raise IngestAlreadyRunning(active)
+        job = Job.objects.create(
+            kind=Job.Kind.INGEST,
+            source=source,
+            created_by=user if getattr(user, "pk", None) else None,
+            code_version=code_version(),
+            config={
+                "source": source.name, "root": source.root, "role": source.role, "class_map": source.class_map,
+                "chunk_size": settings.INGEST_CHUNK_SIZE, "max_pixels": settings.MAX_IMAGE_PIXELS, "rehash": rehash,
+            },
+        )
+        audit_record(actor=user, action="ingest_started", target=job, data={"source": source.name})
+        if enqueue:
+            transaction.on_commit(lambda: ingest_enqueue(job=job))
+    return job
+
+
+def ingest_enqueue(*, job: Job) -> None:
+    from curation.tasks import ingest_plan_task
+
+    ingest_plan_task.delay(job.pk)
+
+
+def ingest_resume(*, job: Job) -> list[int]:
+    """Queue again whatever of ``job`` is unfinished (after a lost worker or a restart)."""
+    from curation.tasks import ingest_chunk_task, ingest_finalize_task, ingest_plan_task
+
+    if job.status in (Job.Status.DONE, Job.Status.FAILED):
+        return []
+    if not job.chunks.exists() and job.total == 0 and job.status == Job.Status.PENDING:
+        ingest_plan_task.delay(job.pk)
+        return []
+    pending = list(job.chunks.filter(done=False).values_list("index", flat=True))
+    for index in pending:
+        ingest_chunk_task.delay(job.pk, index)
+    if not pending:
+        ingest_finalize_task.delay(job.pk)
+    return pending
+
+
+def ingest_plan(*, job_id: int) -> list[int]:
+    """Scan the source and split its files into chunks; return the indices still to do."""
+    job = Job.objects.select_related("source").get(pk=job_id)
+    if job.status in (Job.Status.DONE, Job.Status.FAILED):
+        return []
+    if job.chunks.exists():
+        return list(job.chunks.filter(done=False).values_list("index", flat=True))
+    source = job.source
+    scan = scan_source(source.root)  # outside any transaction: it may take a while
+    classes = {c.folder: c for c in source_sync_classes(source=source, folders=scan.class_folders)}
+    size = max(1, int(job.config.get("chunk_size") or settings.INGEST_CHUNK_SIZE))
+    rows = [[f.rel_path, f.class_folder, f.size, f.mtime_ns] for f in scan.files]
+    with transaction.atomic():
+        locked = Job.objects.select_for_update().get(pk=job.pk)
+        if locked.chunks.exists():  # a redelivered plan lost the race; keep the first plan
+            return list(locked.chunks.filter(done=False).values_list("index", flat=True))
+        JobChunk.objects.bulk_create(
+            [JobChunk(job=locked, index=i, payload=rows[start:start + size]) for i, start in enumerate(range(0, len(rows), size))]
+        )
+        _record_refusals(source, classes, scan.refused)
+        locked.total = len(rows)
+        locked.result = {
+            "files_found": len(rows),
+            "refused_paths": [r.rel_path for r in scan.refused],
+            "class_folders": len(scan.class_folders),
+        }
+        locked.save(update_fields=["total", "result"])
+        job_mark_running(job=locked, message=f"{len(rows)} files in {len(scan.class_folders)} class folders")
+    return list(range(0, (len(rows) + size - 1) // size))
+
+
+def _record_refusals(source: Source, classes: dict[str, CandidateClass], refused) -> None:
+    existing = {i.relative_path: i for i in Image.objects.filter(source=source, relative_path__in=[r.rel_path for r in refused])}
+    new, changed = [], []
+    for r in refused:
+        fields = {"status": Image.Status.BROKEN, "error_code": r.code, "error": r.message, "candidate_class": classes.get(r.class_folder)}
+        img = existing.get(r.rel_path)
+        if img is None:
+            new.append(Image(source=source, relative_path=r.rel_path, **fields))
+        elif any(getattr(img, k) != v for k, v in fields.items()):
+            for k, v in fields.items():
+                setattr(img, k, v)
+            changed.append(img)
+    Image.objects.bulk_create(new)
+    if changed:
+        Image.objects.bulk_update(changed, ["status", "error_code", "error", "candidate_class", "updated_at"])
+
+
+_INSPECTED_FIELDS = ["sha256", "width", "height", "orientation", "format", "mode", "bytes", "mtime_ns", "status", "error_code", "error", "candidate_class"]
+
+
+def ingest_process_chunk(*, job_id: int, index: int, progress: ProgressCallback | None = None) -> bool:
+    """Inspect the files of one chunk and write their rows. Returns True when this was the last
+    unfinished chunk (the caller then queues the finalize step)."""
+    chunk = JobChunk.objects.select_related("job__source").get(job_id=job_id, index=index)
+    if chunk.done:
+        return False
+    job = chunk.job
+    if job.status in (Job.Status.DONE, Job.Status.FAILED):
+        return False
+    source = job.source
+    JobChunk.objects.filter(pk=chunk.pk).update(attempts=F("attempts") + 1)
+    rehash = bool(job.config.get("rehash"))
+    max_pixels = int(job.config.get("max_pixels") or settings.MAX_IMAGE_PIXELS)
+    classes = {c.folder: c for c in CandidateClass.objects.filter(source=source)}
+    paths = [row[0] for row in chunk.payload]
+    existing = {i.relative_path: i for i in Image.objects.filter(source=source, relative_path__in=paths)}
+
+    new: list[Image] = []
+    changed: list[Image] = []
+    stats: Counter = Counter()
+    for rel, class_folder, size, mtime_ns in chunk.payload:
+        img = existing.get(rel)
+        if (
+            img is not None and not rehash and img.bytes == size and img.mtime_ns == mtime_ns
+            and img.status != Image.Status.MISSING and img.sha256
+        ):
+            stats["unchanged"] += 1
+        else:
+            fields = _inspect(source.root, rel, max_pixels)
+            fields["mtime_ns"] = mtime_ns
+            fields["candidate_class"] = classes.get(class_folder)
+            if img is None:
+                new.append(Image(source=source, relative_path=rel, **fields))
+                stats["added"] += 1
+            elif any(getattr(img, k) != v for k, v in fields.items()):
+                was_ok = img.sha256 and img.status != Image.Status.MISSING
+                stats["changed" if was_ok and img.sha256 != fields["sha256"] else "updated"] += 1
+                for k, v in fields.items():
+                    setattr(img, k, v)
+                changed.append(img)
+            else:
+                stats["unchanged"] += 1
+            if fields["status"] == Image.Status.BROKEN:
+                stats["broken"] += 1
+        if progress:
+            progress(1)
+
+    with transaction.atomic():
+        locked = JobChunk.objects.select_for_update().get(pk=chunk.pk)
+        if locked.done:  # another delivery of this chunk finished first
+            return False
+        Image.objects.bulk_create(new, batch_size=500)
+        if changed:
+            Image.objects.bulk_update(changed, _INSPECTED_FIELDS + ["updated_at"], batch_size=500)
+        locked.done = True
+        locked.done_at = timezone.now()
+        locked.stats = dict(stats)
+        locked.save(update_fields=["done", "done_at", "stats"])
+        Job.objects.filter(pk=job_id).update(progress=F("progress") + len(chunk.payload))
+        return not JobChunk.objects.filter(job_id=job_id, done=False).exists()
+
+
+def _inspect(root: str, rel: str, max_pixels: int) -> dict:
+    try:
+        path = safe_join(root, rel)
+    except UnsafePath as exc:
+        return {"sha256": "", "width": 0, "height": 0, "orientation": 1, "format": "", "mode": "", "bytes": 0,
+                "status": Image.Status.BROKEN, "error_code": PATH_ESCAPES_ROOT, "error": str(exc)}
+    r = inspect_image(path, max_pixels=max_pixels)
+    return {
+        "sha256": r.sha256, "width": r.width, "height": r.height, "orientation": r.orientation,
+        "format": r.format, "mode": r.mode, "bytes": r.bytes,
+        "status": Image.Status.OK if r.ok else Image.Status.BROKEN, "error_code": r.error_code, "error": r.error,
+    }
+
+
+def ingest_finalize(*, job_id: int) -> Job:
+    """Mark vanished files missing, resolve exact duplicates, write the summary. Idempotent."""
+    with transaction.atomic():
+        job = Job.objects.select_for_update().select_related("source").get(pk=job_id)
+        if job.status in (Job.Status.DONE, Job.Status.FAILED):
+            return job
+        if JobChunk.objects.filter(job=job, done=False).exists():
+            return job  # not ready; the last chunk queues this again
+        source = job.source
+        seen: set[str] = set(job.result.get("refused_paths", []))
+        totals: Counter = Counter()
+        for payload, stats in JobChunk.objects.filter(job=job).values_list("payload", "stats"):
+            seen.update(row[0] for row in payload)
+            totals.update(stats)
+        gone = [
+            pk for pk, rel in Image.objects.filter(source=source).exclude(status=Image.Status.MISSING).values_list("pk", "relative_path")
+            if rel not in seen
+        ]
+        for start in range(0, len(gone), 1000):
+            Image.objects.filter(pk__in=gone[start:start + 1000]).update(
+                status=Image.Status.MISSING, error_code="missing", error="the file was not found on the last scan", updated_at=timezone.now(),
+            )
+        duplicates = _resolve_exact_duplicates(source)
+        counts = dict(Image.objects.filter(source=source).values_list("status").annotate(n=Count("id")).order_by())
+        job.result = {
+            **job.result,
+            "added": totals["added"], "changed": totals["changed"], "updated": totals["updated"],
+            "unchanged": totals["unchanged"], "broken_checked": totals["broken"],
+            "refused": len(job.result.get("refused_paths", [])), "newly_missing": len(gone),
+            "duplicates": duplicates, "status_counts": counts,
+        }
+        job.status = Job.Status.DONE
+        job.progress = job.total
+        job.finished_at = timezone.now()
+        job.message = (
+            f"{job.total} files: {totals['added']} added, {totals['changed']} changed, {totals['unchanged']} unchanged, "
+            f"{len(gone)} newly missing; status now {counts}"
+        )
+        job.save()
+        audit_record(actor=job.created_by, action="ingest_finished", target=job, data={"source": source.name, "message": job.message})
+    return job
+
+
+def _resolve_exact_duplicates(source: Source) -> int:
+    """Among readable images with the same bytes, the one with the smallest path stays ``ok`` and
+    the others become ``duplicate`` of it. Independent of the order in which chunks ran."""
+    live = Image.objects.filter(source=source, status__in=[Image.Status.OK, Image.Status.DUPLICATE])
+    dup_hashes = set(live.values("sha256").annotate(n=Count("id")).filter(n__gt=1).values_list("sha256", flat=True))
+    to_update = []
+    for img in live.filter(status=Image.Status.DUPLICATE).exclude(sha256__in=dup_hashes):
+        img.status, img.duplicate_of, img.error_code, img.error = Image.Status.OK, None, "", ""
+        to_update.append(img)
+    groups: dict[str, list[Image]] = {}
+    for img in live.filter(sha256__in=dup_hashes).order_by("relative_path"):
+        groups.setdefault(img.sha256, []).append(img)
+    n_dups = 0
+    for members in groups.values():
+        keeper, rest = members[0], members[1:]
+        if keeper.status != Image.Status.OK or keeper.duplicate_of_id is not None:
+            keeper.status, keeper.duplicate_of, keeper.error_code, keeper.error = Image.Status.OK, None, "", ""
+            to_update.append(keeper)
+        for img in rest:
+            n_dups += 1
+            want = (Image.Status.DUPLICATE, keeper.pk)
+            if (img.status, img.duplicate_of_id) != want:
+                img.status, img.duplicate_of = Image.Status.DUPLICATE, keeper
+                img.error_code, img.error = "exact_duplicate", f"same bytes as {keeper.relative_path}"
+                to_update.append(img)
+    if to_update:
+        Image.objects.bulk_update(to_update, ["status", "duplicate_of", "error_code", "error", "updated_at"], batch_size=500)
+    return n_dups
+
+
+def ingest_run_inline(*, job: Job, progress: ProgressCallback | None = None, on_total: Callable[[int], None] | None = None) -> Job:
+    """Run a whole ingest job in this process (no broker configured, or a CLI run)."""
+    try:
+        indices = ingest_plan(job_id=job.pk)
+        job.refresh_from_db()
+        if on_total:
+            on_total(job.total)
+        for index in indices:
+            ingest_process_chunk(job_id=job.pk, index=index, progress=progress)
+        return ingest_finalize(job_id=job.pk)
+    except Exception as exc:
+        job_fail(job_id=job.pk, error=exc)
+        raise

@@ -1,0 +1,92 @@
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from django.conf import settings
+from django.db import transaction
+
+from curation.models import CandidateClass, Source
+from curation.services.audit import audit_record
+from pipelines.sources import ClassMapping, map_class_folders, read_class_map, scan_class_folders
+from pipelines.wordnet import load_wordnet
+
+
+class SourceError(ValueError):
+    pass
+
+
+@dataclass
+class SourceRegistration:
+    source: Source
+    created: bool
+    classes: list[CandidateClass]
+
+    @property
+    def unmapped(self) -> list[CandidateClass]:
+        return [c for c in self.classes if c.mapping == CandidateClass.Mapping.UNMAPPED]
+
+
+def source_register(
+    *, name: str, root: str | Path, role: str = Source.Role.CANDIDATE, class_map_path: str | Path | None = None,
+    user=None, restrict_to_allowed_roots: bool = False,
+) -> SourceRegistration:
+    """Create or update a source and map its class folders to WordNet.
+
+    ``restrict_to_allowed_roots`` is set by web entry points: there, a root must lie under
+    ``settings.SOURCE_ALLOWED_ROOTS`` so that a browser cannot point the server at any folder.
+    """
+    root = Path(root).expanduser()
+    if not root.is_dir():
+        raise SourceError(f"{root}: no such folder (a source is ROOT/<class folder>/<image files>)")
+    root = root.resolve()
+    if restrict_to_allowed_roots and not any(root == a or a in root.parents for a in settings.SOURCE_ALLOWED_ROOTS):
+        allowed = ", ".join(str(a) for a in settings.SOURCE_ALLOWED_ROOTS)
+        raise SourceError(f"{root} is outside the folders sources may come from ({allowed}); set OODC_SOURCE_ROOTS")
+    if role not in Source.Role.values:
+        raise SourceError(f"role must be one of {', '.join(Source.Role.values)}, not {role!r}")
+    wn = load_wordnet(settings.NLTK_DATA)
+    class_map = read_class_map(class_map_path, wn) if class_map_path else None
+
+    with transaction.atomic():
+        source = Source.objects.select_for_update().filter(name=name).first()
+        created = source is None
+        if created:
+            source = Source.objects.create(name=name, root=str(root), role=role, class_map=class_map or {}, created_by=user)
+        else:
+            if source.role != role:
+                raise SourceError(f"source {name!r} exists with role {source.role!r}; pick another name or the same role")
+            if Path(source.root) != root:
+                raise SourceError(f"source {name!r} is registered at {source.root}, not {root}; pick another name")
+            if class_map is not None:
+                source.class_map = class_map
+                source.save(update_fields=["class_map"])
+        classes = source_sync_classes(source=source, folders=scan_class_folders(root), wn=wn)
+        audit_record(
+            actor=user, action="source_registered" if created else "source_rescanned", target=source,
+            data={"root": str(root), "role": role, "classes": len(classes),
+                  "unmapped": [c.folder for c in classes if c.mapping == CandidateClass.Mapping.UNMAPPED]},
+        )
+    return SourceRegistration(source=source, created=created, classes=classes)
+
+
+def source_sync_classes(*, source: Source, folders: list[str], wn=None) -> list[CandidateClass]:
+    """Create or update one CandidateClass per class folder (idempotent)."""
+    wn = wn or load_wordnet(settings.NLTK_DATA)
+    mappings: list[ClassMapping] = map_class_folders(folders, wn, source.class_map)
+    existing = {c.folder: c for c in CandidateClass.objects.filter(source=source)}
+    out = []
+    for m in mappings:
+        values = {
+            "wnid": m.wnid, "synset_name": m.name, "lemmas": list(m.lemmas), "gloss": m.gloss,
+            "mapping": m.method, "mapping_note": m.note,
+        }
+        obj = existing.get(m.folder)
+        if obj is None:
+            obj = CandidateClass.objects.create(source=source, folder=m.folder, **values)
+        elif any(getattr(obj, k) != v for k, v in values.items()):
+            for k, v in values.items():
+                setattr(obj, k, v)
+            obj.save()
+        out.append(obj)
+    return out

@@ -1,0 +1,152 @@
+"""Settings, all from environment variables.
+
+Zero-setup default: SQLite in ``var/`` and eager Celery (tasks run in-process).
+``DATABASE_URL`` selects PostgreSQL; ``CELERY_BROKER_URL`` selects Redis and real workers.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dj_database_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    return raw.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError as exc:  # a clear message beats a traceback deep in Django
+        raise ValueError(f"Environment variable {name}={raw!r} must be an integer") from exc
+
+
+DEBUG = env_bool("DJANGO_DEBUG", True)
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY") or (
+    "dev-only-insecure-key-set-DJANGO_SECRET_KEY-in-production" if DEBUG else ""
+)
+if not SECRET_KEY:
+    raise RuntimeError("DJANGO_SECRET_KEY must be set when DJANGO_DEBUG is off.")
+ALLOWED_HOSTS = [h for h in os.environ.get("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",") if h]
+CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("DJANGO_CSRF_TRUSTED_ORIGINS", "").split(",") if o]
+
+# Where the toolkit keeps its own files (database, media, features, WordNet copy).
+DATA_DIR = Path(os.environ.get("OODC_DATA_DIR", BASE_DIR / "var")).resolve()
+MEDIA_ROOT = Path(os.environ.get("OODC_MEDIA_ROOT", DATA_DIR / "media"))
+FEATURE_STORE = Path(os.environ.get("OODC_FEATURE_STORE", DATA_DIR / "features"))
+NLTK_DATA = Path(os.environ.get("NLTK_DATA", DATA_DIR / "nltk_data"))
+# NLTK reads NLTK_DATA when it is first imported (only in workers and commands that need it).
+os.environ.setdefault("NLTK_DATA", str(NLTK_DATA))
+
+# Folders under which sources may be registered from the web admin (the CLI may use any path
+# the operator can read). Colon-separated.
+SOURCE_ALLOWED_ROOTS = [
+    Path(p).resolve()
+    for p in os.environ.get("OODC_SOURCE_ROOTS", str(DATA_DIR / "sources")).split(os.pathsep)
+    if p
+]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "curation.apps.CurationConfig",
+    "labeling_ui.apps.LabelingUiConfig",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "curation.urls"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+WSGI_APPLICATION = "curation.wsgi.application"
+
+DATABASES = {
+    "default": dj_database_url.parse(
+        os.environ.get("DATABASE_URL") or f"sqlite:///{DATA_DIR / 'db.sqlite3'}",
+        conn_max_age=env_int("DB_CONN_MAX_AGE", 0),
+    )
+}
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+    # Several processes (web + eager jobs) may write; wait for the lock instead of failing.
+    DATABASES["default"].setdefault("OPTIONS", {})["timeout"] = 30
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+STATIC_URL = "static/"
+STATIC_ROOT = Path(os.environ.get("OODC_STATIC_ROOT", DATA_DIR / "static"))
+LOGIN_URL = "/accounts/login/"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/accounts/login/"
+SESSION_COOKIE_HTTPONLY = True
+CSRF_COOKIE_HTTPONLY = False  # the review UI reads it for fetch() POSTs
+X_FRAME_OPTIONS = "DENY"
+
+# --- Celery ------------------------------------------------------------------------------
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "")
+CELERY_TASK_ALWAYS_EAGER = not CELERY_BROKER_URL
+CELERY_TASK_EAGER_PROPAGATES = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_IGNORE_RESULT = True  # job status lives on the Job model, not in a result backend
+CELERY_TASK_DEFAULT_QUEUE = "cpu"
+CELERY_TASK_ROUTES = {
+    "curation.ingest.*": {"queue": "cpu"},
+    "curation.gpu.*": {"queue": "gpu"},
+}
+# How long a task may stay unacknowledged before Redis hands it to another worker. A killed
+# worker's chunk comes back after this long; chunks are idempotent, so a shorter value only
+# costs repeated work.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT", 3600)}
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+# --- Ingest -----------------------------------------------------------------------------
+INGEST_CHUNK_SIZE = env_int("OODC_INGEST_CHUNK_SIZE", 512)
+# Pillow's decompression-bomb limit (pixels). Images above it are refused, not decoded.
+MAX_IMAGE_PIXELS = env_int("OODC_MAX_IMAGE_PIXELS", 89_478_485)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "WARNING")},
+}

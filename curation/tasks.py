@@ -1,0 +1,43 @@
+"""Celery tasks: thin. They take ids, call one service, and record failures on the Job row."""
+from __future__ import annotations
+
+from celery import shared_task
+
+from curation.services import ingest as ingest_services
+from curation.services.jobs import job_fail
+
+TASK_OPTIONS = {"acks_late": True, "reject_on_worker_lost": True}
+
+
+@shared_task(name="curation.ingest.plan", **TASK_OPTIONS)
+def ingest_plan_task(job_id: int) -> int:
+    try:
+        indices = ingest_services.ingest_plan(job_id=job_id)
+    except Exception as exc:
+        job_fail(job_id=job_id, error=exc)
+        raise
+    if not indices:
+        ingest_finalize_task.delay(job_id)
+    for index in indices:
+        ingest_chunk_task.delay(job_id, index)
+    return len(indices)
+
+
+@shared_task(name="curation.ingest.chunk", **TASK_OPTIONS)
+def ingest_chunk_task(job_id: int, index: int) -> None:
+    try:
+        last = ingest_services.ingest_process_chunk(job_id=job_id, index=index)
+    except Exception as exc:
+        job_fail(job_id=job_id, error=exc)
+        raise
+    if last:
+        ingest_finalize_task.delay(job_id)
+
+
+@shared_task(name="curation.ingest.finalize", **TASK_OPTIONS)
+def ingest_finalize_task(job_id: int) -> None:
+    try:
+        ingest_services.ingest_finalize(job_id=job_id)
+    except Exception as exc:
+        job_fail(job_id=job_id, error=exc)
+        raise

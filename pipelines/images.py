@@ -1,0 +1,193 @@
+"""Image file checks and decoding: plain Python over Pillow, no Django.
+
+``inspect_image`` decides whether a file is a usable image and records what a curator needs to
+know about it (hash, oriented size, format, mode); it never raises for bad input, it returns
+the problem as a stable reason code plus a message that names the file.
+``load_rgb`` turns any accepted image (CMYK, 16-bit, palette, alpha, EXIF-rotated) into the
+RGB picture a model or a reviewer should see.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import struct
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, ImageOps, UnidentifiedImageError
+
+# Stable reason codes (stored on Image.error_code); the message adds the detail.
+EMPTY_FILE = "empty_file"
+FILE_TOO_LARGE = "file_too_large"
+NOT_AN_IMAGE = "not_an_image"
+DECOMPRESSION_BOMB = "decompression_bomb"
+TRUNCATED = "truncated"
+CORRUPT = "corrupt"
+UNREADABLE = "unreadable"
+
+EXIF_ORIENTATION_TAG = 0x0112
+# EXIF orientations 5-8 rotate by 90 degrees: the displayed width is the stored height.
+_TRANSPOSING_ORIENTATIONS = {5, 6, 7, 8}
+
+DEFAULT_MAX_PIXELS = 89_478_485  # Pillow's own default decompression-bomb limit
+DEFAULT_MAX_BYTES = 512 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Inspection:
+    """What one file turned out to be. ``error_code`` is empty for a good image."""
+
+    bytes: int
+    sha256: str = ""
+    format: str = ""
+    mode: str = ""
+    width: int = 0  # after EXIF orientation, as a viewer shows it
+    height: int = 0
+    orientation: int = 1
+    error_code: str = ""
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.error_code
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def inspect_image(
+    path: str | os.PathLike,
+    *,
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+) -> Inspection:
+    """Read ``path`` once, hash it, and check that it decodes. Never raises for bad files."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        if size == 0:
+            return Inspection(bytes=0, error_code=EMPTY_FILE, error=f"{path}: the file is empty (0 bytes)")
+        if size > max_bytes:
+            return Inspection(
+                bytes=size,
+                error_code=FILE_TOO_LARGE,
+                error=f"{path}: {size} bytes is more than the {max_bytes}-byte limit for one image",
+            )
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError as exc:
+        return Inspection(bytes=0, error_code=UNREADABLE, error=f"{path}: cannot read the file ({exc.strerror or exc})")
+    return inspect_image_bytes(data, name=str(path), max_pixels=max_pixels)
+
+
+def inspect_image_bytes(data: bytes, *, name: str, max_pixels: int = DEFAULT_MAX_PIXELS) -> Inspection:
+    try:
+        return _inspect_bytes(data, name=name, max_pixels=max_pixels)
+    except Exception as exc:  # a decoder bug must cost one file, never the batch
+        return Inspection(bytes=len(data), sha256=sha256_bytes(data), error_code=CORRUPT,
+                          error=f"{name}: the decoder failed ({type(exc).__name__}: {exc})")
+
+
+def _inspect_bytes(data: bytes, *, name: str, max_pixels: int) -> Inspection:
+    digest = sha256_bytes(data)
+    base = {"bytes": len(data), "sha256": digest}
+    if not data:
+        return Inspection(**base, error_code=EMPTY_FILE, error=f"{name}: the file is empty (0 bytes)")
+    with warnings.catch_warnings():
+        # Pillow warns above MAX_IMAGE_PIXELS and raises above twice that; both are refusals here.
+        warnings.simplefilter("error", Image.DecompressionBombWarning)
+        try:
+            im = Image.open(io.BytesIO(data))
+        except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+            return Inspection(**base, error_code=DECOMPRESSION_BOMB, error=f"{name}: refused as a decompression bomb ({exc})")
+        except UnidentifiedImageError:
+            return Inspection(**base, error_code=NOT_AN_IMAGE, error=f"{name}: not an image file Pillow can read")
+        except (OSError, SyntaxError, ValueError) as exc:
+            return Inspection(**base, error_code=CORRUPT, error=f"{name}: the image header is corrupt ({exc})")
+
+        with im:
+            width, height = im.size
+            fmt = im.format or ""
+            mode = im.mode
+            if width * height > max_pixels:
+                return Inspection(
+                    **base, format=fmt, mode=mode, width=width, height=height,
+                    error_code=DECOMPRESSION_BOMB,
+                    error=f"{name}: {width}x{height} = {width * height} pixels is more than the limit of {max_pixels}",
+                )
+            try:
+                orientation = int(im.getexif().get(EXIF_ORIENTATION_TAG, 1) or 1)
+            except Exception:  # a broken EXIF block must not hide a good picture
+                orientation = 1
+            if orientation not in range(1, 9):
+                orientation = 1
+            try:
+                _check_decodes(data, im, fmt)
+            except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+                return Inspection(**base, format=fmt, mode=mode, error_code=DECOMPRESSION_BOMB, error=f"{name}: refused as a decompression bomb ({exc})")
+            except OSError as exc:
+                text = str(exc)
+                code = TRUNCATED if "truncated" in text.lower() or "end of file" in text.lower() else CORRUPT
+                what = "the file is truncated" if code == TRUNCATED else "the image data is corrupt"
+                return Inspection(**base, format=fmt, mode=mode, error_code=code, error=f"{name}: {what} ({text})")
+            except (SyntaxError, ValueError, EOFError, IndexError, RuntimeError, struct.error) as exc:
+                return Inspection(**base, format=fmt, mode=mode, error_code=CORRUPT, error=f"{name}: the image data is corrupt ({exc})")
+    if orientation in _TRANSPOSING_ORIENTATIONS:
+        width, height = height, width
+    return Inspection(**base, format=fmt, mode=mode, width=width, height=height, orientation=orientation)
+
+
+def _check_decodes(data: bytes, im: Image.Image, fmt: str) -> None:
+    """Prove the pixel data is intact at the least cost that still catches real damage.
+
+    PNG: ``verify()`` walks every chunk and checks its CRC (catches truncation and bit rot)
+    without inflating the pixels. JPEG: decode at 1/8 scale via ``draft()``; libjpeg still reads
+    every entropy-coded segment, so truncation and corrupt scans raise, at a fraction of a full
+    decode. Everything else: a full ``load()`` of the first frame.
+    """
+    if fmt == "PNG":
+        with Image.open(io.BytesIO(data)) as fresh:  # verify() must come straight after open()
+            fresh.verify()
+        return
+    if fmt in {"JPEG", "MPO"}:
+        im.draft("RGB", (max(1, im.size[0] // 8), max(1, im.size[1] // 8)))
+    im.load()
+
+
+def load_rgb(path: str | os.PathLike, *, background: tuple[int, int, int] = (255, 255, 255)) -> Image.Image:
+    """Open an image as an upright 8-bit RGB picture.
+
+    EXIF orientation is applied; alpha (RGBA, LA, palette transparency) is composited on
+    ``background``; 16/32-bit greyscale is scaled to 8 bits by its bit depth; CMYK and other
+    modes go through Pillow's conversion.
+    """
+    with Image.open(path) as im:
+        im.load()
+        return to_rgb(ImageOps.exif_transpose(im), background=background)
+
+
+def to_rgb(im: Image.Image, *, background: tuple[int, int, int] = (255, 255, 255)) -> Image.Image:
+    if im.mode == "RGB":
+        return im
+    if im.mode in {"I;16", "I;16B", "I;16L", "I;16N", "I", "F"}:
+        arr = np.asarray(im, dtype=np.float64)
+        if im.mode.startswith("I;16"):
+            scale = 65535.0
+        elif im.mode == "F":
+            scale = max(float(arr.max()), 1.0) if arr.size else 1.0
+        else:
+            scale = 65535.0 if arr.size and arr.max() > 255 else 255.0
+        grey = np.clip(np.rint(arr / scale * 255.0), 0, 255).astype(np.uint8)
+        return Image.fromarray(grey, mode="L").convert("RGB")
+    if im.mode == "P" and "transparency" in im.info:
+        im = im.convert("RGBA")
+    if im.mode in {"RGBA", "LA", "PA", "RGBa", "La"}:
+        rgba = im.convert("RGBA")
+        canvas = Image.new("RGBA", rgba.size, background + (255,))
+        canvas.alpha_composite(rgba)
+        return canvas.convert("RGB")
+    return im.convert("RGB")

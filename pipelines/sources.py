@@ -1,0 +1,209 @@
+"""Walking a source folder safely, and mapping its class folders to WordNet synsets.
+
+A source is ``ROOT/<class folder>/<image files>`` (files may sit in sub-folders of a class
+folder). Nothing outside ``ROOT`` is ever read: symlinks that resolve outside it and relative
+paths with ``..`` are refused, and refused entries are reported, not dropped silently.
+"""
+from __future__ import annotations
+
+import csv
+import os
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from .wordnet import is_wnid, lookup_lemma, synset_info
+
+# Refusal codes for entries that are never opened.
+PATH_ESCAPES_ROOT = "path_escapes_root"
+SYMLINKED_DIRECTORY = "symlinked_directory"
+UNDECODABLE_NAME = "undecodable_name"
+NOT_IN_CLASS_FOLDER = "not_in_class_folder"
+NOT_A_REGULAR_FILE = "not_a_regular_file"
+
+
+class UnsafePath(ValueError):
+    """A path that would leave the source root."""
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    rel_path: str  # POSIX-style, relative to the root
+    class_folder: str
+    size: int
+    mtime_ns: int
+
+
+@dataclass(frozen=True)
+class Refusal:
+    rel_path: str
+    class_folder: str
+    code: str
+    message: str
+
+
+@dataclass
+class ScanResult:
+    root: Path
+    class_folders: list[str] = field(default_factory=list)
+    files: list[FileEntry] = field(default_factory=list)
+    refused: list[Refusal] = field(default_factory=list)
+
+
+def _utf8_or_none(name: str) -> str | None:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:  # os.fsdecode left surrogates: the name is not valid UTF-8
+        return None
+    return name
+
+
+def _inside(root_real: str, candidate_real: str) -> bool:
+    return candidate_real == root_real or candidate_real.startswith(root_real.rstrip(os.sep) + os.sep)
+
+
+def scan_source(root: str | os.PathLike) -> ScanResult:
+    """List every file under ``root`` in a stable order, refusing what must not be read."""
+    root = Path(root)
+    if not root.is_dir():
+        raise FileNotFoundError(f"{root}: not a folder (a source is ROOT/<class folder>/<image files>)")
+    root_real = os.path.realpath(root)
+    result = ScanResult(root=root)
+
+    def refuse(rel: str, cls: str, code: str, message: str) -> None:
+        result.refused.append(Refusal(rel, cls, code, message))
+
+    def walk(dir_abs: str, rel_parts: tuple[str, ...], class_folder: str) -> None:
+        try:
+            entries = sorted(os.scandir(dir_abs), key=lambda e: e.name)
+        except OSError as exc:
+            refuse("/".join(rel_parts) or ".", class_folder, NOT_A_REGULAR_FILE, f"{dir_abs}: cannot list the folder ({exc.strerror})")
+            return
+        for entry in entries:
+            name = _utf8_or_none(entry.name)
+            shown = entry.name.encode("utf-8", "backslashreplace").decode("utf-8")
+            rel = "/".join(rel_parts + (name or shown,))
+            cls = class_folder or (name or shown)
+            if name is None:
+                refuse(rel, class_folder, UNDECODABLE_NAME, f"{os.path.join(dir_abs, shown)}: the file name is not valid UTF-8; rename it")
+                continue
+            full = os.path.join(dir_abs, name)
+            if entry.is_symlink():
+                target = os.path.realpath(full)
+                if not _inside(root_real, target):
+                    refuse(rel, class_folder, PATH_ESCAPES_ROOT, f"{full}: a symlink to {target}, outside the source root {root}; refused")
+                    continue
+                if os.path.isdir(target):
+                    refuse(rel, class_folder, SYMLINKED_DIRECTORY, f"{full}: a symlinked folder; not followed (move the files into the source instead)")
+                    continue
+            if entry.is_dir(follow_symlinks=False):
+                if not rel_parts:
+                    result.class_folders.append(name)
+                walk(full, rel_parts + (name,), cls)
+                continue
+            if not entry.is_file(follow_symlinks=True):
+                refuse(rel, class_folder, NOT_A_REGULAR_FILE, f"{full}: not a regular file (device, socket or fifo); refused")
+                continue
+            if not rel_parts:
+                refuse(rel, "", NOT_IN_CLASS_FOLDER, f"{full}: files must sit inside a class folder (ROOT/<class>/<file>)")
+                continue
+            st = entry.stat(follow_symlinks=True)
+            result.files.append(FileEntry(rel, class_folder, st.st_size, st.st_mtime_ns))
+
+    walk(str(root), (), "")
+    return result
+
+
+def safe_join(root: str | os.PathLike, rel_path: str) -> Path:
+    """``root/rel_path``, refusing absolute paths, ``..`` and symlinks that resolve outside root."""
+    pure = PurePosixPath(rel_path)
+    if pure.is_absolute() or ".." in pure.parts or not pure.parts or "\x00" in rel_path:
+        raise UnsafePath(f"{rel_path!r}: not a plain relative path inside the source")
+    full = Path(root, *pure.parts)
+    if not _inside(os.path.realpath(root), os.path.realpath(full)):
+        raise UnsafePath(f"{full}: resolves to {os.path.realpath(full)}, outside the source root {root}")
+    return full
+
+
+# --- class folders -> WordNet ------------------------------------------------------------
+
+METHOD_WNID = "wnid_folder"
+METHOD_CLASS_MAP = "class_map"
+METHOD_LEMMA = "lemma"
+METHOD_UNMAPPED = "unmapped"
+
+
+@dataclass(frozen=True)
+class ClassMapping:
+    folder: str
+    wnid: str  # "" when unmapped
+    method: str
+    name: str = ""
+    lemmas: tuple[str, ...] = ()
+    gloss: str = ""
+    note: str = ""  # why a folder is unmapped, or which lemma matched
+
+
+class ClassMapError(ValueError):
+    """The class-map CSV is unusable; the message names the file and line."""
+
+
+def read_class_map(path: str | os.PathLike, wn) -> dict[str, str]:
+    """``folder,wnid`` rows (a header row ``folder,wnid`` is allowed). Every wnid must exist."""
+    path = Path(path)
+    try:
+        fh = open(path, newline="", encoding="utf-8")
+    except OSError as exc:
+        raise ClassMapError(f"{path}: cannot open the class map ({exc.strerror})") from None
+    out: dict[str, str] = {}
+    with fh:
+        for lineno, row in enumerate(csv.reader(fh), start=1):
+            if not row or not "".join(row).strip() or row[0].startswith("#"):
+                continue
+            if lineno == 1 and [c.strip().lower() for c in row[:2]] == ["folder", "wnid"]:
+                continue
+            if len(row) < 2:
+                raise ClassMapError(f"{path}, line {lineno}: expected 'folder,wnid', got {','.join(row)!r}")
+            folder, wnid = row[0].strip(), row[1].strip()
+            if not is_wnid(wnid) or synset_info(wn, wnid) is None:
+                raise ClassMapError(f"{path}, line {lineno}: {wnid!r} is not a WordNet 3.0 noun id")
+            if folder in out and out[folder] != wnid:
+                raise ClassMapError(f"{path}, line {lineno}: folder {folder!r} is mapped twice ({out[folder]} and {wnid})")
+            out[folder] = wnid
+    return out
+
+
+def map_class_folders(folders: list[str], wn, class_map: dict[str, str] | None = None) -> list[ClassMapping]:
+    """Map each folder: the class map first, then a wnid-shaped name, then an unambiguous lemma."""
+    class_map = class_map or {}
+    out = []
+    for folder in folders:
+        if folder in class_map:
+            info = synset_info(wn, class_map[folder])
+            out.append(ClassMapping(folder, info.wnid, METHOD_CLASS_MAP, info.name, info.lemmas, info.gloss))
+            continue
+        if is_wnid(folder):
+            info = synset_info(wn, folder)
+            if info is None:
+                out.append(ClassMapping(folder, "", METHOD_UNMAPPED, note=f"{folder} is not a WordNet 3.0 noun synset"))
+            else:
+                out.append(ClassMapping(folder, info.wnid, METHOD_WNID, info.name, info.lemmas, info.gloss))
+            continue
+        found = lookup_lemma(wn, folder)
+        if len(found) == 1:
+            info = found[0]
+            out.append(ClassMapping(folder, info.wnid, METHOD_LEMMA, info.name, info.lemmas, info.gloss, note=f"lemma {folder!r}"))
+        elif found:
+            options = "; ".join(f"{i.wnid} {i.name} ({i.gloss[:60]})" for i in found[:6])
+            out.append(ClassMapping(folder, "", METHOD_UNMAPPED, note=f"ambiguous lemma, {len(found)} noun senses: {options}"))
+        else:
+            out.append(ClassMapping(folder, "", METHOD_UNMAPPED, note="no WordNet noun has this name"))
+    return out
+
+
+def scan_class_folders(root: str | os.PathLike) -> list[str]:
+    """The class folders directly under ``root`` (not symlinks, UTF-8 names), sorted."""
+    out = []
+    for entry in os.scandir(root):
+        if entry.is_dir(follow_symlinks=False) and _utf8_or_none(entry.name) is not None:
+            out.append(entry.name)
+    return sorted(out)
