@@ -70,6 +70,8 @@ def resolve_class_list(spec: str) -> tuple[str, ...]:
     """A named list (``imagenet-1k``...) or a path to a wnid file."""
     if spec in NAMED_LISTS:
         return named_list(spec)
+    if not Path(spec).exists():
+        raise ClassListError(f"{spec}: neither a file of wnids nor a named list (unknown class list; named lists: {', '.join(NAMED_LISTS)})")
     return read_wnid_file(spec)
 
 

@@ -216,7 +216,7 @@ def _inspect(root: str, rel: str, max_pixels: int) -> dict:
 def ingest_finalize(*, job_id: int) -> Job:
     """Mark vanished files missing, resolve exact duplicates, write the summary. Idempotent."""
     with transaction.atomic():
-        job = Job.objects.select_for_update().select_related("source").get(pk=job_id)
+        job = Job.objects.select_for_update(of=("self",)).select_related("source").get(pk=job_id)
         if job.status in (Job.Status.DONE, Job.Status.FAILED):
             return job
         if JobChunk.objects.filter(job=job, done=False).exists():

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Install everything the toolkit needs on Debian 12 with Python 3.11 (run as root, or with sudo):
+# apt packages, a virtualenv in .venv with requirements.txt, WordNet 3.0 for NLTK, the database.
+#   scripts/setup.sh          what the app needs
+#   scripts/setup.sh --test   plus PostgreSQL, Redis and Chromium for the test suite
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+want_test=0
+[ "${1:-}" = "--test" ] && want_test=1
+
+SUDO=""
+[ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null && SUDO="sudo"
+
+pkgs="wordnet-base wordnet-sense-index"
+[ "$want_test" = 1 ] && pkgs="$pkgs postgresql redis-server chromium chromium-driver"
+missing=""
+for p in $pkgs; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
+if [ -n "$missing" ]; then
+  echo "==> apt-get install$missing"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
+fi
+
+PY="${PYTHON:-python3}"
+"$PY" -c 'import sys; sys.exit(0 if sys.version_info[:2] >= (3, 11) else 1)' \
+  || { echo "Python >= 3.11 is required (found $("$PY" --version 2>&1)); set PYTHON=/path/to/python3.11" >&2; exit 1; }
+if [ ! -x .venv/bin/python ]; then
+  echo "==> creating .venv"
+  "$PY" -m venv .venv
+fi
+stamp=.venv/.requirements.sha256
+want=$(sha256sum requirements.txt | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "==> pip install -r requirements.txt (torch is large: a few minutes the first time)"
+  .venv/bin/pip install -q --upgrade pip
+  .venv/bin/pip install -q -r requirements.txt
+  echo "$want" > "$stamp"
+fi
+
+echo "==> WordNet 3.0 for NLTK"
+.venv/bin/python manage.py setup_wordnet
+echo "==> database migrations"
+.venv/bin/python manage.py migrate --noinput -v 0

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Set everything up (apt packages, .venv, WordNet, PostgreSQL, Redis, Chromium) and run the whole
+# test suite: unit, integration (real PostgreSQL, Redis and Celery workers), slow and browser tests.
+# Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh --test
+bash scripts/services.sh
+export DATABASE_URL="${TEST_DATABASE_URL:-postgres://oodc:oodc@127.0.0.1:5432/oodc}"
+export TEST_REDIS_URL="${TEST_REDIS_URL:-redis://127.0.0.1:6379/15}"
+unset CELERY_BROKER_URL  # the test process runs eagerly; integration tests start real workers
+set +e
+.venv/bin/python -m pytest "$@"
+rc=$?
+set -e
+[ "$rc" = 5 ] && { echo "pytest collected no tests" >&2; exit 1; }
+exit "$rc"

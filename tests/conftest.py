@@ -1,0 +1,54 @@
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from django.conf import settings
+
+from fixtures.images import broken_files, jpeg_bytes, pattern_image, png_bytes, write
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def wn():
+    from pipelines.wordnet import load_wordnet
+
+    return load_wordnet(settings.NLTK_DATA)
+
+
+def make_image_folder(root: Path, *, n_good: int, classes: list[str], seed: int = 0, size=(64, 48)) -> dict[str, bytes]:
+    """``n_good`` small generated images spread over ``classes``; returns rel path -> bytes."""
+    rng = np.random.default_rng(seed)
+    written = {}
+    for i in range(n_good):
+        cls = classes[i % len(classes)]
+        im = pattern_image(rng, "noise", [(int(rng.integers(0, 255)), 100, 150)], size)
+        data = png_bytes(im) if i % 4 == 0 else jpeg_bytes(im)
+        rel = f"{cls}/img_{i:05d}.{'png' if i % 4 == 0 else 'jpg'}"
+        write(root / rel, data)
+        written[rel] = data
+    return written
+
+
+def add_twenty_broken(root: Path, cls: str, seed: int = 1) -> dict[str, str]:
+    """Twenty bad entries of every kind ingest must survive: rel path -> expected reason code."""
+    rng = np.random.default_rng(seed)
+    expected = {}
+    kinds = list(broken_files(rng).items())
+    for i in range(17):
+        name, (data, code) = kinds[i % len(kinds)]
+        rel = f"{cls}/broken_{i:02d}_{name}"
+        write(root / rel, data)
+        expected[rel] = code
+    outside = root.parent / f"{root.name}_outside.jpg"
+    outside.write_bytes(jpeg_bytes(pattern_image(rng, "noise", [(1, 2, 3)], (32, 32))))
+    os.symlink(outside, root / cls / "link_out.jpg")
+    expected[f"{cls}/link_out.jpg"] = "path_escapes_root"
+    os.symlink("/etc", root / cls / "link_dir")
+    expected[f"{cls}/link_dir"] = "path_escapes_root"
+    (root / "stray_at_root.jpg").write_bytes(b"x")
+    expected["stray_at_root.jpg"] = "not_in_class_folder"
+    return expected
