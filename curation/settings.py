@@ -136,7 +136,12 @@ CELERY_TASK_ROUTES = {
 # How long a task may stay unacknowledged before Redis hands it to another worker. A killed
 # worker's chunk comes back after this long; chunks are idempotent, so a shorter value only
 # costs repeated work.
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT", 3600)}
+# Kombu sweeps for such messages every interval x throttle seconds (10 x 10 by default).
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT", 3600),
+    "unacked_restore_interval": env_int("CELERY_UNACKED_RESTORE_INTERVAL", 10),
+    "unacked_restore_throttle": env_int("CELERY_UNACKED_RESTORE_THROTTLE", 10),
+}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 
 # --- Ingest -----------------------------------------------------------------------------

@@ -1,0 +1,146 @@
+"""Ingest through a real Redis broker, real `celery worker` processes and real PostgreSQL.
+
+The test process (eager) only writes the source folder and reads the database; the job is
+queued by the user's own command (`manage.py add_source --no-wait`) with CELERY_BROKER_URL set,
+and worker processes started here do the work."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import redis
+from django.db import connection
+
+from curation.models import Image, Job, JobChunk, Source
+from tests.conftest import REPO, add_twenty_broken, make_image_folder
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def services_env():
+    if connection.vendor != "postgresql":
+        pytest.fail("integration tests need PostgreSQL: run scripts/test.sh (it starts PostgreSQL and Redis and sets DATABASE_URL)")
+    url = os.environ.get("TEST_REDIS_URL")
+    if not url:
+        pytest.fail("integration tests need Redis: run scripts/test.sh, or set TEST_REDIS_URL=redis://127.0.0.1:6379/15")
+    try:
+        redis.Redis.from_url(url).flushdb()
+    except redis.RedisError as exc:
+        pytest.fail(f"Redis at {url} is unreachable ({exc}); start it with scripts/services.sh")
+    s = connection.settings_dict
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"postgres://{s['USER']}:{s['PASSWORD']}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}",
+        "CELERY_BROKER_URL": url,
+        "CELERY_VISIBILITY_TIMEOUT": "4",  # a killed worker's chunk comes back after 4 s ...
+        "CELERY_UNACKED_RESTORE_INTERVAL": "1",  # ... found by a sweep every second
+        "CELERY_UNACKED_RESTORE_THROTTLE": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
+    yield env
+    redis.Redis.from_url(url).flushdb()
+
+
+class Workers:
+    def __init__(self, env, tmp_path):
+        self.env, self.tmp_path, self.procs = env, tmp_path, []
+
+    def start(self, name: str, concurrency: int = 1) -> subprocess.Popen:
+        log = open(self.tmp_path / f"{name}.log", "w")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "curation", "worker", "-Q", "cpu", "-c", str(concurrency),
+             "-n", f"{name}@%h", "--without-gossip", "--without-mingle", "-l", "info"],
+            cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        self.procs.append(proc)
+        return proc
+
+    def kill(self, proc: subprocess.Popen) -> None:
+        os.killpg(proc.pid, signal.SIGKILL)  # the main process and its pool children, no goodbye
+        proc.wait(timeout=10)
+
+    def stop_all(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+                try:
+                    p.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    os.killpg(p.pid, signal.SIGKILL)
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {f.name}\n{f.read_text()[-3000:]}" for f in self.tmp_path.glob("*.log"))
+
+
+@pytest.fixture
+def workers(services_env, tmp_path):
+    w = Workers(services_env, tmp_path)
+    yield w
+    w.stop_all()
+
+
+def queue_ingest(env, name, root, chunk_size):
+    out = subprocess.run(
+        [sys.executable, "manage.py", "add_source", name, str(root), "--no-wait"],
+        cwd=REPO, env={**env, "OODC_INGEST_CHUNK_SIZE": str(chunk_size)}, capture_output=True, text=True, timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "Queued ingest job" in out.stdout
+    return Job.objects.get(source__name=name)
+
+
+def wait_until(predicate, timeout, what, workers):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    pytest.fail(f"timed out after {timeout}s waiting for {what}\n{workers.logs()}")
+
+
+def test_ingest_job_through_the_broker_lands_in_postgres(services_env, workers, tmp_path):
+    root = tmp_path / "pool"
+    good = make_image_folder(root, n_good=180, classes=["sky", "hayfield", "n02084071"])
+    broken = add_twenty_broken(root, "sky")
+    workers.start("w1", concurrency=2)
+    job = queue_ingest(services_env, "pool", root, chunk_size=25)
+    wait_until(lambda: Job.objects.get(pk=job.pk).status in ("done", "failed"), 120, "the ingest job", workers)
+    job.refresh_from_db()
+    assert job.status == "done", job.message
+    rows = dict(Image.objects.filter(source__name="pool").values_list("relative_path", "status"))
+    assert len(rows) == len(good) + len(broken)
+    assert all(rows[r] == "ok" for r in good)
+    assert all(rows[r] == "broken" for r in broken)
+    assert job.chunks.count() == job.chunks.filter(done=True).count() > 1
+    assert job.code_version and job.config["chunk_size"] == 25
+
+
+def test_killing_the_worker_mid_job_and_starting_another_finishes_without_duplicates(services_env, workers, tmp_path):
+    root = tmp_path / "pool"
+    good = make_image_folder(root, n_good=600, classes=["sky", "hayfield"])
+    w1 = workers.start("w1")
+    job = queue_ingest(services_env, "pool", root, chunk_size=5)
+    total_chunks = 120
+    wait_until(lambda: JobChunk.objects.filter(job=job, done=True).count() >= 3, 120, "the first chunks", workers)
+    workers.kill(w1)
+    done_at_kill = JobChunk.objects.filter(job=job, done=True).count()
+    assert done_at_kill < total_chunks, "the job finished before the kill; make it bigger"
+    assert Job.objects.get(pk=job.pk).status == "running"
+
+    workers.start("w2")
+    wait_until(lambda: Job.objects.get(pk=job.pk).status in ("done", "failed"), 180, "the job to finish on the new worker", workers)
+    job.refresh_from_db()
+    assert job.status == "done", job.message
+    assert job.progress == job.total == len(good)
+    paths = list(Image.objects.filter(source=Source.objects.get(name="pool")).values_list("relative_path", flat=True))
+    assert len(paths) == len(set(paths)) == len(good)
+    assert set(paths) == set(good)
+    assert Image.objects.filter(source__name="pool", status="ok").count() == len(good)
+    assert JobChunk.objects.filter(job=job, done=True).count() == total_chunks
+    # the chunk the killed worker held was delivered again, and counted once
+    assert sum(sum(c.stats.values()) for c in JobChunk.objects.filter(job=job)) == len(good)
