@@ -146,6 +146,8 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 
 # --- Ingest -----------------------------------------------------------------------------
 INGEST_CHUNK_SIZE = env_int("OODC_INGEST_CHUNK_SIZE", 512)
+# Threads per ingest chunk: file reads, hashing and decoding release the GIL, so they overlap.
+INGEST_THREADS = env_int("OODC_INGEST_THREADS", min(4, os.cpu_count() or 1))
 # Pillow's decompression-bomb limit (pixels). Images above it are refused, not decoded.
 MAX_IMAGE_PIXELS = env_int("OODC_MAX_IMAGE_PIXELS", 89_478_485)
 

@@ -119,12 +119,7 @@ def _inspect_bytes(data: bytes, *, name: str, max_pixels: int) -> Inspection:
                     error_code=DECOMPRESSION_BOMB,
                     error=f"{name}: {width}x{height} = {width * height} pixels is more than the limit of {max_pixels}",
                 )
-            try:
-                orientation = int(im.getexif().get(EXIF_ORIENTATION_TAG, 1) or 1)
-            except Exception:  # a broken EXIF block must not hide a good picture
-                orientation = 1
-            if orientation not in range(1, 9):
-                orientation = 1
+            orientation = _orientation(im, fmt)
             try:
                 _check_decodes(data, im, fmt)
             except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
@@ -139,6 +134,24 @@ def _inspect_bytes(data: bytes, *, name: str, max_pixels: int) -> Inspection:
     if orientation in _TRANSPOSING_ORIENTATIONS:
         width, height = height, width
     return Inspection(**base, format=fmt, mode=mode, width=width, height=height, orientation=orientation)
+
+
+def _orientation(im: Image.Image, fmt: str) -> int:
+    """The EXIF orientation tag, read without decoding pixels (PNG's ``getexif()`` would load
+    the whole image to look for an eXIf chunk after the pixel data; the header's is enough)."""
+    try:
+        if fmt == "PNG":
+            raw = im.info.get("exif")
+            if not raw:
+                return 1
+            exif = Image.Exif()
+            exif.load(raw)
+        else:
+            exif = im.getexif()
+        value = int(exif.get(EXIF_ORIENTATION_TAG, 1) or 1)
+    except Exception:  # a broken EXIF block must not hide a good picture
+        return 1
+    return value if value in range(1, 9) else 1
 
 
 def _check_decodes(data: bytes, im: Image.Image, fmt: str) -> None:

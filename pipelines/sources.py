@@ -113,13 +113,14 @@ def scan_source(root: str | os.PathLike) -> ScanResult:
     return result
 
 
-def safe_join(root: str | os.PathLike, rel_path: str) -> Path:
-    """``root/rel_path``, refusing absolute paths, ``..`` and symlinks that resolve outside root."""
+def safe_join(root: str | os.PathLike, rel_path: str, *, root_real: str | None = None) -> Path:
+    """``root/rel_path``, refusing absolute paths, ``..`` and symlinks that resolve outside root.
+    ``root_real`` (the root's realpath) saves resolving the root again for every file."""
     pure = PurePosixPath(rel_path)
     if pure.is_absolute() or ".." in pure.parts or not pure.parts or "\x00" in rel_path:
         raise UnsafePath(f"{rel_path!r}: not a plain relative path inside the source")
     full = Path(root, *pure.parts)
-    if not _inside(os.path.realpath(root), os.path.realpath(full)):
+    if not _inside(root_real or os.path.realpath(root), os.path.realpath(full)):
         raise UnsafePath(f"{full}: resolves to {os.path.realpath(full)}, outside the source root {root}")
     return full
 

@@ -7,7 +7,9 @@ Every step is idempotent, so a redelivered or re-run task repeats nothing that w
 from __future__ import annotations
 
 import logging
+import os
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 from django.conf import settings
@@ -54,7 +56,7 @@ def ingest_start(*, source: Source, user=None, rehash: bool = False, enqueue: bo
             code_version=code_version(),
             config={
                 "source": source.name, "root": source.root, "role": source.role, "class_map": source.class_map,
-                "chunk_size": settings.INGEST_CHUNK_SIZE, "max_pixels": settings.MAX_IMAGE_PIXELS, "rehash": rehash,
+                "chunk_size": settings.INGEST_CHUNK_SIZE, "threads": settings.INGEST_THREADS, "max_pixels": settings.MAX_IMAGE_PIXELS, "rehash": rehash,
             },
         )
         audit_record(actor=user, action="ingest_started", target=job, data={"source": source.name})
@@ -154,18 +156,38 @@ def ingest_process_chunk(*, job_id: int, index: int, progress: ProgressCallback 
     paths = [row[0] for row in chunk.payload]
     existing = {i.relative_path: i for i in Image.objects.filter(source=source, relative_path__in=paths)}
 
+    def needs_check(rel, size, mtime_ns) -> bool:
+        img = existing.get(rel)
+        return (
+            img is None or rehash or img.bytes != size or img.mtime_ns != mtime_ns
+            or img.status == Image.Status.MISSING or not img.sha256
+        )
+
+    # Reading, hashing and decoding release the GIL, so a few threads overlap I/O and decode.
+    todo = [rel for rel, _c, size, mtime_ns in chunk.payload if needs_check(rel, size, mtime_ns)]
+    root_real = os.path.realpath(source.root)
+    threads = max(1, int(job.config.get("threads") or settings.INGEST_THREADS))
+
+    def check(rel: str) -> dict:
+        fields = _inspect(source.root, rel, max_pixels, root_real)
+        if progress:
+            progress(1)
+        return fields
+
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        inspected = dict(zip(todo, pool.map(check, todo)))
+
     new: list[Image] = []
     changed: list[Image] = []
     stats: Counter = Counter()
     for rel, class_folder, size, mtime_ns in chunk.payload:
         img = existing.get(rel)
-        if (
-            img is not None and not rehash and img.bytes == size and img.mtime_ns == mtime_ns
-            and img.status != Image.Status.MISSING and img.sha256
-        ):
+        if rel not in inspected:
             stats["unchanged"] += 1
+            if progress:
+                progress(1)
         else:
-            fields = _inspect(source.root, rel, max_pixels)
+            fields = inspected[rel]
             fields["mtime_ns"] = mtime_ns
             fields["candidate_class"] = classes.get(class_folder)
             if img is None:
@@ -181,8 +203,6 @@ def ingest_process_chunk(*, job_id: int, index: int, progress: ProgressCallback 
                 stats["unchanged"] += 1
             if fields["status"] == Image.Status.BROKEN:
                 stats["broken"] += 1
-        if progress:
-            progress(1)
 
     with transaction.atomic():
         locked = JobChunk.objects.select_for_update().get(pk=chunk.pk)
@@ -199,9 +219,9 @@ def ingest_process_chunk(*, job_id: int, index: int, progress: ProgressCallback 
         return not JobChunk.objects.filter(job_id=job_id, done=False).exists()
 
 
-def _inspect(root: str, rel: str, max_pixels: int) -> dict:
+def _inspect(root: str, rel: str, max_pixels: int, root_real: str | None = None) -> dict:
     try:
-        path = safe_join(root, rel)
+        path = safe_join(root, rel, root_real=root_real)
     except UnsafePath as exc:
         return {"sha256": "", "width": 0, "height": 0, "orientation": 1, "format": "", "mode": "", "bytes": 0,
                 "status": Image.Status.BROKEN, "error_code": PATH_ESCAPES_ROOT, "error": str(exc)}
@@ -249,7 +269,7 @@ def ingest_finalize(*, job_id: int) -> Job:
         job.finished_at = timezone.now()
         job.message = (
             f"{job.total} files: {totals['added']} added, {totals['changed']} changed, {totals['unchanged']} unchanged, "
-            f"{len(gone)} newly missing; status now {counts}"
+            f"{len(gone)} newly missing; now " + ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
         )
         job.save()
         audit_record(actor=job.created_by, action="ingest_finished", target=job, data={"source": source.name, "message": job.message})

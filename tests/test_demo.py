@@ -1,0 +1,90 @@
+"""The README's first command, minus set-up: the demo job on the embedded default (SQLite,
+eager Celery), then the served web app, logged into in headless Chromium."""
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.slow
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def demo_server(tmp_path_factory):
+    data = tmp_path_factory.mktemp("demo")
+    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "CELERY_BROKER_URL"}}
+    env.update({"OODC_DATA_DIR": str(data), "NLTK_DATA": str(REPO / "var" / "nltk_data"), "PYTHONUNBUFFERED": "1"})
+    subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=REPO, env=env, check=True, timeout=300)
+    port = _free_port()
+    log = open(data / "demo.log", "w")
+    proc = subprocess.Popen([sys.executable, "manage.py", "demo", "--addr", f"127.0.0.1:{port}"], cwd=REPO, env=env,
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"demo exited with {proc.returncode}:\n{(data / 'demo.log').read_text()[-4000:]}")
+        try:
+            urllib.request.urlopen(f"{url}/healthz", timeout=2)
+            break
+        except OSError:
+            time.sleep(0.5)
+    else:
+        pytest.fail(f"demo did not serve within 240 s:\n{(data / 'demo.log').read_text()[-4000:]}")
+    yield url, data
+    proc.terminate()
+    proc.wait(timeout=20)
+
+
+def test_demo_ingests_the_bundled_data_and_prints_accounts(demo_server):
+    _url, data = demo_server
+    out = (data / "demo.log").read_text()
+    assert (data / "db.sqlite3").is_file()  # the embedded default, not the test's PostgreSQL
+    for line in ("demo-candidates", "demo-id", "annotator   password: annotator-demo", "curator     password: curator-demo",
+                 "researcher  password: researcher-demo", "[decompression_bomb] misc_uploads/bomb.png",
+                 "[path_escapes_root] misc_uploads/escapes_root.jpg", "misc_uploads: no WordNet noun has this name"):
+        assert line in out, line
+    assert "broken=8" in out and "duplicate=1" in out
+
+
+@pytest.mark.browser
+def test_curator_logs_in_and_sees_the_sources(demo_server, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    url, _data = demo_server
+    shots = Path(os.environ.get("OODC_SCREENSHOTS", REPO / "var" / "screenshots"))
+    shots.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=[
+            "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync"])
+        page = browser.new_page(viewport={"width": 1366, "height": 768})
+        page.goto(f"{url}/")
+        assert "/accounts/login/" in page.url
+        page.fill("#id_username", "curator")
+        page.fill("#id_password", "wrong")
+        page.keyboard.press("Enter")
+        page.wait_for_selector(".error")
+        page.fill("#id_username", "curator")
+        page.fill("#id_password", "curator-demo")
+        page.keyboard.press("Enter")
+        page.wait_for_selector("#sources")
+        rows = page.locator("#sources tbody tr").all_inner_texts()
+        assert any("demo-candidates" in r and "326" in r for r in rows), rows
+        page.screenshot(path=str(shots / "home_curator_1366x768.png"), full_page=True)
+        page.goto(f"{url}/admin/curation/image/?status__exact=broken")
+        assert page.locator("#result_list tbody tr").count() == 8
+        page.screenshot(path=str(shots / "admin_broken_images.png"))
+        browser.close()
