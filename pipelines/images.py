@@ -121,7 +121,7 @@ def _inspect_bytes(data: bytes, *, name: str, max_pixels: int) -> Inspection:
                 )
             orientation = _orientation(im, fmt)
             try:
-                _check_decodes(data, im, fmt)
+                _check_decodes(im, fmt)
             except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
                 return Inspection(**base, format=fmt, mode=mode, error_code=DECOMPRESSION_BOMB, error=f"{name}: refused as a decompression bomb ({exc})")
             except OSError as exc:
@@ -154,7 +154,7 @@ def _orientation(im: Image.Image, fmt: str) -> int:
     return value if value in range(1, 9) else 1
 
 
-def _check_decodes(data: bytes, im: Image.Image, fmt: str) -> None:
+def _check_decodes(im: Image.Image, fmt: str) -> None:
     """Prove the pixel data is intact at the least cost that still catches real damage.
 
     PNG: ``verify()`` walks every chunk and checks its CRC (catches truncation and bit rot)
@@ -163,8 +163,7 @@ def _check_decodes(data: bytes, im: Image.Image, fmt: str) -> None:
     decode. Everything else: a full ``load()`` of the first frame.
     """
     if fmt == "PNG":
-        with Image.open(io.BytesIO(data)) as fresh:  # verify() must come straight after open()
-            fresh.verify()
+        im.verify()  # valid here: nothing has loaded pixel data since open()
         return
     if fmt in {"JPEG", "MPO"}:
         im.draft("RGB", (max(1, im.size[0] // 8), max(1, im.size[1] // 8)))

@@ -87,3 +87,12 @@ def _png(im):
     buf = io.BytesIO()
     im.save(buf, "PNG")
     return buf.getvalue()
+
+
+def test_png_exif_orientation_is_read_from_the_header(tmp_path, rng):
+    exif = Image.Exif()
+    exif[0x0112] = 8
+    pattern_image(rng, "gradient", [(0, 0, 0), (255, 255, 255)], (90, 30)).save(tmp_path / "rot.png", exif=exif.tobytes())
+    r = inspect_image(tmp_path / "rot.png")
+    assert r.ok and (r.width, r.height, r.orientation) == (30, 90, 8)
+    assert load_rgb(tmp_path / "rot.png").size == (30, 90)
