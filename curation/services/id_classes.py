@@ -31,9 +31,10 @@ def id_class_set_register(*, spec: str = "imagenet-1k", name: str | None = None,
         name = spec if spec in NAMED_LISTS else "custom"
     if make_default:
         IdClassSet.objects.filter(is_default=True).exclude(name=name).update(is_default=False)
-    obj, created = IdClassSet.objects.update_or_create(
-        name=name, defaults={"spec": spec, "wnids": wnids, "is_default": make_default or IdClassSet.objects.filter(name=name, is_default=True).exists()}
-    )
+    defaults = {"spec": spec, "wnids": wnids}
+    if make_default:
+        defaults["is_default"] = True  # otherwise an existing set keeps its flag
+    obj, created = IdClassSet.objects.update_or_create(name=name, defaults=defaults)
     if created or make_default:
         audit_record(actor=user, action="id_class_set_registered", target=obj, data={"spec": spec, "classes": len(wnids), "default": obj.is_default})
     return obj

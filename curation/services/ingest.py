@@ -6,7 +6,6 @@ Every step is idempotent, so a redelivered or re-run task repeats nothing that w
 """
 from __future__ import annotations
 
-import logging
 import os
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -24,8 +23,6 @@ from curation.services.sources import source_sync_classes
 from curation.version import code_version
 from pipelines.images import inspect_image
 from pipelines.sources import PATH_ESCAPES_ROOT, UnsafePath, safe_join, scan_source
-
-log = logging.getLogger(__name__)
 
 ProgressCallback = Callable[[int], None]
 
