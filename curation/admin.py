@@ -1,8 +1,45 @@
+from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.template.response import TemplateResponse
+from django.urls import reverse
 from django.utils.html import format_html
 
-from curation.models import AuditLog, CandidateClass, IdClassSet, Image, Job, JobChunk, Source
+from curation.models import (AuditLog, CandidateClass, ClassDecision, ClassFilterRun, ClassOverride, IdClassSet, Image, Job,
+                             JobChunk, Source)
+from curation.services.class_filter import (ClassDecisionError, ClassFilterError, class_decisions_resolve, class_filter_start,
+                                            class_override_pin, class_override_unpin)
 from curation.services.ingest import IngestAlreadyRunning, ingest_start
+from pipelines.class_filter import PolicyError
+from pipelines.class_filter.policy import DEFAULT_PRESET, PRESETS
+from pipelines.wordnet import WordNetUnavailable
+
+
+def action_form(modeladmin, request, queryset, *, form_class, title, intro, submit):
+    """An admin action's intermediate page: show ``form_class`` for the selected rows; once it
+    is posted back valid, call ``submit(cleaned_data)`` and return to the list."""
+    form = form_class(request.POST if "apply" in request.POST else None)
+    if "apply" in request.POST and form.is_valid():
+        submit(form.cleaned_data)
+        return None
+    context = {
+        **modeladmin.admin_site.each_context(request), "title": title, "intro": intro, "form": form,
+        "queryset": queryset[:50], "count": queryset.count(), "action": request.POST.get("action", ""),
+        "opts": modeladmin.model._meta, "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+        "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
+        "select_across": request.POST.get("select_across", "0"),
+    }
+    return TemplateResponse(request, "admin/curation/action_form.html", context)
+
+
+class ClassFilterForm(forms.Form):
+    policy = forms.ChoiceField(choices=[(p, f"{p}: {PRESETS[p]['description']}") for p in PRESETS], initial=DEFAULT_PRESET)
+    policy_text = forms.CharField(
+        required=False, widget=forms.Textarea(attrs={"rows": 8, "cols": 80}),
+        help_text="Optional YAML/JSON policy; it replaces the preset (e.g. <code>extends: cood</code> then "
+                  "<code>rules: {sister_of_id: flag}</code>). See docs/class_filter.md.")
+    id_classes = forms.ModelChoiceField(queryset=IdClassSet.objects.all(), required=False,
+                                        help_text="Default: the default ID class set (ImageNet-1K unless changed)")
 
 
 @admin.register(IdClassSet)
@@ -21,7 +58,7 @@ class SourceAdmin(admin.ModelAdmin):
     list_filter = ("role",)
     search_fields = ("name", "root")
     readonly_fields = ("root", "created_by", "created_at")
-    actions = ["rescan"]
+    actions = ["rescan", "run_class_filter"]
 
     def has_add_permission(self, request):
         # Roots are server paths: sources are registered with `manage.py add_source`, where the
@@ -37,6 +74,27 @@ class SourceAdmin(admin.ModelAdmin):
                 self.message_user(request, str(exc), messages.WARNING)
             else:
                 self.message_user(request, f"Ingest job #{job.pk} started for {source.name}")
+
+    @admin.action(description="Run the WordNet class filter on the selected sources", permissions=["class_filter"])
+    def run_class_filter(self, request, queryset):
+        def submit(data):
+            for source in queryset:
+                try:
+                    run = class_filter_start(
+                        candidates_spec=f"source:{source.name}", policy_spec=data["policy"], policy_text=data["policy_text"],
+                        id_spec=data["id_classes"].name if data["id_classes"] else None, user=request.user)
+                except (ClassFilterError, PolicyError, WordNetUnavailable) as exc:
+                    self.message_user(request, f"{source.name}: {exc}", messages.ERROR)
+                else:
+                    url = reverse("labeling_ui:class_filter_report", args=[run.pk])
+                    self.message_user(request, format_html('Class filter job #{} started for {}: <a href="{}">report</a>', run.job_id, source.name, url))
+
+        return action_form(self, request, queryset, form_class=ClassFilterForm, title="Run the WordNet class filter",
+                           intro="Each selected source's class folders are judged by the rules of the chosen policy; the job's progress shows on the home page.",
+                           submit=submit)
+
+    def has_class_filter_permission(self, request):
+        return request.user.has_perm("curation.add_classfilterrun")
 
 
 @admin.register(CandidateClass)
@@ -99,3 +157,167 @@ class AuditLogAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+
+@admin.register(ClassFilterRun)
+class ClassFilterRunAdmin(admin.ModelAdmin):
+    list_display = ("id", "candidates_spec", "id_spec", "policy_name", "job_status", "summary", "report_link", "created_by", "created_at")
+    list_filter = ("policy_name", "source")
+    list_select_related = ("job", "created_by")
+    readonly_fields = [f.name for f in ClassFilterRun._meta.fields]
+
+    def has_add_permission(self, request):
+        return False  # runs start from `manage.py filter_classes` or the Source list's action
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    @admin.display(description="status")
+    def job_status(self, obj):
+        return format_html('<progress max="100" value="{}"></progress> {}', obj.job.percent, obj.job.status)
+
+    @admin.display(description="decisions")
+    def summary(self, obj):
+        d = obj.counts.get("decision", {})
+        return f"keep {d.get('keep', 0)} / flag {d.get('flag', 0)} / remove {d.get('remove', 0)}" if d else ""
+
+    @admin.display(description="report")
+    def report_link(self, obj):
+        return format_html('<a href="{}">report</a> · <a href="{}">decisions</a>',
+                           reverse("labeling_ui:class_filter_report", args=[obj.pk]),
+                           reverse("admin:curation_classdecision_changelist") + f"?run__id__exact={obj.pk}")
+
+
+class NoteForm(forms.Form):
+    note = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 3, "cols": 80}), help_text="Recorded in the audit log")
+
+
+@admin.register(ClassDecision)
+class ClassDecisionAdmin(admin.ModelAdmin):
+    list_display = ("name", "wnid_or_folder", "decision", "rule", "related_name", "short_detail", "resolution", "n_images", "run")
+    list_filter = ("decision", "rule", "rule_decision", "resolution", "run")
+    search_fields = ("wnid", "key", "name", "synset", "detail")
+    list_select_related = ("run",)
+    readonly_fields = [f.name for f in ClassDecision._meta.fields]
+    actions = ["resolve_keep", "resolve_remove", "pin_allow", "pin_deny"]
+    show_full_result_count = False
+    list_per_page = 100
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    @admin.display(description="wnid / folder", ordering="wnid")
+    def wnid_or_folder(self, obj):
+        return obj.wnid or obj.key
+
+    @admin.display(description="detail")
+    def short_detail(self, obj):
+        return obj.detail if len(obj.detail) < 220 else obj.detail[:220] + "..."
+
+    def _resolve(self, request, queryset, resolution):
+        flagged = queryset.filter(rule_decision=ClassDecision.Decision.FLAG)
+
+        def submit(data):
+            n = class_decisions_resolve(decision_ids=list(flagged.values_list("pk", flat=True)), resolution=resolution,
+                                        note=data["note"], user=request.user)
+            skipped = queryset.count() - n
+            self.message_user(request, f"{n} flagged class(es) resolved: {resolution}" + (f"; {skipped} not flagged, left alone" if skipped else ""))
+
+        verb = "Keep" if resolution == "keep" else "Remove"
+        return action_form(self, request, queryset, form_class=NoteForm, title=f"{verb} the selected flagged classes",
+                           intro=f"{flagged.count()} of the {queryset.count()} selected classes are flags; they will be marked '{resolution}'.",
+                           submit=submit)
+
+    @admin.action(description="Resolve flags: keep the class (with a note)", permissions=["change"])
+    def resolve_keep(self, request, queryset):
+        return self._resolve(request, queryset, "keep")
+
+    @admin.action(description="Resolve flags: remove the class (with a note)", permissions=["change"])
+    def resolve_remove(self, request, queryset):
+        return self._resolve(request, queryset, "remove")
+
+    def _pin(self, request, queryset, action):
+        wnids = sorted(set(queryset.exclude(wnid="").values_list("wnid", flat=True)))
+
+        def submit(data):
+            for wnid in wnids:
+                class_override_pin(wnid=wnid, action=action, note=data["note"], user=request.user)
+            self.message_user(request, f"{len(wnids)} override(s) pinned: {action}; they win over every rule in every run")
+
+        return action_form(self, request, queryset, form_class=NoteForm, title=f"Pin '{action}' overrides",
+                           intro=f"{len(wnids)} synset(s) will always be {'kept' if action == 'allow' else 'removed'}, whatever the rules say, in this and future runs.",
+                           submit=submit)
+
+    @admin.action(description="Pin override: always keep these synsets", permissions=["override"])
+    def pin_allow(self, request, queryset):
+        return self._pin(request, queryset, "allow")
+
+    @admin.action(description="Pin override: always remove these synsets", permissions=["override"])
+    def pin_deny(self, request, queryset):
+        return self._pin(request, queryset, "deny")
+
+    def has_override_permission(self, request):
+        return request.user.has_perm("curation.add_classoverride")
+
+
+class ClassOverrideForm(forms.ModelForm):
+    class Meta:
+        model = ClassOverride
+        fields = ("wnid", "action", "note")
+
+
+@admin.register(ClassOverride)
+class ClassOverrideAdmin(admin.ModelAdmin):
+    form = ClassOverrideForm
+    list_display = ("wnid", "name", "action", "note", "created_by", "updated_at")
+    list_filter = ("action",)
+    search_fields = ("wnid", "name", "note")
+    actions = ["unpin"]
+
+    def get_readonly_fields(self, request, obj=None):
+        return ("wnid",) if obj else ()
+
+    def save_model(self, request, obj, form, change):
+        try:
+            pinned = class_override_pin(wnid=obj.wnid, action=obj.action, note=obj.note, user=request.user)
+        except ClassDecisionError as exc:
+            raise forms.ValidationError(str(exc)) from None
+        obj.pk = pinned.pk
+
+    def get_form(self, request, obj=None, **kwargs):
+        form = super().get_form(request, obj, **kwargs)
+
+        class Checked(form):
+            def clean_wnid(self):
+                from django.conf import settings
+
+                from pipelines.wordnet_graph import load_noun_graph
+
+                wnid = self.cleaned_data["wnid"].strip()
+                if load_noun_graph(settings.NLTK_DATA).index_of_wnid(wnid) is None:
+                    raise forms.ValidationError(f"{wnid!r} is not a WordNet 3.0 noun id (like n01440764)")
+                return wnid
+
+        return Checked
+
+    def delete_model(self, request, obj):
+        class_override_unpin(wnid=obj.wnid, user=request.user)
+
+    def delete_queryset(self, request, queryset):
+        for obj in queryset:
+            class_override_unpin(wnid=obj.wnid, user=request.user)
+
+    def get_actions(self, request):
+        actions = super().get_actions(request)
+        actions.pop("delete_selected", None)
+        return actions
+
+    @admin.action(description="Unpin the selected overrides (the rules decide again)", permissions=["delete"])
+    def unpin(self, request, queryset):
+        n = len(queryset)
+        for obj in queryset:
+            class_override_unpin(wnid=obj.wnid, user=request.user)
+        self.message_user(request, f"{n} override(s) removed; stored decisions follow the rules again")

@@ -131,6 +131,7 @@ CELERY_TASK_IGNORE_RESULT = True  # job status lives on the Job model, not in a 
 CELERY_TASK_DEFAULT_QUEUE = "cpu"
 CELERY_TASK_ROUTES = {
     "curation.ingest.*": {"queue": "cpu"},
+    "curation.class_filter.*": {"queue": "cpu"},
     "curation.gpu.*": {"queue": "gpu"},
 }
 # How long a task may stay unacknowledged before Redis hands it to another worker. A killed

@@ -41,3 +41,17 @@ def ingest_finalize_task(job_id: int) -> None:
     except Exception as exc:
         job_fail(job_id=job_id, error=exc)
         raise
+
+
+@shared_task(name="curation.class_filter.run", **TASK_OPTIONS)
+def class_filter_task(run_id: int) -> None:
+    from curation.models import ClassFilterRun
+    from curation.services.class_filter import class_filter_execute
+
+    try:
+        class_filter_execute(run_id=run_id)
+    except Exception as exc:
+        job_id = ClassFilterRun.objects.filter(pk=run_id).values_list("job_id", flat=True).first()
+        if job_id:
+            job_fail(job_id=job_id, error=exc)
+        raise

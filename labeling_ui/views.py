@@ -1,10 +1,14 @@
+import csv
+
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.db import connection
-from django.http import JsonResponse
-from django.shortcuts import render
+from django.http import JsonResponse, StreamingHttpResponse
+from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_GET
 
 from curation import selectors
+from curation.models import ClassFilterRun
 from curation.roles import CURATOR, RESEARCHER, user_roles
 
 
@@ -18,6 +22,7 @@ def home(request):
     if roles & {CURATOR, RESEARCHER} or request.user.is_staff:
         context["sources"] = selectors.source_summaries()
         context["jobs"] = selectors.recent_jobs(limit=10)
+        context["class_filter_runs"] = selectors.class_filter_runs(limit=10)
     return render(request, "labeling_ui/home.html", context)
 
 
@@ -26,3 +31,40 @@ def healthz(request):
     with connection.cursor() as cur:
         cur.execute("SELECT 1")
     return JsonResponse({"ok": True})
+
+
+def _require_curation_reader(request):
+    """Class filter results are for curators, researchers and staff; annotators do not see them."""
+    if not (user_roles(request.user) & {CURATOR, RESEARCHER} or request.user.is_staff):
+        raise PermissionDenied("class filter results are for curators and researchers")
+
+
+@login_required
+@require_GET
+def class_filter_report(request, run_id: int):
+    _require_curation_reader(request)
+    run = get_object_or_404(ClassFilterRun.objects.select_related("job", "source", "created_by"), pk=run_id)
+    report = selectors.class_filter_report(run=run, list_limit=500)
+    return render(request, "labeling_ui/class_filter_report.html", {"r": report, "run": run})
+
+
+class _Echo:
+    def write(self, value):
+        return value
+
+
+@login_required
+@require_GET
+def class_filter_csv(request, run_id: int):
+    _require_curation_reader(request)
+    run = get_object_or_404(ClassFilterRun, pk=run_id)
+    writer = csv.DictWriter(_Echo(), fieldnames=selectors.CLASS_DECISION_CSV_COLUMNS)
+
+    def rows():
+        yield ",".join(selectors.CLASS_DECISION_CSV_COLUMNS) + "\r\n"
+        for row in selectors.class_decision_csv_rows(run=run):
+            yield writer.writerow(row)
+
+    response = StreamingHttpResponse(rows(), content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="class-filter-{run.pk}.csv"'
+    return response

@@ -144,3 +144,21 @@ def test_killing_the_worker_mid_job_and_starting_another_finishes_without_duplic
     assert JobChunk.objects.filter(job=job, done=True).count() == total_chunks
     # the chunk the killed worker held was delivered again, and counted once
     assert sum(sum(c.stats.values()) for c in JobChunk.objects.filter(job=job)) == len(good)
+
+
+def test_class_filter_job_queued_by_the_command_runs_on_a_worker(services_env, workers, tmp_path):
+    from curation.models import ClassFilterRun
+
+    workers.start("w1")
+    out = tmp_path / "decisions.csv"
+    proc = subprocess.run(
+        [sys.executable, "manage.py", "filter_classes", "--candidates", "imagenet-21k", "--queue", "--out", str(out)],
+        cwd=REPO, env=services_env, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr + workers.logs()
+    assert "21843 candidates (imagenet-21k) against imagenet-1k" in proc.stdout
+    assert len(out.read_text(encoding="utf-8").splitlines()) == 21844
+    run = ClassFilterRun.objects.get()
+    assert run.job.status == "done" and run.job.progress == 21843
+    assert run.decisions.count() == 21843 and run.decisions.filter(rule="id_class").count() == 999
+    assert "curation.class_filter.run" in workers.logs()  # it ran in the worker, not in the command

@@ -1,0 +1,280 @@
+"""Class filter: run the WordNet rules (pipelines.class_filter) as a recorded job, resolve
+flags, pin overrides. Writes only; reads are in curation.selectors."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Count, Q
+from django.utils import timezone
+
+from curation.models import CandidateClass, ClassDecision, ClassFilterRun, ClassOverride, IdClassSet, Image, Job, Source
+from curation.services.audit import audit_record
+from curation.services.jobs import job_fail, job_mark_running
+from curation.version import code_version
+from pipelines.class_filter import Candidate, Override, Policy, load_policy, policy_from_text, run_class_filter
+from pipelines.class_filter.engine import decide
+from pipelines.imagenet import NAMED_LISTS, ClassListError, read_wnid_file, resolve_class_list
+from pipelines.wordnet import is_wnid
+from pipelines.wordnet_graph import load_noun_graph
+
+
+class ClassFilterError(ValueError):
+    """Bad input to the class filter; the message says which and how to fix it."""
+
+
+SOURCE_PREFIX = "source:"
+
+
+@dataclass
+class CandidateList:
+    spec: str
+    candidates: list[Candidate]
+    source: Source | None = None
+    classes: dict[str, CandidateClass] | None = None  # folder -> class, for sources
+
+
+def class_filter_candidates(*, spec: str) -> CandidateList:
+    """A named list (imagenet-21k...), a file of wnids, or ``source:NAME``."""
+    if spec.startswith(SOURCE_PREFIX):
+        name = spec[len(SOURCE_PREFIX):]
+        source = Source.objects.filter(name=name).first()
+        if source is None:
+            known = ", ".join(Source.objects.order_by("name").values_list("name", flat=True)[:20]) or "none registered"
+            raise ClassFilterError(f"{spec}: no source named {name!r} (sources: {known}); register one with `manage.py add_source`")
+        return _source_candidates(source, spec)
+    try:
+        wnids = resolve_class_list(spec)
+    except ClassListError as exc:
+        raise ClassFilterError(str(exc)) from None
+    return CandidateList(spec=spec, candidates=[Candidate(key=w, wnid=w) for w in wnids])
+
+
+def _source_candidates(source: Source, spec: str) -> CandidateList:
+    classes = list(CandidateClass.objects.filter(source=source).annotate(
+        usable=Count("images", filter=Q(images__status=Image.Status.OK))).order_by("folder"))
+    if not classes:
+        raise ClassFilterError(f"{spec}: the source has no class folders yet; ingest it first (`manage.py add_source` or the admin's re-scan)")
+    cands = [Candidate(key=c.folder, wnid=c.wnid, n_images=c.usable) for c in classes]
+    return CandidateList(spec=spec, candidates=cands, source=source, classes={c.folder: c for c in classes})
+
+
+def _id_wnids(id_spec: str | None) -> tuple[str, list[str]]:
+    if not id_spec or id_spec == "default":
+        default = IdClassSet.objects.filter(is_default=True).first()
+        if default is not None:
+            return default.name, list(default.wnids)
+        id_spec = "imagenet-1k"
+    registered = IdClassSet.objects.filter(name=id_spec).first()
+    if registered is not None and id_spec not in NAMED_LISTS:
+        return registered.name, list(registered.wnids)
+    try:
+        return id_spec, list(resolve_class_list(id_spec) if id_spec in NAMED_LISTS else read_wnid_file(id_spec))
+    except ClassListError as exc:
+        raise ClassFilterError(f"ID classes: {exc}") from None
+
+
+def _policy(policy_spec: str | None, policy_text: str | None) -> Policy:
+    if policy_text and policy_text.strip():
+        return policy_from_text(policy_text, where="the policy text", default_name="custom")
+    return load_policy(policy_spec)
+
+
+def class_filter_start(
+    *, candidates_spec: str, id_spec: str | None = None, policy_spec: str | None = None, policy_text: str | None = None,
+    user=None, enqueue: bool = True,
+) -> ClassFilterRun:
+    """Check the inputs, record the run's configuration, and queue it (or leave it to the
+    caller with ``enqueue=False``). Bad policies, lists and sources fail here, before any job."""
+    policy = _policy(policy_spec, policy_text)
+    cand = class_filter_candidates(spec=candidates_spec)  # validates now; re-read when the job runs
+    id_name, id_wnids = _id_wnids(id_spec)
+    graph = load_noun_graph(settings.NLTK_DATA)
+    unknown = [w for w in id_wnids if graph.index_of_wnid(w) is None]
+    if unknown:
+        raise ClassFilterError(f"ID classes {id_name}: {len(unknown)} wnid(s) are not WordNet 3.0 nouns: {', '.join(unknown[:10])}")
+    with transaction.atomic():
+        job = Job.objects.create(
+            kind=Job.Kind.CLASS_FILTER, source=cand.source, total=len(cand.candidates),
+            created_by=user if getattr(user, "pk", None) else None, code_version=code_version(),
+            config={"candidates": candidates_spec, "id": id_name, "policy": policy.name, "policy_origin": policy.origin,
+                    "policy_digest": policy.digest},
+        )
+        run = ClassFilterRun.objects.create(
+            job=job, source=cand.source, candidates_spec=candidates_spec, id_spec=id_name, id_wnids=id_wnids,
+            policy_name=policy.name, policy_origin=policy.origin, policy=policy.as_dict(), policy_digest=policy.digest,
+            wordnet_sha1=graph.source_sha1, created_by=job.created_by,
+        )
+        audit_record(actor=user, action="class_filter_started", target=run,
+                     data={"candidates": candidates_spec, "id": id_name, "policy": policy.name, "digest": policy.digest})
+        if enqueue:
+            transaction.on_commit(lambda: _enqueue(run.pk))
+    return run
+
+
+def _enqueue(run_id: int) -> None:
+    from curation.tasks import class_filter_task
+
+    class_filter_task.delay(run_id)
+
+
+def _as_override(o: ClassOverride) -> Override:
+    return Override(action=o.action, note=o.note, by=o.created_by.username if o.created_by else "")
+
+
+def _signature(fired: list[dict]) -> tuple[str, ...]:
+    return tuple(sorted(f"{r['rule']}|{r['severity']}|{r['text']}" for r in fired))
+
+
+def class_filter_execute(*, run_id: int, progress: Callable[[int], None] | None = None) -> ClassFilterRun:
+    """Compute and store the run's decisions. Idempotent: a finished run is left alone, and the
+    rows and the done status are written in one transaction, so a redelivered task that finds
+    the run unfinished simply computes it again."""
+    run = ClassFilterRun.objects.select_related("job").get(pk=run_id)
+    job = run.job
+    if job.status == Job.Status.DONE:
+        return run
+    job_mark_running(job=job, message="applying the WordNet rules")
+    policy = Policy(name=run.policy_name, origin=run.policy_origin,
+                    severities={slug: cfg["severity"] for slug, cfg in run.policy["rules"].items()},
+                    params={slug: {k: v for k, v in cfg.items() if k != "severity"} for slug, cfg in run.policy["rules"].items()})
+    cand = class_filter_candidates(spec=run.candidates_spec)
+    graph = load_noun_graph(settings.NLTK_DATA)
+
+    def report(n: int) -> None:
+        Job.objects.filter(pk=job.pk).update(progress=n, total=len(cand.candidates))
+        if progress:
+            progress(n)
+
+    pinned = {o.wnid: o for o in ClassOverride.objects.select_related("created_by")}
+    result = run_class_filter(graph, cand.candidates, run.id_wnids, policy,
+                              overrides={w: _as_override(o) for w, o in pinned.items()}, progress=report)
+    # Resolutions of identical flags (same rules, same paths) in earlier runs carry over; there
+    # are only as many as curators made by hand.
+    earlier = {}
+    for d in (ClassDecision.objects.filter(rule_decision=ClassDecision.Decision.FLAG)
+              .exclude(resolution="").exclude(run=run).order_by("resolved_at", "pk")):
+        earlier[(d.key, d.wnid, _signature(d.fired))] = d
+    rows = []
+    for pos, d in enumerate(result.decisions):
+        prev = earlier.get((d.key, d.wnid, _signature(d.fired))) if d.decision == "flag" else None
+        row = ClassDecision(
+            run=run, position=pos, key=d.key, wnid=d.wnid, name=d.name[:255], synset=d.synset,
+            candidate_class=cand.classes.get(d.key) if cand.classes else None, n_images=d.n_images,
+            rule_decision=d.rule_decision, rule_name=d.deciding_rule, rule_related_wnid=d.related_wnid,
+            rule_related_name=d.related_name[:255], rule_detail=d.rule_detail, fired=d.fired,
+            decision=d.decision, rule=d.rule, detail=d.detail,
+        )
+        if prev is not None:
+            row.resolution, row.resolution_note, row.resolved_by_id = prev.resolution, prev.resolution_note, prev.resolved_by_id
+            row.resolved_at, row.resolution_from = prev.resolved_at, prev
+            _apply_effective(row, pinned.get(d.wnid))
+        rows.append(row)
+    with transaction.atomic():
+        locked = Job.objects.select_for_update().get(pk=job.pk)
+        if locked.status == Job.Status.DONE:  # another delivery finished first
+            return run
+        ClassDecision.objects.filter(run=run).delete()
+        ClassDecision.objects.bulk_create(rows, batch_size=2000)
+        run.counts = result.counts()
+        run.save(update_fields=["counts"])
+        locked.status, locked.progress, locked.total = Job.Status.DONE, len(rows), len(rows)
+        locked.finished_at = timezone.now()
+        locked.message = _summary_line(run.counts)
+        locked.result = {"counts": run.counts}
+        locked.save(update_fields=["status", "progress", "total", "finished_at", "message", "result"])
+    return run
+
+
+def _summary_line(counts: dict) -> str:
+    d = counts.get("decision", {})
+    return f"{counts.get('candidates', 0)} candidates: {d.get('keep', 0)} keep, {d.get('flag', 0)} flag, {d.get('remove', 0)} remove"
+
+
+def class_filter_run_inline(*, run: ClassFilterRun, progress: Callable[[int], None] | None = None) -> ClassFilterRun:
+    try:
+        return class_filter_execute(run_id=run.pk, progress=progress)
+    except Exception as exc:
+        job_fail(job_id=run.job_id, error=exc)
+        raise
+
+
+def _apply_effective(row: ClassDecision, override: ClassOverride | None) -> None:
+    """Set ``decision`` / ``rule`` / ``detail`` from the rules' result, the row's resolution and
+    an override (the engine's precedence: override > resolution > rules)."""
+    o = _as_override(override) if override is not None else None
+    decision, rule, detail = decide(row.fired, o)
+    if o is None and row.resolution and row.rule_decision == ClassDecision.Decision.FLAG:
+        decision = row.resolution
+        who = row.resolved_by.username if row.resolved_by_id and row.resolved_by else "a curator"
+        detail = f"resolved: {row.resolution} by {who}" + (f" ({row.resolution_note})" if row.resolution_note else "") + f"; {detail}"
+    row.decision, row.rule, row.detail = decision, rule, detail
+
+
+class ClassDecisionError(ValueError):
+    pass
+
+
+def class_decisions_resolve(*, decision_ids: Iterable[int], resolution: str, note: str = "", user=None) -> int:
+    """A curator decides flagged classes (keep or remove), in bulk, with a note. Rows that are
+    not flags are left alone; returns how many were resolved. Each one is audited."""
+    if resolution not in (ClassDecision.Resolution.KEEP, ClassDecision.Resolution.REMOVE):
+        raise ClassDecisionError(f"resolution must be keep or remove, not {resolution!r}")
+    now = timezone.now()
+    overrides = {o.wnid: o for o in ClassOverride.objects.select_related("created_by")}
+    n = 0
+    with transaction.atomic():
+        rows = list(ClassDecision.objects.select_for_update().filter(pk__in=list(decision_ids), rule_decision=ClassDecision.Decision.FLAG))
+        for row in rows:
+            row.resolution, row.resolution_note, row.resolved_by, row.resolved_at = resolution, note, user, now
+            row.resolution_from = None
+            _apply_effective(row, overrides.get(row.wnid))
+            row.save(update_fields=["resolution", "resolution_note", "resolved_by", "resolved_at", "resolution_from", "decision", "rule", "detail"])
+            audit_record(actor=user, action=f"class_flag_{resolution}", target=row,
+                         data={"run": row.run_id, "wnid": row.wnid, "key": row.key, "rule": row.rule_name, "note": note})
+            n += 1
+    return n
+
+
+def class_override_pin(*, wnid: str, action: str, note: str = "", user=None) -> ClassOverride:
+    """Pin allow (always keep) or deny (always remove) on a synset. It wins over every rule in
+    every run: the decisions already stored are updated, and future runs apply it."""
+    wnid = wnid.strip()
+    if action not in ClassOverride.Action.values:
+        raise ClassDecisionError(f"override action must be allow or deny, not {action!r}")
+    if not is_wnid(wnid):
+        raise ClassDecisionError(f"{wnid!r} is not a WordNet noun id like n01440764")
+    graph = load_noun_graph(settings.NLTK_DATA)
+    node = graph.index_of_wnid(wnid)
+    if node is None:
+        raise ClassDecisionError(f"{wnid} is not a WordNet 3.0 noun")
+    with transaction.atomic():
+        obj, created = ClassOverride.objects.update_or_create(
+            wnid=wnid, defaults={"action": action, "note": note, "name": graph.label(node), "created_by": user if getattr(user, "pk", None) else None})
+        changed = _reapply(wnid, obj)
+        audit_record(actor=user, action=f"class_override_{action}", target=obj,
+                     data={"wnid": wnid, "name": obj.name, "note": note, "decisions_updated": changed, "replaced": not created})
+    return obj
+
+
+def class_override_unpin(*, wnid: str, user=None) -> int:
+    with transaction.atomic():
+        obj = ClassOverride.objects.filter(wnid=wnid).first()
+        if obj is None:
+            return 0
+        data = {"wnid": wnid, "name": obj.name, "action": obj.action, "note": obj.note}
+        obj.delete()
+        changed = _reapply(wnid, None)
+        audit_record(actor=user, action="class_override_removed", target=None, data={**data, "decisions_updated": changed})
+    return changed
+
+
+def _reapply(wnid: str, override: ClassOverride | None) -> int:
+    n = 0
+    for row in ClassDecision.objects.select_for_update(of=("self",)).select_related("resolved_by").filter(wnid=wnid):
+        _apply_effective(row, override)
+        row.save(update_fields=["decision", "rule", "detail"])
+        n += 1
+    return n

@@ -1,0 +1,174 @@
+"""Run a policy's rules over candidate classes: one explainable decision per candidate.
+
+decision = ``remove`` if a rule of severity ``remove`` fired, else ``flag`` if one of severity
+``flag`` fired, else ``keep``; the deciding rule is the first such rule in registration order.
+A curator's pinned override (allow/deny) wins over every rule and says so in the detail.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable
+
+from pipelines.wordnet_graph import NounGraph
+
+from .policy import Policy
+from .rules import RULES, Candidate, FilterContext, Hit, describe_hit
+
+KEEP, FLAG, REMOVE = "keep", "flag", "remove"
+DECISIONS = (KEEP, FLAG, REMOVE)
+
+
+class FilterInputError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Override:
+    action: str  # "allow" (keep) or "deny" (remove)
+    note: str = ""
+    by: str = ""
+
+
+@dataclass
+class Decision:
+    key: str
+    wnid: str
+    name: str  # the first lemma, as people say it
+    synset: str  # "dog.n.01"
+    rule_decision: str  # what the rules decided
+    deciding_rule: str  # the rules' deciding rule ("" for keep)
+    related_wnid: str  # the ID synset (or root) the deciding rule relates the candidate to
+    related_name: str
+    rule_detail: str  # every rule that fired, with its path
+    decision: str  # effective: an override wins over the rules
+    rule: str  # the deciding rule, or override_allow / override_deny
+    detail: str
+    fired: list[dict] = field(default_factory=list)  # every rule that fired: rule, severity, related_wnid, related_name, text
+    n_images: int | None = None
+
+
+@dataclass
+class FilterResult:
+    decisions: list[Decision]
+    policy: Policy
+
+    def counts(self) -> dict:
+        """Per decision, per deciding rule, and per rule that fired at all (a class can count
+        under several rules there)."""
+        return {
+            "candidates": len(self.decisions),
+            "decision": dict(Counter(d.decision for d in self.decisions)),
+            "deciding_rule": dict(Counter(f"{d.decision}:{d.rule}" for d in self.decisions if d.rule)),
+            "rules_alone": dict(Counter(d.rule_decision for d in self.decisions)),
+            "fired": dict(Counter(h["rule"] for d in self.decisions for h in d.fired)),
+        }
+
+
+def id_nodes_for(graph: NounGraph, id_wnids: list[str], where: str = "ID classes") -> list[int]:
+    nodes, unknown = [], []
+    for wnid in id_wnids:
+        node = graph.index_of_wnid(wnid)
+        (unknown if node is None else nodes).append(wnid if node is None else node)
+    if unknown:
+        raise FilterInputError(f"{where}: {len(unknown)} wnid(s) are not WordNet 3.0 nouns: {', '.join(unknown[:10])}")
+    if not nodes:
+        raise FilterInputError(f"{where}: no ID classes")
+    return nodes
+
+
+def run_class_filter(
+    graph: NounGraph,
+    candidates: list[Candidate],
+    id_wnids: list[str],
+    policy: Policy,
+    *,
+    overrides: dict[str, Override] | None = None,
+    progress: Callable[[int], None] | None = None,
+    progress_every: int = 2000,
+) -> FilterResult:
+    overrides = overrides or {}
+    ctx = FilterContext(graph, id_nodes_for(graph, id_wnids), policy.params)
+    # Check the policy's synset parameters before any work, so a typo fails fast.
+    org = policy.params["organism"]
+    if policy.severities["organism"] != "off":
+        ctx.organism_maps(tuple(org["roots"]), tuple(org["exceptions"]))
+    active = [(slug, spec) for slug, spec in RULES.items()
+              if policy.severities[slug] != "off" and slug not in ("not_in_wordnet", "too_few_images")]
+    min_images = policy.params["too_few_images"]["min_images"]
+
+    decisions = []
+    for n, cand in enumerate(candidates):
+        node = graph.index_of_wnid(cand.wnid) if cand.wnid else None
+        fired: list[tuple[str, Hit | None, str]] = []  # rule, hit, text
+        if node is None:
+            if policy.severities["not_in_wordnet"] != "off":
+                why = f"{cand.wnid} is not a WordNet 3.0 noun" if cand.wnid else f"folder {cand.key!r} maps to no WordNet synset"
+                fired.append(("not_in_wordnet", None, f"not_in_wordnet: {why}"))
+        else:
+            for slug, spec in active:
+                hit = spec.check(ctx, node, cand, policy.params[slug])
+                if hit is not None:
+                    fired.append((slug, hit, describe_hit(graph, hit)))
+        if (cand.n_images is not None and policy.severities["too_few_images"] != "off" and cand.n_images < min_images):
+            fired.append(("too_few_images", None, f"too_few_images: {cand.n_images} usable image(s), the policy asks for {min_images}"))
+        decisions.append(_decide(graph, cand, node, fired, policy, overrides.get(cand.wnid) if cand.wnid else None))
+        if progress and (n + 1) % progress_every == 0:
+            progress(n + 1)
+    if progress:
+        progress(len(candidates))
+    return FilterResult(decisions=decisions, policy=policy)
+
+
+def decide(fired: list[dict], override: Override | None) -> tuple[str, str, str]:
+    """(decision, deciding rule, detail) from the rules that fired and an optional override."""
+    decision, rule = rules_decision(fired)
+    detail = rules_detail(fired)
+    if override is None:
+        return decision, rule, detail
+    pinned = f"override_{override.action}: pinned{' by ' + override.by if override.by else ''}" + (f" ({override.note})" if override.note else "")
+    return (KEEP if override.action == "allow" else REMOVE), f"override_{override.action}", pinned + (f"; rules that fired: {detail}" if detail else "")
+
+
+def rules_decision(fired: list[dict]) -> tuple[str, str]:
+    for severity in (REMOVE, FLAG):
+        for row in fired:
+            if row["severity"] == severity:
+                return severity, row["rule"]
+    return KEEP, ""
+
+
+def rules_detail(fired: list[dict]) -> str:
+    return "; ".join(f"{r['text']} [{r['severity']}]" for r in fired)
+
+
+def _decide(graph, cand, node, fired, policy, override: Override | None) -> Decision:
+    rows = []
+    for slug, hit, text in fired:
+        related = hit.related if hit is not None else None
+        rows.append({
+            "rule": slug, "severity": policy.severities[slug], "text": text,
+            "related_wnid": graph.wnid(related) if related is not None else "",
+            "related_name": graph.label(related) if related is not None else "",
+        })
+    rule_decision, deciding = rules_decision(rows)
+    first = next((r for r in rows if r["rule"] == deciding), None) if deciding else None
+    decision, rule, detail = decide(rows, override)
+    return Decision(
+        key=cand.key, wnid=cand.wnid,
+        name=graph.label(node) if node is not None else cand.key,
+        synset=graph.names[node] if node is not None else "",
+        rule_decision=rule_decision, deciding_rule=deciding,
+        related_wnid=first["related_wnid"] if first else "", related_name=first["related_name"] if first else "",
+        rule_detail=rules_detail(rows), decision=decision, rule=rule, detail=detail, fired=rows, n_images=cand.n_images,
+    )
+
+
+CSV_COLUMNS = ("wnid", "name", "decision", "rule", "related_wnid", "related_name", "detail")
+
+
+def decision_csv_row(d: Decision) -> dict[str, str]:
+    overridden = d.rule.startswith("override_")
+    return {"wnid": d.wnid or d.key, "name": d.name, "decision": d.decision, "rule": d.rule,
+            "related_wnid": "" if overridden else d.related_wnid, "related_name": "" if overridden else d.related_name,
+            "detail": d.detail}
