@@ -41,6 +41,10 @@ CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("DJANGO_CSRF_TRUSTED_ORIGINS",
 
 # Where the toolkit keeps its own files (database, media, features, WordNet copy).
 DATA_DIR = Path(os.environ.get("OODC_DATA_DIR", BASE_DIR / "var")).resolve()
+try:  # SQLite, media and caches live here by default; a fresh folder is created, not an error
+    DATA_DIR.mkdir(parents=True, exist_ok=True)
+except OSError:
+    pass
 MEDIA_ROOT = Path(os.environ.get("OODC_MEDIA_ROOT", DATA_DIR / "media"))
 FEATURE_STORE = Path(os.environ.get("OODC_FEATURE_STORE", DATA_DIR / "features"))
 NLTK_DATA = Path(os.environ.get("NLTK_DATA", DATA_DIR / "nltk_data"))

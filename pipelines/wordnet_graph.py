@@ -64,6 +64,8 @@ class NounGraph:
     _index: dict[int, int] = field(default_factory=dict, repr=False)
     _lemma_keys: dict[int, tuple[str, ...]] = field(default_factory=dict, repr=False)
     _gloss_words: dict[int, list[str]] = field(default_factory=dict, repr=False)
+    _parents: dict[int, list[int]] = field(default_factory=dict, repr=False)
+    _instance_edges: frozenset | None = field(default=None, repr=False)
 
     def __post_init__(self):
         if not self._index:
@@ -113,11 +115,18 @@ class NounGraph:
         return indices[indptr[i]:indptr[i + 1]]
 
     def parents(self, i: int) -> list[int]:
-        """Direct hypernyms, instance hypernyms included."""
-        return self.related("hypernym", i) + self.related("instance_hypernym", i)
+        """Direct hypernyms, instance hypernyms included (memoised: rules ask often)."""
+        out = self._parents.get(i)
+        if out is None:
+            out = self._parents[i] = self.related("hypernym", i) + self.related("instance_hypernym", i)
+        return out
 
     def is_instance_edge(self, child: int, parent: int) -> bool:
-        return parent in self.related("instance_hypernym", child)
+        if self._instance_edges is None:
+            indptr, indices = self.edges["instance_hypernym"]
+            self._instance_edges = frozenset(
+                (c, indices[k]) for c in range(len(indptr) - 1) for k in range(indptr[c], indptr[c + 1]))
+        return (child, parent) in self._instance_edges
 
     # -- persistence -------------------------------------------------------------------------
     def save(self, path: Path) -> None:

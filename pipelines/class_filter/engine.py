@@ -6,6 +6,7 @@ A curator's pinned override (allow/deny) wins over every rule and says so in the
 """
 from __future__ import annotations
 
+import gc
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
@@ -87,7 +88,19 @@ def run_class_filter(
     progress: Callable[[int], None] | None = None,
     progress_every: int = 2000,
 ) -> FilterResult:
-    overrides = overrides or {}
+    # The run allocates ~10^5 small containers and no reference cycles; with the collector on,
+    # its generational passes walk the whole loaded graph again and again (measured: 20-25% of
+    # the run). It is switched off for the run and restored after.
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _run(graph, candidates, id_wnids, policy, overrides or {}, progress, progress_every)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
+def _run(graph, candidates, id_wnids, policy, overrides, progress, progress_every) -> FilterResult:
     ctx = FilterContext(graph, id_nodes_for(graph, id_wnids), policy.params)
     # Check the policy's synset parameters before any work, so a typo fails fast.
     org = policy.params["organism"]

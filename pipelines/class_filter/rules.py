@@ -164,11 +164,13 @@ class FilterContext:
         return cache[key]
 
     def frozen_keys(self, lemmas: list[str]) -> frozenset[str]:
+        """A policy's lemma list, folded, as a set (cached per list object: policies are
+        immutable during a run)."""
         cache = self.__dict__.setdefault("_frozen_keys", {})
-        key = tuple(lemmas)
-        if key not in cache:
-            cache[key] = frozenset(lemma_key(x) for x in lemmas)
-        return cache[key]
+        hit = cache.get(id(lemmas))
+        if hit is None or hit[0] is not lemmas:
+            hit = cache[id(lemmas)] = (lemmas, frozenset(lemma_key(x) for x in lemmas))
+        return hit[1]
 
     def gloss_index(self, min_len: int, ignore: frozenset[str]) -> tuple[dict[str, str], dict[str, list[tuple[tuple[str, ...], str]]]]:
         """For the gloss rule: every form (singular, plurals) of a one-word ID lemma -> the
