@@ -294,10 +294,10 @@ class ClassOverrideAdmin(admin.ModelAdmin):
             def clean_wnid(self):
                 from django.conf import settings
 
-                from pipelines.wordnet_graph import load_noun_graph
+                from pipelines.wordnet_graph import is_noun_wnid
 
                 wnid = self.cleaned_data["wnid"].strip()
-                if load_noun_graph(settings.NLTK_DATA).index_of_wnid(wnid) is None:
+                if not is_noun_wnid(settings.NLTK_DATA, wnid):
                     raise forms.ValidationError(f"{wnid!r} is not a WordNet 3.0 noun id (like n01440764)")
                 return wnid
 

@@ -16,9 +16,9 @@ from curation.services.jobs import job_fail, job_mark_running
 from curation.version import code_version
 from pipelines.class_filter import Candidate, Override, Policy, load_policy, policy_from_text, run_class_filter
 from pipelines.class_filter.engine import decide
-from pipelines.imagenet import NAMED_LISTS, ClassListError, read_wnid_file, resolve_class_list
+from pipelines.imagenet import NAMED_LISTS, ClassListError, imagenet_lemmas, read_wnid_file, resolve_class_list
 from pipelines.wordnet import is_wnid
-from pipelines.wordnet_graph import load_noun_graph
+from pipelines.wordnet_graph import is_noun_wnid, load_noun_graph
 
 
 class ClassFilterError(ValueError):
@@ -91,8 +91,7 @@ def class_filter_start(
     policy = _policy(policy_spec, policy_text)
     cand = class_filter_candidates(spec=candidates_spec)  # validates now; re-read when the job runs
     id_name, id_wnids = _id_wnids(id_spec)
-    graph = load_noun_graph(settings.NLTK_DATA)
-    unknown = [w for w in id_wnids if graph.index_of_wnid(w) is None]
+    unknown = [w for w in id_wnids if not is_noun_wnid(settings.NLTK_DATA, w)]  # no graph load in web processes
     if unknown:
         raise ClassFilterError(f"ID classes {id_name}: {len(unknown)} wnid(s) are not WordNet 3.0 nouns: {', '.join(unknown[:10])}")
     with transaction.atomic():
@@ -105,7 +104,7 @@ def class_filter_start(
         run = ClassFilterRun.objects.create(
             job=job, source=cand.source, candidates_spec=candidates_spec, id_spec=id_name, id_wnids=id_wnids,
             policy_name=policy.name, policy_origin=policy.origin, policy=policy.as_dict(), policy_digest=policy.digest,
-            wordnet_sha1=graph.source_sha1, created_by=job.created_by,
+            created_by=job.created_by,
         )
         audit_record(actor=user, action="class_filter_started", target=run,
                      data={"candidates": candidates_spec, "id": id_name, "policy": policy.name, "digest": policy.digest})
@@ -179,7 +178,8 @@ def class_filter_execute(*, run_id: int, progress: Callable[[int], None] | None 
         ClassDecision.objects.filter(run=run).delete()
         ClassDecision.objects.bulk_create(rows, batch_size=2000)
         run.counts = result.counts()
-        run.save(update_fields=["counts"])
+        run.wordnet_sha1 = graph.source_sha1
+        run.save(update_fields=["counts", "wordnet_sha1"])
         locked.status, locked.progress, locked.total = Job.Status.DONE, len(rows), len(rows)
         locked.finished_at = timezone.now()
         locked.message = _summary_line(run.counts)
@@ -246,17 +246,24 @@ def class_override_pin(*, wnid: str, action: str, note: str = "", user=None) -> 
         raise ClassDecisionError(f"override action must be allow or deny, not {action!r}")
     if not is_wnid(wnid):
         raise ClassDecisionError(f"{wnid!r} is not a WordNet noun id like n01440764")
-    graph = load_noun_graph(settings.NLTK_DATA)
-    node = graph.index_of_wnid(wnid)
-    if node is None:
+    if not is_noun_wnid(settings.NLTK_DATA, wnid):
         raise ClassDecisionError(f"{wnid} is not a WordNet 3.0 noun")
     with transaction.atomic():
         obj, created = ClassOverride.objects.update_or_create(
-            wnid=wnid, defaults={"action": action, "note": note, "name": graph.label(node), "created_by": user if getattr(user, "pk", None) else None})
+            wnid=wnid, defaults={"action": action, "note": note, "name": _label(wnid), "created_by": user if getattr(user, "pk", None) else None})
         changed = _reapply(wnid, obj)
         audit_record(actor=user, action=f"class_override_{action}", target=obj,
                      data={"wnid": wnid, "name": obj.name, "note": note, "decisions_updated": changed, "replaced": not created})
     return obj
+
+
+def _label(wnid: str) -> str:
+    """A synset's name for people, without loading WordNet in a web process: from a stored
+    decision, else ImageNet's lemma list (all 21K classes)."""
+    name = ClassDecision.objects.filter(wnid=wnid).exclude(synset="").values_list("name", flat=True).first()
+    if name:
+        return name
+    return imagenet_lemmas().get(wnid, "").split(",")[0].strip()
 
 
 def class_override_unpin(*, wnid: str, user=None) -> int:
