@@ -57,6 +57,9 @@ def test_demo_ingests_the_bundled_data_and_prints_accounts(demo_server):
                  "[path_escapes_root] misc_uploads/escapes_root.jpg", "misc_uploads: no WordNet noun has this name"):
         assert line in out, line
     assert "broken=8" in out and "duplicate=1" in out
+    # the class filter step ran on the candidates and wrote its CSV
+    assert "Class filter run #1: 19 candidates (source:demo-candidates)" in out and "keep 8   flag 5   remove 6" in out
+    assert (data / "demo" / "class_filter_decisions.csv").read_text().count("\n") == 20
 
 
 @pytest.mark.browser
@@ -87,4 +90,27 @@ def test_curator_logs_in_and_sees_the_sources(demo_server, tmp_path):
         page.goto(f"{url}/admin/curation/image/?status__exact=broken")
         assert page.locator("#result_list tbody tr").count() == 8
         page.screenshot(path=str(shots / "admin_broken_images.png"))
+
+        # the class filter's report, reached from the home page
+        page.goto(f"{url}/")
+        page.click("#class-filter-runs tbody tr a")
+        page.wait_for_selector("#rules")
+        assert page.inner_text("#decision-counts").split("Download")[0].split() == ["keep", "8", "flag", "5", "remove", "6"]
+        assert page.locator("#flagged tbody tr").count() == 5
+        page.screenshot(path=str(shots / "class_filter_report.png"), full_page=True)
+        # resolve the flags in bulk from the admin, through the action's confirmation page
+        page.click("text=Resolve flags in the admin")
+        page.wait_for_selector("#result_list")
+        assert page.locator("#result_list tbody tr").count() == 5
+        page.check("#action-toggle")
+        page.select_option("select[name=action]", "resolve_keep")
+        page.click("button[name=index]")
+        page.wait_for_selector("textarea[name=note]")
+        page.fill("textarea[name=note]", "looked at them: fine")
+        page.click("input[name=apply]")
+        page.wait_for_selector(".messagelist")
+        assert "5 flagged class(es) resolved: keep" in page.inner_text(".messagelist")
+        page.goto(f"{url}/class-filter/1/")
+        assert page.inner_text("#decision-counts").split("Download")[0].split() == ["keep", "13", "flag", "0", "remove", "6"]
+        assert page.locator("#resolved tbody tr").count() == 5
         browser.close()

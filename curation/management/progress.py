@@ -9,10 +9,10 @@ from tqdm import tqdm
 from curation.models import Job
 
 
-def wait_for_job(job: Job, *, desc: str, poll: float = 0.5, timeout: float | None = None) -> Job:
+def wait_for_job(job: Job, *, desc: str, poll: float = 0.5, timeout: float | None = None, unit: str = "img") -> Job:
     """Show a bar fed from the Job row until the workers finish it (or ``timeout`` passes)."""
     start = time.monotonic()
-    bar = tqdm(total=job.total or None, desc=desc, unit="img", file=sys.stderr, dynamic_ncols=True)
+    bar = tqdm(total=job.total or None, desc=desc, unit=unit, file=sys.stderr, dynamic_ncols=True)
     try:
         while True:
             job.refresh_from_db()

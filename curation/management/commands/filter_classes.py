@@ -36,7 +36,7 @@ class Command(BaseCommand):
             run = class_filter_start(candidates_spec=candidates, id_spec=id_spec, policy_spec=policy, enqueue=queue)
             total = run.job.total
             if queue:
-                job = wait_for_job(run.job, desc="class filter")
+                job = wait_for_job(run.job, desc="class filter", unit="class")
                 if job.status != Job.Status.DONE:
                     raise CommandError(f"class filter job #{job.pk} {job.status}: {job.message}")
             else:
