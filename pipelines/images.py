@@ -182,6 +182,22 @@ def load_rgb(path: str | os.PathLike, *, background: tuple[int, int, int] = (255
         return to_rgb(ImageOps.exif_transpose(im), background=background)
 
 
+def load_rgb_for_model(path: str | os.PathLike, *, min_side: int, max_pixels: int = DEFAULT_MAX_PIXELS) -> Image.Image:
+    """``load_rgb`` for a model's input: a JPEG is decoded at the smallest power-of-two scale
+    that keeps both sides at least ``min_side`` (Pillow's ``draft``: the DCT does the
+    downscaling, several times faster than a full decode for photo-sized files). Raises
+    ``ValueError`` for an image over ``max_pixels`` (a decompression bomb)."""
+    with Image.open(path) as im:
+        w, h = im.size
+        if w * h > max_pixels:
+            raise ValueError(f"{path}: {w}x{h} pixels is over the limit of {max_pixels} (decompression bomb)")
+        if im.format == "JPEG":
+            # The request is square, so it holds whether or not EXIF orientation swaps the sides.
+            im.draft("RGB", (min_side, min_side))
+        im.load()
+        return to_rgb(ImageOps.exif_transpose(im))
+
+
 def to_rgb(im: Image.Image, *, background: tuple[int, int, int] = (255, 255, 255)) -> Image.Image:
     if im.mode == "RGB":
         return im

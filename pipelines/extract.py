@@ -1,0 +1,126 @@
+"""Batched predictions and penultimate features for image files.
+
+One pass per batch gives what every later stage needs: the top-k ImageNet-1K classes with their
+probabilities (for the review screen), max softmax, max logit and energy (confidence scores the
+detectors and the queue order use), and the penultimate ("pre-logits") features as float16
+(near-duplicates, similarity to ID images, feature-based detectors). Files that fail to decode
+are returned with their reason and never stop the batch.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+
+from .images import DEFAULT_MAX_PIXELS, load_rgb_for_model
+from .models import LoadedModel
+
+
+@dataclass
+class ImageResult:
+    ok: bool
+    error: str = ""
+    topk: list[tuple[str, float]] = field(default_factory=list)  # (wnid, probability), best first
+    max_softmax: float = 0.0
+    max_logit: float = 0.0
+    energy: float = 0.0  # log sum exp of the logits
+    row: int = -1  # row in ``Extraction.features``; -1 for a failed file
+
+
+@dataclass
+class Extraction:
+    results: list[ImageResult]  # one per input path, in input order
+    features: np.ndarray  # float16 [n_ok, feature_dim]
+
+
+class _Files:
+    """A torch Dataset over paths (duck-typed: no torch import at module level)."""
+
+    def __init__(self, paths: Sequence[str], transform, min_side: int, max_pixels: int):
+        self.paths, self.transform, self.min_side, self.max_pixels = list(paths), transform, min_side, max_pixels
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, i: int):
+        try:
+            im = load_rgb_for_model(self.paths[i], min_side=self.min_side, max_pixels=self.max_pixels)
+            return i, self.transform(im), ""
+        except Exception as exc:  # a bad file is a result, not a crash
+            return i, None, f"{self.paths[i]}: cannot decode it for the model ({type(exc).__name__}: {exc})"
+
+
+def _collate(batch):
+    import torch
+
+    good = [(i, t) for i, t, err in batch if t is not None]
+    bad = [(i, err) for i, t, err in batch if t is None]
+    return [i for i, _ in good], (torch.stack([t for _, t in good]) if good else None), bad
+
+
+def default_loader_workers() -> int:
+    return min(4, max(0, (os.cpu_count() or 1) - 1))
+
+
+def extract(
+    lm: LoadedModel, paths: Sequence[str], *, batch_size: int = 32, num_workers: int | None = None, topk: int = 5,
+    max_pixels: int = DEFAULT_MAX_PIXELS, progress: Callable[[int], None] | None = None,
+) -> Extraction:
+    """Run ``lm`` over ``paths``; decoding and transforms run in DataLoader workers while the
+    model computes, JPEGs decode at reduced size (``draft``), and on a GPU the forward pass
+    runs in bfloat16 (float16 where bf16 is unsupported)."""
+    import torch
+    from torch.utils.data import DataLoader
+
+    n = len(paths)
+    results: list[ImageResult | None] = [None] * n
+    if n == 0:
+        return Extraction(results=[], features=np.zeros((0, lm.feature_dim), dtype=np.float16))
+    workers = default_loader_workers() if num_workers is None else num_workers
+    workers = min(workers, max(0, (n + batch_size - 1) // batch_size))
+    loader = DataLoader(
+        _Files(paths, lm.transform, lm.resize_side, max_pixels), batch_size=batch_size, shuffle=False,
+        num_workers=workers, collate_fn=_collate, pin_memory=lm.device.startswith("cuda"),
+        persistent_workers=False, prefetch_factor=4 if workers else None,
+    )
+    cuda = lm.device.startswith("cuda")
+    if cuda:
+        dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        autocast = torch.autocast(device_type="cuda", dtype=dtype)
+    else:
+        autocast = contextlib.nullcontext()
+    k = min(topk, len(lm.wnids))
+    chunks: list[np.ndarray] = []
+    row = 0
+    model = lm.model
+    with torch.inference_mode():
+        for idx, x, bad in loader:
+            for i, err in bad:
+                results[i] = ImageResult(ok=False, error=err)
+            if x is not None:
+                x = x.to(lm.device, non_blocking=True)
+                with autocast:
+                    pre = model.forward_head(model.forward_features(x), pre_logits=True)
+                    logits = model.get_classifier()(pre)
+                logits = logits.float()
+                probs = logits.softmax(dim=1)
+                top_p, top_i = probs.topk(k, dim=1)
+                max_logit = logits.max(dim=1).values
+                energy = torch.logsumexp(logits, dim=1)
+                feats = pre.float().cpu().numpy().astype(np.float16)
+                top_p, top_i = top_p.cpu().numpy(), top_i.cpu().numpy()
+                max_logit, energy = max_logit.cpu().numpy(), energy.cpu().numpy()
+                for j, i in enumerate(idx):
+                    results[i] = ImageResult(
+                        ok=True, topk=[(lm.wnids[c], float(p)) for c, p in zip(top_i[j], top_p[j])],
+                        max_softmax=float(top_p[j, 0]), max_logit=float(max_logit[j]), energy=float(energy[j]), row=row + j,
+                    )
+                row += len(idx)
+                chunks.append(feats)
+            if progress:
+                progress(len(idx) + len(bad))
+    features = np.concatenate(chunks) if chunks else np.zeros((0, lm.feature_dim), dtype=np.float16)
+    return Extraction(results=results, features=features)  # type: ignore[arg-type]

