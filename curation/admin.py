@@ -5,10 +5,11 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html
 
-from curation.models import (AuditLog, CandidateClass, ClassDecision, ClassFilterRun, ClassOverride, IdClassSet, Image, Job,
-                             JobChunk, Source)
+from curation.models import (AuditLog, CandidateClass, ClassDecision, ClassFilterRun, ClassOverride, ClassVisualSignal,
+                             FeatureShard, IdClassSet, Image, ImageEmbedding, Job, JobChunk, Source)
 from curation.services.class_filter import (ClassDecisionError, ClassFilterError, class_decisions_resolve, class_filter_start,
                                             class_override_pin, class_override_unpin)
+from curation.services.image_pipeline import JobAlreadyRunning, PipelineError, dedup_start, extract_start
 from curation.services.ingest import IngestAlreadyRunning, ingest_start
 from pipelines.class_filter import PolicyError
 from pipelines.class_filter.policy import DEFAULT_PRESET, PRESETS
@@ -58,7 +59,7 @@ class SourceAdmin(admin.ModelAdmin):
     list_filter = ("role",)
     search_fields = ("name", "root")
     readonly_fields = ("root", "created_by", "created_at")
-    actions = ["rescan", "run_class_filter"]
+    actions = ["rescan", "run_class_filter", "extract", "find_near_duplicates"]
 
     def has_add_permission(self, request):
         # Roots are server paths: sources are registered with `manage.py add_source`, where the
@@ -95,6 +96,27 @@ class SourceAdmin(admin.ModelAdmin):
 
     def has_class_filter_permission(self, request):
         return request.user.has_perm("curation.add_classfilterrun")
+
+    @admin.action(description="Predict and extract features (default model) for the selected sources", permissions=["change"])
+    def extract(self, request, queryset):
+        from django.conf import settings
+
+        for source in queryset:
+            try:
+                job = extract_start(source=source, user=request.user)
+            except (JobAlreadyRunning, PipelineError) as exc:
+                self.message_user(request, str(exc), messages.WARNING)
+            else:
+                self.message_user(request, f"Extraction job #{job.pk} ({settings.DEFAULT_MODEL}) started for {source.name}")
+
+    @admin.action(description="Find near-duplicates and duplicates of ID images (all sources, default model)", permissions=["change"])
+    def find_near_duplicates(self, request, queryset):
+        try:
+            job = dedup_start(user=request.user)
+        except (JobAlreadyRunning, PipelineError) as exc:
+            self.message_user(request, str(exc), messages.WARNING)
+        else:
+            self.message_user(request, f"Duplicate search job #{job.pk} started over every extracted source")
 
 
 @admin.register(CandidateClass)
@@ -321,3 +343,57 @@ class ClassOverrideAdmin(admin.ModelAdmin):
         for obj in queryset:
             class_override_unpin(wnid=obj.wnid, user=request.user)
         self.message_user(request, f"{n} override(s) removed; stored decisions follow the rules again")
+
+
+@admin.register(ImageEmbedding)
+class ImageEmbeddingAdmin(admin.ModelAdmin):
+    list_display = ("image", "model_name", "top1", "max_softmax", "drop_reason", "nearest_id_similarity", "ok")
+    list_filter = ("model_name", "ok", "drop_reason", "image__source")
+    search_fields = ("image__relative_path", "top1_wnid", "drop_reason")
+    list_select_related = ("image__source",)
+    readonly_fields = [f.name for f in ImageEmbedding._meta.fields]
+    show_full_result_count = False
+
+    @admin.display(description="top-1", ordering="top1_prob")
+    def top1(self, obj):
+        return f"{obj.top1_wnid} ({obj.top1_prob:.2f})" if obj.ok and obj.top1_prob is not None else obj.error[:80]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(ClassVisualSignal)
+class ClassVisualSignalAdmin(admin.ModelAdmin):
+    list_display = ("candidate_class", "model_name", "top_label", "top_wnid", "share", "n_images", "flagged", "reason")
+    list_filter = ("flagged", "model_name")
+    list_select_related = ("candidate_class__source",)
+    readonly_fields = [f.name for f in ClassVisualSignal._meta.fields]
+
+    @admin.display(description="share", ordering="top_share")
+    def share(self, obj):
+        return f"{obj.top_share:.0%}"
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(FeatureShard)
+class FeatureShardAdmin(admin.ModelAdmin):
+    list_display = ("path", "model_name", "rows", "dim", "job", "created_at")
+    list_filter = ("model_name",)
+    readonly_fields = [f.name for f in FeatureShard._meta.fields]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False

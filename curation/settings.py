@@ -136,6 +136,10 @@ CELERY_TASK_DEFAULT_QUEUE = "cpu"
 CELERY_TASK_ROUTES = {
     "curation.ingest.*": {"queue": "cpu"},
     "curation.class_filter.*": {"queue": "cpu"},
+    "curation.dedup.*": {"queue": "cpu"},
+    # Extraction goes where the models run: "gpu" when GPU workers serve it, "cpu" (the
+    # default) where only CPU workers run.
+    "curation.extract.*": {"queue": os.environ.get("OODC_EXTRACT_QUEUE", "cpu")},
     "curation.gpu.*": {"queue": "gpu"},
 }
 # How long a task may stay unacknowledged before Redis hands it to another worker. A killed
@@ -162,3 +166,15 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "WARNING")},
 }
+
+
+# Image pipeline: predictions, features, near-duplicates (issue: image-level pipeline)
+DEFAULT_MODEL = os.environ.get("OODC_MODEL", "efficientnet_lite0")
+EXTRACT_CHUNK_SIZE = int(os.environ.get("OODC_EXTRACT_CHUNK_SIZE", "1024"))
+EXTRACT_BATCH_SIZE = int(os.environ.get("OODC_EXTRACT_BATCH_SIZE", "32"))
+EXTRACT_LOADER_WORKERS = int(os.environ["OODC_EXTRACT_LOADER_WORKERS"]) if os.environ.get("OODC_EXTRACT_LOADER_WORKERS") else None
+NEAR_DUP_THRESHOLD = float(os.environ.get("OODC_NEAR_DUP_THRESHOLD", "0.80"))  # benchmarks/calibrate_near_dups.py
+ID_DUP_THRESHOLD = float(os.environ.get("OODC_ID_DUP_THRESHOLD", "0.80"))
+NEAR_DUP_EXACT_BELOW = int(os.environ.get("OODC_NEAR_DUP_EXACT_BELOW", "50000"))
+AMBIGUITY_THRESHOLD = float(os.environ.get("OODC_AMBIGUITY_THRESHOLD", "0.5"))
+AMBIGUITY_MIN_IMAGES = int(os.environ.get("OODC_AMBIGUITY_MIN_IMAGES", "5"))

@@ -55,3 +55,57 @@ def class_filter_task(run_id: int) -> None:
         if job_id:
             job_fail(job_id=job_id, error=exc)
         raise
+
+
+# -- image pipeline: extraction goes to settings' extract queue (cpu or gpu), dedup to cpu ----
+
+
+@shared_task(name="curation.extract.plan", **TASK_OPTIONS)
+def extract_plan_task(job_id: int) -> int:
+    from curation.services import image_pipeline as ip
+
+    try:
+        indices = ip.extract_plan(job_id=job_id)
+    except Exception as exc:
+        job_fail(job_id=job_id, error=exc)
+        raise
+    if not indices:
+        extract_finalize_task.delay(job_id)
+    for index in indices:
+        extract_chunk_task.delay(job_id, index)
+    return len(indices)
+
+
+@shared_task(name="curation.extract.chunk", **TASK_OPTIONS)
+def extract_chunk_task(job_id: int, index: int) -> None:
+    from curation.services import image_pipeline as ip
+
+    try:
+        last = ip.extract_process_chunk(job_id=job_id, index=index)
+    except Exception as exc:
+        job_fail(job_id=job_id, error=exc)
+        raise
+    if last:
+        extract_finalize_task.delay(job_id)
+
+
+@shared_task(name="curation.extract.finalize", **TASK_OPTIONS)
+def extract_finalize_task(job_id: int) -> None:
+    from curation.services import image_pipeline as ip
+
+    try:
+        ip.extract_finalize(job_id=job_id)
+    except Exception as exc:
+        job_fail(job_id=job_id, error=exc)
+        raise
+
+
+@shared_task(name="curation.dedup.run", **TASK_OPTIONS)
+def dedup_task(job_id: int) -> None:
+    from curation.services import image_pipeline as ip
+
+    try:
+        ip.dedup_execute(job_id=job_id)
+    except Exception as exc:
+        job_fail(job_id=job_id, error=exc)
+        raise

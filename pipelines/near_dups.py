@@ -18,7 +18,7 @@ from typing import Sequence
 
 import numpy as np
 
-DEFAULT_THRESHOLD = 0.70  # cosine; calibrated (see the module docstring and docs/benchmarks.md)
+DEFAULT_THRESHOLD = 0.80  # cosine; calibrated (see the module docstring and docs/benchmarks.md)
 DEFAULT_EXACT_BELOW = 50_000
 
 

@@ -208,3 +208,24 @@ def scan_class_folders(root: str | os.PathLike) -> list[str]:
         if entry.is_dir(follow_symlinks=False) and _utf8_or_none(entry.name) is not None:
             out.append(entry.name)
     return sorted(out)
+
+
+def list_files(paths: list[str | os.PathLike]) -> tuple[list[str], list[tuple[str, str]]]:
+    """Files named on a command line, folders walked recursively in sorted order (hidden
+    entries skipped, symlinked folders not followed). Returns (files, problems) where a
+    problem is (path, reason): missing paths and symlinks to folders."""
+    files, problems = [], []
+    for p in paths:
+        p = str(p)
+        if os.path.isfile(p):
+            files.append(p)
+        elif os.path.isdir(p):
+            for dirpath, dirnames, filenames in os.walk(p):
+                dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+                for d in dirnames:
+                    if os.path.islink(os.path.join(dirpath, d)):
+                        problems.append((os.path.join(dirpath, d), "a symlinked folder; not followed"))
+                files.extend(os.path.join(dirpath, f) for f in sorted(filenames) if not f.startswith("."))
+        else:
+            problems.append((p, "no such file or folder"))
+    return files, problems

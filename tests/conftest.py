@@ -52,3 +52,17 @@ def add_twenty_broken(root: Path, cls: str, seed: int = 1) -> dict[str, str]:
     (root / "stray_at_root.jpg").write_bytes(b"x")
     expected["stray_at_root.jpg"] = "not_in_class_folder"
     return expected
+
+
+@pytest.fixture(scope="session")
+def lite0():
+    """The offline ImageNet-1K model with its real weights (loaded once per test session)."""
+    from pipelines.models import load_model
+
+    return load_model("efficientnet_lite0", device="cpu")
+
+
+def real_photo(name: str, package: str = "skimage") -> Path:
+    from fixtures.demo import package_data_file
+
+    return package_data_file(package, name)

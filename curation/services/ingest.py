@@ -16,7 +16,7 @@ from django.db import transaction
 from django.db.models import Count, F
 from django.utils import timezone
 
-from curation.models import CandidateClass, Image, Job, JobChunk, Source
+from curation.models import CandidateClass, Image, ImageEmbedding, Job, JobChunk, Source
 from curation.services.audit import audit_record
 from curation.services.jobs import job_fail, job_mark_running
 from curation.services.sources import source_sync_classes
@@ -176,6 +176,7 @@ def ingest_process_chunk(*, job_id: int, index: int, progress: ProgressCallback 
 
     new: list[Image] = []
     changed: list[Image] = []
+    stale: list[int] = []
     stats: Counter = Counter()
     for rel, class_folder, size, mtime_ns in chunk.payload:
         img = existing.get(rel)
@@ -193,6 +194,8 @@ def ingest_process_chunk(*, job_id: int, index: int, progress: ProgressCallback 
             elif any(getattr(img, k) != v for k, v in fields.items()):
                 was_ok = img.sha256 and img.status != Image.Status.MISSING
                 stats["changed" if was_ok and img.sha256 != fields["sha256"] else "updated"] += 1
+                if img.sha256 != fields["sha256"]:
+                    stale.append(img.pk)  # new bytes: predictions and features are recomputed
                 for k, v in fields.items():
                     setattr(img, k, v)
                 changed.append(img)
@@ -208,6 +211,8 @@ def ingest_process_chunk(*, job_id: int, index: int, progress: ProgressCallback 
         Image.objects.bulk_create(new, batch_size=500)
         if changed:
             Image.objects.bulk_update(changed, _INSPECTED_FIELDS + ["updated_at"], batch_size=500)
+        if stale:
+            ImageEmbedding.objects.filter(image_id__in=stale).delete()
         locked.done = True
         locked.done_at = timezone.now()
         locked.stats = dict(stats)

@@ -162,3 +162,29 @@ def test_class_filter_job_queued_by_the_command_runs_on_a_worker(services_env, w
     assert run.job.status == "done" and run.job.progress == 21843
     assert run.decisions.count() == 21843 and run.decisions.filter(rule="id_class").count() == 999
     assert "curation.class_filter.run" in workers.logs()  # it ran in the worker, not in the command
+
+
+@pytest.mark.slow
+def test_two_workers_share_an_extraction_job_and_process_every_image_once(services_env, workers, tmp_path):
+    from curation.models import FeatureShard, ImageEmbedding
+
+    root = tmp_path / "pool"
+    make_image_folder(root, n_good=96, classes=["sky", "hayfield", "n09403427"])
+    workers.env = {**services_env, "OODC_EXTRACT_CHUNK_SIZE": "6", "OODC_EXTRACT_BATCH_SIZE": "6",
+                   "OODC_EXTRACT_LOADER_WORKERS": "0", "OODC_FEATURE_STORE": str(tmp_path / "features")}
+    workers.start("w1")
+    workers.start("w2")
+    for cmd in (["add_source", "pool", str(root)], ["run_image_pipeline", "--sources", "pool", "--no-dedup"]):
+        proc = subprocess.run([sys.executable, "manage.py", *cmd], cwd=REPO, env=workers.env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:] + workers.logs()
+    job = Job.objects.get(kind="extract")
+    assert job.status == "done" and job.progress == job.total == 96
+    chunks = list(JobChunk.objects.filter(job=job))
+    assert len(chunks) == 16 and all(c.done for c in chunks)
+    assert sum(c.stats.get("ok", 0) for c in chunks) == 96
+    embeddings = list(ImageEmbedding.objects.filter(image__source__name="pool").values_list("image_id", "shard_id", "row"))
+    assert len(embeddings) == len({e[0] for e in embeddings}) == 96  # every image exactly once
+    assert len({(s, r) for _i, s, r in embeddings}) == 96  # no two images share a feature row
+    assert sum(FeatureShard.objects.values_list("rows", flat=True)) == 96  # nothing computed twice
+    logs = {f.stem: f.read_text() for f in tmp_path.glob("w*.log")}
+    assert all("curation.extract.chunk" in text and "succeeded" in text for text in logs.values()), "both workers took chunks"

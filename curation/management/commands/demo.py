@@ -20,17 +20,19 @@ class Command(BaseCommand):
     def handle(self, *args, data=None, addr="127.0.0.1:8000", no_serve=False, **opts):
         out = self.stdout
         root = Path(data or settings.DATA_DIR / "demo")
-        out.write(self.style.MIGRATE_HEADING(f"1/5 Generating demo data in {root}"))
+        out.write(self.style.MIGRATE_HEADING(f"1/6 Generating demo data in {root}"))
         paths = generate_demo(root)
-        out.write(self.style.MIGRATE_HEADING("2/5 ID class set"))
+        out.write(self.style.MIGRATE_HEADING("2/6 ID class set"))
         call_command("set_id_classes", "imagenet-1k", stdout=out)
-        out.write(self.style.MIGRATE_HEADING("3/5 Ingesting the sources"))
+        out.write(self.style.MIGRATE_HEADING("3/6 Ingesting the sources"))
         call_command("add_source", "demo-candidates", str(paths.candidates), class_map=str(paths.class_map), stdout=out, stderr=self.stderr, show_broken=30)
         call_command("add_source", "demo-id", str(paths.id_reference), role="id", stdout=out, stderr=self.stderr)
-        out.write(self.style.MIGRATE_HEADING("4/5 WordNet class filter on demo-candidates (preset imagenet-ood)"))
+        out.write(self.style.MIGRATE_HEADING("4/6 WordNet class filter on demo-candidates (preset imagenet-ood)"))
         csv_path = root / "class_filter_decisions.csv"
         call_command("filter_classes", candidates="source:demo-candidates", id_spec="imagenet-1k", out=str(csv_path), stdout=out)
-        out.write(self.style.MIGRATE_HEADING("5/5 Summary"))
+        out.write(self.style.MIGRATE_HEADING(f"5/6 Predictions, features and near-duplicates ({settings.DEFAULT_MODEL}, offline weights)"))
+        call_command("run_image_pipeline", sources=["demo-candidates", "demo-id"], stdout=out, stderr=self.stderr)
+        out.write(self.style.MIGRATE_HEADING("6/6 Summary"))
         for row in selectors.source_summaries():
             out.write(
                 f"  {row['source'].name:<16} {row['source'].role:<9} classes={row['classes']:<3} unmapped={row['unmapped']:<2} "

@@ -1,0 +1,97 @@
+import csv
+import hashlib
+import sys
+
+from django.core.management.base import BaseCommand, CommandError
+from tqdm import tqdm
+
+from pipelines.models import ModelUnavailable
+from pipelines.near_dups import DEFAULT_THRESHOLD
+
+
+class Command(BaseCommand):
+    help = (
+        "Group near-duplicate images in files or folders (no database needed): identical bytes first, "
+        "then cosine similarity of the model's features (faiss). CSV columns: group,path,similarity, one row "
+        "per readable image; a singleton is its own group; similarity is to the group's representative "
+        "(its largest image)."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("paths", nargs="+")
+        parser.add_argument("--out", required=True, help="CSV to write; - for stdout")
+        parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD, help=f"cosine similarity (default {DEFAULT_THRESHOLD})")
+        parser.add_argument("--model", default="efficientnet_lite0")
+        parser.add_argument("--weights")
+        parser.add_argument("--batch-size", type=int, default=32)
+        parser.add_argument("--workers", type=int, default=None)
+        parser.add_argument("--device", default=None)
+
+    def handle(self, *args, paths, out, threshold, model, weights, batch_size, workers, device, **opts):
+        from pipelines.extract import extract
+        from pipelines.models import load_model
+        from pipelines.near_dups import group_near_duplicates
+        from pipelines.sources import list_files
+
+        if not 0 < threshold <= 1:
+            raise CommandError("--threshold is a cosine similarity in (0, 1]")
+        files, problems = list_files(paths)
+        for p, why in problems:
+            self.stderr.write(f"skipped {p}: {why}")
+        if not files:
+            raise CommandError("no files to compare")
+        try:
+            lm = load_model(model, weights=weights, device=device)
+        except ModelUnavailable as exc:
+            raise CommandError(str(exc)) from None
+        digests = []
+        for f in files:
+            h = hashlib.sha256()
+            with open(f, "rb") as fh:
+                for block in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(block)
+            digests.append(h.hexdigest())
+        with tqdm(total=len(files), desc="features", unit="img", file=sys.stderr, dynamic_ncols=True) as bar:
+            ex = extract(lm, files, batch_size=batch_size, num_workers=workers, progress=bar.update)
+        ok = [i for i, r in enumerate(ex.results) if r.ok]
+        for i, r in enumerate(ex.results):
+            if not r.ok:
+                self.stderr.write(f"skipped {r.error}")
+        feats = ex.features[[ex.results[i].row for i in ok]]
+        first_with_digest: dict[str, int] = {}
+        same = []
+        for j, i in enumerate(ok):  # identical bytes are duplicates whatever the features say
+            if digests[i] in first_with_digest:
+                same.append((first_with_digest[digests[i]], j))
+            else:
+                first_with_digest[digests[i]] = j
+        pixels = [_pixels(files[i]) for i in ok]
+        grouping = group_near_duplicates(feats, threshold=threshold, same=same, priority=[(-pixels[j], j) for j in range(len(ok))])
+        fh = sys.stdout if out == "-" else open(out, "w", newline="", encoding="utf-8")
+        try:
+            w = csv.writer(fh)
+            w.writerow(["group", "path", "similarity"])
+            order = sorted(range(len(ok)), key=lambda j: (grouping.group_of[j], j != grouping.representative[grouping.group_of[j]], j))
+            for j in order:
+                w.writerow([grouping.group_of[j] + 1, files[ok[j]], f"{grouping.similarity[j]:.4f}"])
+        finally:
+            if fh is not sys.stdout:
+                fh.close()
+        sizes = {}
+        for g in grouping.group_of:
+            sizes[g] = sizes.get(g, 0) + 1
+        multi = [n for n in sizes.values() if n > 1]
+        if out != "-":
+            self.stdout.write(self.style.SUCCESS(
+                f"{len(ok)} image(s): {len(sizes)} group(s), {len(multi)} with near-duplicates ({sum(multi) - len(multi)} "
+                f"duplicate image(s)); {len(files) - len(ok)} skipped; threshold {threshold}; wrote {out}"))
+
+
+def _pixels(path: str) -> int:
+    from PIL import Image
+
+    try:
+        with Image.open(path) as im:
+            return im.width * im.height
+    except Exception:
+        return 0

@@ -1,0 +1,385 @@
+"""Image pipeline: predictions and features per image (chunked jobs that scale out over
+workers), then near-duplicates, duplicates of ID images, similarity to ID and the class-level
+visual-ambiguity signal (one job over everything extracted with a model).
+
+Extraction is idempotent at every step: a chunk computes only images that have no embedding for
+the model yet, writes its shard file under a name fixed by (job, chunk) with an atomic rename,
+and commits its rows together with its done flag; a redelivered chunk that finds itself done
+changes nothing, and a killed worker's chunk is simply computed again.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from curation.models import (CandidateClass, ClassVisualSignal, FeatureShard, Image, ImageEmbedding, Job, JobChunk,
+                             Source)
+from curation.services.audit import audit_record
+from curation.services.jobs import job_fail, job_mark_running
+from curation.version import code_version
+from pipelines.sources import UnsafePath, safe_join
+
+
+class PipelineError(ValueError):
+    pass
+
+
+class JobAlreadyRunning(RuntimeError):
+    def __init__(self, job: Job):
+        self.job = job
+        super().__init__(f"{job.get_kind_display()} job #{job.pk} is already {job.status} ({job.progress}/{job.total}); "
+                         "wait for it to finish")
+
+
+def _check_model_name(model_name: str) -> None:
+    from pipelines.models import MODELS
+
+    if not model_name or len(model_name) > 200:
+        raise PipelineError("a model name is required")
+    if model_name not in MODELS and "/" in model_name:
+        raise PipelineError(f"{model_name!r}: model names are registered names or timm names, not paths")
+
+
+# -- extraction -----------------------------------------------------------------------------------
+
+
+def extract_start(*, source: Source, model_name: str | None = None, weights: str | None = None, user=None,
+                  enqueue: bool = True) -> Job:
+    model_name = model_name or settings.DEFAULT_MODEL
+    _check_model_name(model_name)
+    with transaction.atomic():
+        Source.objects.select_for_update().get(pk=source.pk)
+        active = Job.objects.filter(kind=Job.Kind.EXTRACT, source=source, config__model=model_name,
+                                    status__in=[Job.Status.PENDING, Job.Status.RUNNING]).first()
+        if active is not None:
+            raise JobAlreadyRunning(active)
+        job = Job.objects.create(
+            kind=Job.Kind.EXTRACT, source=source, created_by=user if getattr(user, "pk", None) else None, code_version=code_version(),
+            config={"model": model_name, "weights": weights or "", "chunk_size": settings.EXTRACT_CHUNK_SIZE,
+                    "batch_size": settings.EXTRACT_BATCH_SIZE, "topk": 5, "feature_store": str(settings.FEATURE_STORE)},
+        )
+        audit_record(actor=user, action="extract_started", target=job, data={"source": source.name, "model": model_name})
+        if enqueue:
+            transaction.on_commit(lambda: _enqueue_plan(job.pk))
+    return job
+
+
+def _enqueue_plan(job_id: int) -> None:
+    from curation.tasks import extract_plan_task
+
+    extract_plan_task.delay(job_id)
+
+
+def extract_plan(*, job_id: int) -> list[int]:
+    """Split the source's readable images that lack an embedding for the model into chunks."""
+    job = Job.objects.select_related("source").get(pk=job_id)
+    if job.status in (Job.Status.DONE, Job.Status.FAILED):
+        return []
+    if job.chunks.exists():
+        return list(job.chunks.filter(done=False).values_list("index", flat=True))
+    model_name = job.config["model"]
+    done = ImageEmbedding.objects.filter(model_name=model_name, image__source=job.source).values("image_id")
+    ids = list(Image.objects.filter(source=job.source, status=Image.Status.OK).exclude(pk__in=done).order_by("pk").values_list("pk", flat=True))
+    size = max(1, int(job.config.get("chunk_size") or settings.EXTRACT_CHUNK_SIZE))
+    with transaction.atomic():
+        locked = Job.objects.select_for_update().get(pk=job.pk)
+        if locked.chunks.exists():
+            return list(locked.chunks.filter(done=False).values_list("index", flat=True))
+        JobChunk.objects.bulk_create([JobChunk(job=locked, index=i, payload=ids[s:s + size]) for i, s in enumerate(range(0, len(ids), size))])
+        locked.total = len(ids)
+        locked.save(update_fields=["total"])
+        job_mark_running(job=locked, message=f"{len(ids)} images to run through {model_name}")
+    return list(range((len(ids) + size - 1) // size))
+
+
+_MODEL_CACHE: dict[tuple, object] = {}
+
+
+def _model(name: str, weights: str):
+    """One loaded model per worker process (loading takes seconds; chunks come by the hundred)."""
+    from pipelines.models import load_model
+
+    key = (name, weights or "")
+    if key not in _MODEL_CACHE:
+        _MODEL_CACHE.clear()  # one model at a time in memory
+        _MODEL_CACHE[key] = load_model(name, weights=weights or None)
+    return _MODEL_CACHE[key]
+
+
+def shard_path(*, model_name: str, source_id: int, job_id: int, index: int) -> str:
+    safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in model_name)
+    return f"{safe}/source_{source_id}/job_{job_id}_chunk_{index:05d}.npy"
+
+
+def _write_npy(path: Path, array: np.ndarray) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            np.save(fh, array)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)  # readers never see half a shard
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def extract_process_chunk(*, job_id: int, index: int, progress: Callable[[int], None] | None = None) -> bool:
+    """Predict and extract features for one chunk. Returns True when it was the last unfinished
+    chunk (the caller then queues the finalize step)."""
+    from pipelines.extract import extract
+
+    chunk = JobChunk.objects.select_related("job__source").get(job_id=job_id, index=index)
+    job = chunk.job
+    if chunk.done or job.status in (Job.Status.DONE, Job.Status.FAILED):
+        return False
+    JobChunk.objects.filter(pk=chunk.pk).update(attempts=F("attempts") + 1)
+    model_name, source = job.config["model"], job.source
+    have = set(ImageEmbedding.objects.filter(model_name=model_name, image_id__in=chunk.payload).values_list("image_id", flat=True))
+    images = [img for img in Image.objects.filter(pk__in=chunk.payload).order_by("pk") if img.pk not in have]
+    root_real = os.path.realpath(source.root)
+    paths, unsafe = [], {}
+    for img in images:
+        try:
+            paths.append(str(safe_join(source.root, img.relative_path, root_real=root_real)))
+        except UnsafePath as exc:
+            paths.append("")
+            unsafe[img.pk] = str(exc)
+    lm = _model(model_name, job.config.get("weights", ""))
+    todo = [p for p in paths if p]
+    ex = extract(lm, todo, batch_size=int(job.config.get("batch_size") or settings.EXTRACT_BATCH_SIZE),
+                 num_workers=settings.EXTRACT_LOADER_WORKERS, topk=int(job.config.get("topk") or 5),
+                 max_pixels=settings.MAX_IMAGE_PIXELS, progress=progress)
+    results = iter(ex.results)
+    rel = shard_path(model_name=model_name, source_id=source.pk, job_id=job.pk, index=index)
+    if len(ex.features):
+        _write_npy(Path(settings.FEATURE_STORE) / rel, ex.features)
+    stats: Counter = Counter()
+    rows = []
+    for img, path in zip(images, paths):
+        if not path:
+            rows.append(ImageEmbedding(image=img, model_name=model_name, ok=False, error=unsafe[img.pk]))
+            stats["errors"] += 1
+            continue
+        r = next(results)
+        if r.ok:
+            rows.append(ImageEmbedding(
+                image=img, model_name=model_name, row=r.row, topk=[[w, round(p, 6)] for w, p in r.topk],
+                top1_wnid=r.topk[0][0], top1_prob=r.topk[0][1], max_softmax=r.max_softmax, max_logit=r.max_logit, energy=r.energy))
+            stats["ok"] += 1
+        else:
+            rows.append(ImageEmbedding(image=img, model_name=model_name, ok=False, error=r.error))
+            stats["errors"] += 1
+    stats["skipped_done"] = len(have)
+    with transaction.atomic():
+        locked = JobChunk.objects.select_for_update().get(pk=chunk.pk)
+        if locked.done:  # another delivery finished it first; its rows stand
+            return False
+        shard = None
+        if len(ex.features):
+            shard, _ = FeatureShard.objects.update_or_create(
+                path=rel, defaults={"model_name": model_name, "rows": len(ex.features), "dim": ex.features.shape[1], "job": job})
+        for row in rows:
+            if row.ok:
+                row.shard = shard
+        ImageEmbedding.objects.bulk_create(rows, batch_size=500, ignore_conflicts=True)
+        locked.done, locked.done_at, locked.stats = True, timezone.now(), dict(stats)
+        locked.save(update_fields=["done", "done_at", "stats"])
+        Job.objects.filter(pk=job_id).update(progress=F("progress") + len(chunk.payload))
+        return not JobChunk.objects.filter(job_id=job_id, done=False).exists()
+
+
+def extract_finalize(*, job_id: int) -> Job:
+    with transaction.atomic():
+        job = Job.objects.select_for_update(of=("self",)).select_related("source").get(pk=job_id)
+        if job.status in (Job.Status.DONE, Job.Status.FAILED) or JobChunk.objects.filter(job=job, done=False).exists():
+            return job
+        totals: Counter = Counter()
+        for stats in JobChunk.objects.filter(job=job).values_list("stats", flat=True):
+            totals.update(stats)
+        job.status, job.progress, job.finished_at = Job.Status.DONE, job.total, timezone.now()
+        job.result = {**job.result, **totals}
+        job.message = f"{job.config['model']}: {totals['ok']} images predicted, {totals['errors']} could not be decoded"
+        job.save()
+        audit_record(actor=job.created_by, action="extract_finished", target=job, data={"source": job.source.name, "message": job.message})
+    return job
+
+
+def extract_run_inline(*, job: Job, progress: Callable[[int], None] | None = None, on_total: Callable[[int], None] | None = None) -> Job:
+    try:
+        indices = extract_plan(job_id=job.pk)
+        job.refresh_from_db()
+        if on_total:
+            on_total(job.total)
+        for index in indices:
+            extract_process_chunk(job_id=job.pk, index=index, progress=progress)
+        return extract_finalize(job_id=job.pk)
+    except Exception as exc:
+        job_fail(job_id=job.pk, error=exc)
+        raise
+
+
+# -- near-duplicates, duplicates of ID images, similarity to ID, visual ambiguity -----------------
+
+
+def dedup_start(*, model_name: str | None = None, user=None, enqueue: bool = True) -> Job:
+    model_name = model_name or settings.DEFAULT_MODEL
+    _check_model_name(model_name)
+    with transaction.atomic():
+        active = Job.objects.select_for_update().filter(kind=Job.Kind.DEDUP, config__model=model_name,
+                                                        status__in=[Job.Status.PENDING, Job.Status.RUNNING]).first()
+        if active is not None:
+            raise JobAlreadyRunning(active)
+        job = Job.objects.create(
+            kind=Job.Kind.DEDUP, created_by=user if getattr(user, "pk", None) else None, code_version=code_version(),
+            config={"model": model_name, "threshold": settings.NEAR_DUP_THRESHOLD, "id_threshold": settings.ID_DUP_THRESHOLD,
+                    "ambiguity_threshold": settings.AMBIGUITY_THRESHOLD, "ambiguity_min_images": settings.AMBIGUITY_MIN_IMAGES,
+                    "exact_below": settings.NEAR_DUP_EXACT_BELOW},
+        )
+        audit_record(actor=user, action="dedup_started", target=job, data={"model": model_name})
+        if enqueue:
+            transaction.on_commit(lambda: _enqueue_dedup(job.pk))
+    return job
+
+
+def _enqueue_dedup(job_id: int) -> None:
+    from curation.tasks import dedup_task
+
+    dedup_task.delay(job_id)
+
+
+def load_features(embeddings: list[ImageEmbedding]) -> np.ndarray:
+    """float32 features for ``embeddings`` (in order), gathered from their shards."""
+    out = None
+    by_shard: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    shards = {}
+    for pos, e in enumerate(embeddings):
+        by_shard[e.shard_id].append((pos, e.row))
+        shards[e.shard_id] = e.shard
+    for shard_id, items in by_shard.items():
+        path = Path(settings.FEATURE_STORE) / shards[shard_id].path
+        try:
+            data = np.load(path, mmap_mode="r")
+        except (OSError, ValueError) as exc:
+            raise PipelineError(f"feature shard {path} cannot be read ({exc}); re-run extraction for its source") from None
+        if out is None:
+            out = np.zeros((len(embeddings), data.shape[1]), dtype=np.float32)
+        pos, rows = zip(*items)
+        out[list(pos)] = data[list(rows)].astype(np.float32)
+    return out if out is not None else np.zeros((0, 1), dtype=np.float32)
+
+
+def dedup_execute(*, job_id: int) -> Job:
+    from pipelines.near_dups import group_near_duplicates, nearest
+
+    job = Job.objects.get(pk=job_id)
+    if job.status in (Job.Status.DONE, Job.Status.FAILED):
+        return job
+    job_mark_running(job=job, message="loading features")
+    cfg = job.config
+    model_name = cfg["model"]
+    base = (ImageEmbedding.objects.filter(model_name=model_name, ok=True, image__status=Image.Status.OK)
+            .select_related("shard", "image__candidate_class").order_by("image_id"))
+    cands = list(base.filter(image__source__role=Source.Role.CANDIDATE))
+    refs = list(base.filter(image__source__role=Source.Role.ID))
+    Job.objects.filter(pk=job.pk).update(total=len(cands) + len(refs))
+    cand_x, ref_x = load_features(cands), load_features(refs)
+
+    # 1. identical bytes across candidate sources, then features
+    first: dict[str, int] = {}
+    same = []
+    for j, e in enumerate(cands):
+        sha = e.image.sha256
+        if sha in first:
+            same.append((first[sha], j))
+        else:
+            first[sha] = j
+    priority = [(-(e.image.width * e.image.height), e.image_id) for e in cands]
+    grouping = group_near_duplicates(cand_x, threshold=cfg["threshold"], same=same, priority=priority,
+                                     exact_below=cfg["exact_below"])
+    Job.objects.filter(pk=job.pk).update(message="comparing with the ID images")
+    # 2. candidates against ID reference images: identical bytes, then nearest neighbour
+    ref_by_sha = {}
+    for e in refs:
+        ref_by_sha.setdefault(e.image.sha256, e)
+    sims, idx = nearest(cand_x, ref_x, exact_below=cfg["exact_below"])
+    counts: Counter = Counter()
+    for j, e in enumerate(cands):
+        rep = cands[grouping.representative[grouping.group_of[j]]]
+        e.dup_group = rep.image_id
+        e.drop_reason = f"near_duplicate_of:{rep.image_id}" if rep is not e else ""
+        e.nearest_id_image_id, e.nearest_id_similarity = None, None
+        if len(refs):
+            e.nearest_id_image_id, e.nearest_id_similarity = refs[int(idx[j])].image_id, float(sims[j])
+        same_bytes = ref_by_sha.get(e.image.sha256)
+        if same_bytes is not None:
+            e.nearest_id_image_id, e.nearest_id_similarity = same_bytes.image_id, 1.0
+            e.drop_reason = f"duplicate_of_id:{same_bytes.image_id}"
+        elif e.nearest_id_similarity is not None and e.nearest_id_similarity >= cfg["id_threshold"]:
+            e.drop_reason = f"duplicate_of_id:{e.nearest_id_image_id}"
+        counts[e.drop_reason.split(":")[0] or "kept"] += 1
+    signals = _visual_signals(cands, cfg, model_name)
+    with transaction.atomic():
+        locked = Job.objects.select_for_update().get(pk=job.pk)
+        if locked.status == Job.Status.DONE:
+            return locked
+        # every embedding of the model is rewritten, so a re-run reproduces the result exactly
+        ImageEmbedding.objects.filter(model_name=model_name).exclude(pk__in=[e.pk for e in cands]).update(
+            dup_group=None, drop_reason="", nearest_id_image=None, nearest_id_similarity=None)
+        ImageEmbedding.objects.bulk_update(cands, ["dup_group", "drop_reason", "nearest_id_image", "nearest_id_similarity"], batch_size=1000)
+        ClassVisualSignal.objects.filter(model_name=model_name).exclude(candidate_class_id__in=[s.candidate_class_id for s in signals]).delete()
+        for s in signals:
+            ClassVisualSignal.objects.update_or_create(
+                candidate_class_id=s.candidate_class_id, model_name=model_name,
+                defaults={f: getattr(s, f) for f in ("n_images", "top_wnid", "top_label", "top_share", "threshold", "flagged", "reason")})
+        groups = Counter(e.dup_group for e in cands)
+        locked.status, locked.finished_at, locked.progress = Job.Status.DONE, timezone.now(), locked.total
+        locked.result = {"candidates": len(cands), "id_images": len(refs), "kept": counts["kept"],
+                         "near_duplicate_of": counts["near_duplicate_of"], "duplicate_of_id": counts["duplicate_of_id"],
+                         "groups_with_duplicates": sum(1 for n in groups.values() if n > 1),
+                         "visually_ambiguous_classes": sum(s.flagged for s in signals)}
+        locked.message = (f"{len(cands)} candidate images: {counts['kept']} kept, {counts['near_duplicate_of']} near-duplicates, "
+                          f"{counts['duplicate_of_id']} duplicates of ID images; {locked.result['visually_ambiguous_classes']} "
+                          f"visually ambiguous class(es)")
+        locked.save()
+        audit_record(actor=locked.created_by, action="dedup_finished", target=locked, data=locked.result)
+    return locked
+
+
+def _visual_signals(cands: list[ImageEmbedding], cfg: dict, model_name: str) -> list[ClassVisualSignal]:
+    from pipelines.models import _imagenet_1k
+
+    wnids, labels = _imagenet_1k()
+    label = dict(zip(wnids, labels))
+    by_class: dict[int, list[str]] = defaultdict(list)
+    for e in cands:
+        if e.image.candidate_class_id:
+            by_class[e.image.candidate_class_id].append(e.top1_wnid)
+    out = []
+    for class_id, tops in sorted(by_class.items()):
+        top, n_top = Counter(tops).most_common(1)[0]
+        share = n_top / len(tops)
+        flagged = len(tops) >= cfg["ambiguity_min_images"] and share > cfg["ambiguity_threshold"]
+        out.append(ClassVisualSignal(
+            candidate_class_id=class_id, model_name=model_name, n_images=len(tops), top_wnid=top, top_label=label.get(top, top),
+            top_share=share, threshold=cfg["ambiguity_threshold"], flagged=flagged,
+            reason=f"visually_ambiguous_with:{top}" if flagged else ""))
+    return out
+
+
+def dedup_run_inline(*, job: Job) -> Job:
+    try:
+        return dedup_execute(job_id=job.pk)
+    except Exception as exc:
+        job_fail(job_id=job.pk, error=exc)
+        raise
+

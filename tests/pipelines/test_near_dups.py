@@ -1,0 +1,66 @@
+"""Near-duplicate grouping: transformed copies of real photos join their originals, distinct
+photos stay apart (real model features); the approximate index finds planted pairs."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from fixtures.images import DISTINCT_REAL_PHOTOS, transformed_copies
+from pipelines.extract import extract
+from pipelines.near_dups import DEFAULT_THRESHOLD, build_index, group_near_duplicates, nearest
+from tests.conftest import real_photo
+
+
+@pytest.mark.slow
+def test_transformed_copies_group_with_their_originals_and_distinct_photos_stay_apart(lite0, tmp_path):
+    paths, photo_of = [], []
+    for i, (pkg, name) in enumerate(DISTINCT_REAL_PHOTOS[:10]):
+        src = real_photo(name, pkg)
+        paths.append(str(src))
+        photo_of.append(i)
+        with Image.open(src) as im:
+            for t, data in list(transformed_copies(im).items())[:4]:  # resize, JPEG q25, crop 85%, mirror
+                p = tmp_path / f"{i}_{t}"
+                p.write_bytes(data)
+                paths.append(str(p))
+                photo_of.append(i)
+    ex = extract(lite0, paths, batch_size=16)
+    sizes = []
+    for p in paths:
+        with Image.open(p) as im:
+            sizes.append(im.width * im.height)
+    g = group_near_duplicates(ex.features, threshold=DEFAULT_THRESHOLD, priority=[(-s, i) for i, s in enumerate(sizes)])
+    groups = {}
+    for i, grp in enumerate(g.group_of):
+        groups.setdefault(grp, set()).add(photo_of[i])
+    assert len(groups) == 10, groups  # one group per photo ...
+    assert all(len(members) == 1 for members in groups.values())  # ... never two photos in one
+    for grp, rep in enumerate(g.representative):
+        assert paths[rep] in {str(real_photo(n, pkg)) for pkg, n in DISTINCT_REAL_PHOTOS[:10]}  # the largest: the original
+        assert g.similarity[rep] == 1.0
+
+
+def test_exact_and_approximate_index_find_planted_near_duplicates():
+    rng = np.random.default_rng(0)
+    centres = rng.normal(size=(20, 64)).astype(np.float32)
+    x = centres[rng.integers(0, 20, size=3000)] + 0.6 * rng.normal(size=(3000, 64)).astype(np.float32)
+    planted = rng.choice(3000, size=(50, 2), replace=False)
+    x[planted[:, 1]] = x[planted[:, 0]] + 0.02 * rng.normal(size=(50, 64)).astype(np.float32)
+    exact = group_near_duplicates(x, threshold=0.98)
+    approx = group_near_duplicates(x, threshold=0.98, exact_below=1000, nprobe=8)
+    for g in (exact, approx):
+        assert all(g.group_of[a] == g.group_of[b] for a, b in planted)
+        assert len(set(g.group_of)) == 3000 - 50  # nothing else merged
+    assert build_index(x, exact_below=1000).exact is False and build_index(x).exact is True
+
+
+def test_priority_picks_the_representative_and_same_bytes_always_group():
+    x = np.eye(4, dtype=np.float32)
+    x[1] = x[0]  # identical features
+    g = group_near_duplicates(x, threshold=0.9, priority=[(0, 0), (-5, 1), (0, 2), (0, 3)], same=[(2, 3)])
+    assert g.group_of == [0, 0, 1, 1] and g.representative == [1, 2]
+    sims, idx = nearest(x[[0, 2]], x[[3, 2]])
+    assert list(idx) == [0, 1] and sims[1] == pytest.approx(1.0)
+    sims, idx = nearest(x, np.zeros((0, 4), dtype=np.float32))
+    assert list(idx) == [-1] * 4
