@@ -173,6 +173,7 @@ DEFAULT_MODEL = os.environ.get("OODC_MODEL", "efficientnet_lite0")
 EXTRACT_CHUNK_SIZE = int(os.environ.get("OODC_EXTRACT_CHUNK_SIZE", "1024"))
 EXTRACT_BATCH_SIZE = int(os.environ.get("OODC_EXTRACT_BATCH_SIZE", "32"))
 EXTRACT_LOADER_WORKERS = int(os.environ["OODC_EXTRACT_LOADER_WORKERS"]) if os.environ.get("OODC_EXTRACT_LOADER_WORKERS") else None
+TORCH_THREADS = int(os.environ.get("OODC_TORCH_THREADS", "0"))  # 0: torch's default (all cores)
 NEAR_DUP_THRESHOLD = float(os.environ.get("OODC_NEAR_DUP_THRESHOLD", "0.80"))  # benchmarks/calibrate_near_dups.py
 ID_DUP_THRESHOLD = float(os.environ.get("OODC_ID_DUP_THRESHOLD", "0.80"))
 NEAR_DUP_EXACT_BELOW = int(os.environ.get("OODC_NEAR_DUP_EXACT_BELOW", "50000"))

@@ -1,11 +1,15 @@
 """Near-duplicate search over image features with faiss.
 
 Features are L2-normalised, so inner product is cosine similarity. Below ``exact_below``
-vectors the search is exact (``IndexFlatIP``); above it, an inverted-file index (``IndexIVFFlat``
-with ``nlist`` about 4 * sqrt(n) cells, ``nprobe`` probed per query) trades a little recall for
-orders of magnitude in time; benchmarks/bench_near_dups.py measures that recall against exact
-search. Grouping joins every pair at or above the similarity threshold (union-find), so a chain
-of near-copies forms one group.
+reference vectors the search is exact (faiss ``IndexFlatIP``). Above it, the search is
+inverted-file style: faiss k-means (spherical) cuts the reference set into ``nlist`` (about
+4 sqrt(n)) cells; each query cell is compared, as one matrix product, with the members of the
+``nprobe`` cells whose centroids are nearest its own. That is the IVF idea arranged for the
+large batch joins this tool runs (every candidate against every other, every candidate against
+the ID set): per-query IVF scanning on 2 cores took over 10 minutes for a million 1,280-d
+vectors, the cell-wise products take a few (benchmarks/bench_near_dups.py, which also measures
+recall against exact search). Grouping joins every pair at or above the similarity threshold
+(union-find), so a chain of near-copies forms one group.
 
 Default thresholds were calibrated on efficientnet_lite0 features of real photos and their
 transformed copies (resize, JPEG recompression, crop, mirror) against distinct photos:
@@ -29,42 +33,63 @@ def normalise(x: np.ndarray) -> np.ndarray:
     return x / norms
 
 
-@dataclass
-class SearchIndex:
-    index: object  # a faiss index over normalised vectors
-    exact: bool
-    n: int
-
-    def search(self, queries: np.ndarray, k: int, *, nprobe: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """(similarities, indices), each [n_queries, k], best first; -1 where fewer exist."""
-        import faiss
-
-        if not self.exact and nprobe is not None:
-            faiss.extract_index_ivf(self.index).nprobe = nprobe
-        k = max(1, min(k, self.n))
-        return self.index.search(normalise(queries), k)
-
-
-def build_index(vectors: np.ndarray, *, exact_below: int = DEFAULT_EXACT_BELOW, nlist: int | None = None,
-                nprobe: int = 32, train_size: int = 100_000, seed: int = 0) -> SearchIndex:
-    """An index over ``vectors`` (normalised here): exact below ``exact_below`` rows, IVF above."""
+def knn(queries: np.ndarray, base: np.ndarray, k: int, *, exact_below: int = DEFAULT_EXACT_BELOW, nlist: int | None = None,
+        nprobe: int = 16, train_size: int | None = None, seed: int = 0, block: int = 16384) -> tuple[np.ndarray, np.ndarray, bool]:
+    """The ``k`` most similar ``base`` rows for every query row: (similarities, indices, exact),
+    each array [n_queries, k], best first; index -1 (similarity -inf) where fewer exist."""
     import faiss
 
-    x = normalise(vectors)
-    n, d = x.shape
+    same = queries is base
+    x = normalise(base)
+    q = x if same else normalise(queries)
+    n, k = len(x), max(1, min(k, len(x))) if len(x) else 0
+    if len(q) == 0 or n == 0:
+        return np.full((len(q), max(k, 1)), -np.inf, dtype=np.float32), np.full((len(q), max(k, 1)), -1, dtype=np.int64), True
     if n < exact_below:
-        index = faiss.IndexFlatIP(d)
+        index = faiss.IndexFlatIP(x.shape[1])
         index.add(x)
-        return SearchIndex(index=index, exact=True, n=n)
+        sims, ids = np.empty((len(q), k), dtype=np.float32), np.empty((len(q), k), dtype=np.int64)
+        for s in range(0, len(q), block):
+            sims[s:s + block], ids[s:s + block] = index.search(q[s:s + block], k)
+        return sims, ids, True
     nlist = nlist or int(4 * np.sqrt(n))
-    quantizer = faiss.IndexFlatIP(d)
-    index = faiss.IndexIVFFlat(quantizer, d, nlist, faiss.METRIC_INNER_PRODUCT)
     rng = np.random.default_rng(seed)
-    sample = x[rng.choice(n, size=min(n, max(train_size, nlist * 39)), replace=False)]
-    index.train(sample)
-    index.add(x)
-    index.nprobe = nprobe
-    return SearchIndex(index=index, exact=False, n=n)
+    sample = x[rng.choice(n, size=min(n, train_size or nlist * 40), replace=False)]
+    km = faiss.Kmeans(x.shape[1], nlist, niter=10, spherical=True, seed=seed, verbose=False)
+    km.train(sample)
+    cells = km.index  # flat index over the centroids
+    x_cell = np.empty(n, dtype=np.int64)
+    q_cell = np.empty(len(q), dtype=np.int64)
+    for s in range(0, n, block * 4):
+        x_cell[s:s + block * 4] = cells.search(x[s:s + block * 4], 1)[1][:, 0]
+    if same:
+        q_cell = x_cell
+    else:
+        for s in range(0, len(q), block * 4):
+            q_cell[s:s + block * 4] = cells.search(q[s:s + block * 4], 1)[1][:, 0]
+    _d, probe = cells.search(km.centroids, min(nprobe, nlist))  # each cell's nearest cells, itself first
+    order = np.argsort(x_cell, kind="stable")
+    starts = np.searchsorted(x_cell[order], np.arange(nlist + 1))
+    members = [order[starts[c]:starts[c + 1]] for c in range(nlist)]
+    q_order = np.argsort(q_cell, kind="stable")
+    q_starts = np.searchsorted(q_cell[q_order], np.arange(nlist + 1))
+    sims = np.full((len(q), k), -np.inf, dtype=np.float32)
+    ids = np.full((len(q), k), -1, dtype=np.int64)
+    for c in range(nlist):
+        qi = q_order[q_starts[c]:q_starts[c + 1]]
+        if not len(qi):
+            continue
+        cand = np.concatenate([members[p] for p in probe[c] if p >= 0])
+        if not len(cand):
+            continue
+        scores = q[qi] @ x[cand].T  # one BLAS product per cell
+        kk = min(k, len(cand))
+        top = np.argpartition(-scores, kk - 1, axis=1)[:, :kk]
+        top_scores = np.take_along_axis(scores, top, axis=1)
+        best = np.argsort(-top_scores, axis=1, kind="stable")
+        sims[qi, :kk] = np.take_along_axis(top_scores, best, axis=1)
+        ids[qi, :kk] = cand[np.take_along_axis(top, best, axis=1)]
+    return sims, ids, False
 
 
 class _UnionFind:
@@ -92,7 +117,7 @@ class Grouping:
 
 def group_near_duplicates(
     vectors: np.ndarray, *, threshold: float = DEFAULT_THRESHOLD, k: int = 10, priority: Sequence[tuple] | None = None,
-    exact_below: int = DEFAULT_EXACT_BELOW, nprobe: int = 32, same: Sequence[tuple[int, int]] = (),
+    exact_below: int = DEFAULT_EXACT_BELOW, nprobe: int = 16, same: Sequence[tuple[int, int]] = (),
 ) -> Grouping:
     """Group items whose features are at least ``threshold`` similar (each item's ``k``
     nearest neighbours are examined). ``same`` adds pairs known to be duplicates (same bytes).
@@ -104,15 +129,12 @@ def group_near_duplicates(
         uf.union(a, b)
     x = normalise(vectors) if n else np.zeros((0, 1), dtype=np.float32)
     if n > 1:
-        index = build_index(x, exact_below=exact_below, nprobe=nprobe)
-        step = 8192
-        for start in range(0, n, step):
-            sims, idx = index.search(x[start:start + step], k + 1)
-            rows, cols = np.nonzero((sims >= threshold) & (idx >= 0))
-            for r, c in zip(rows.tolist(), cols.tolist()):
-                j = int(idx[r, c])
-                if j != start + r:
-                    uf.union(start + r, j)
+        sims, idx, _exact = knn(x, x, k + 1, exact_below=exact_below, nprobe=nprobe)
+        rows, cols = np.nonzero((sims >= threshold) & (idx >= 0))
+        for r, c in zip(rows.tolist(), cols.tolist()):
+            j = int(idx[r, c])
+            if j != r:
+                uf.union(r, j)
     roots = [uf.find(i) for i in range(n)]
     priority = list(priority) if priority is not None else [(i,) for i in range(n)]
     members: dict[int, list[int]] = {}
@@ -132,11 +154,10 @@ def group_near_duplicates(
     return Grouping(group_of=group_of, representative=representative, similarity=similarity)
 
 
-def nearest(queries: np.ndarray, reference: np.ndarray, *, exact_below: int = DEFAULT_EXACT_BELOW, nprobe: int = 32) -> tuple[np.ndarray, np.ndarray]:
+def nearest(queries: np.ndarray, reference: np.ndarray, *, exact_below: int = DEFAULT_EXACT_BELOW, nprobe: int = 16) -> tuple[np.ndarray, np.ndarray]:
     """For each query, the most similar reference item: (similarity, index) arrays; -1 / -inf
     when there is no reference at all."""
     if len(reference) == 0 or len(queries) == 0:
         return np.full(len(queries), -np.inf, dtype=np.float32), np.full(len(queries), -1, dtype=np.int64)
-    index = build_index(reference, exact_below=exact_below, nprobe=nprobe)
-    sims, idx = index.search(queries, 1)
+    sims, idx, _exact = knn(queries, reference, 1, exact_below=exact_below, nprobe=nprobe)
     return sims[:, 0], idx[:, 0]

@@ -17,7 +17,7 @@ from curation.models import ClassVisualSignal, FeatureShard, Image, ImageEmbeddi
 from fixtures.images import transformed_copies
 from tests.conftest import real_photo
 
-pytestmark = pytest.mark.slow  # the real model
+SLOW = pytest.mark.slow  # the real model
 
 
 def _rows(path):
@@ -37,6 +37,7 @@ def _copies_of(src: Path, folder: Path, n: int = 4) -> list[Path]:
     return out
 
 
+@SLOW
 def test_predict_command_writes_topk_rows_and_skips_bad_files(tmp_path, capsys):
     shutil.copy(real_photo("coffee.png"), tmp_path / "coffee.png")
     shutil.copy(real_photo("camera.png"), tmp_path / "sub_camera.png")
@@ -54,6 +55,7 @@ def test_predict_command_writes_topk_rows_and_skips_bad_files(tmp_path, capsys):
         call_command("predict", str(tmp_path), "--model", "no_such_net", "--out", str(out))
 
 
+@SLOW
 def test_find_duplicates_command_groups_copies_one_row_per_image(tmp_path):
     files = _copies_of(real_photo("chelsea.png"), tmp_path / "a") + _copies_of(real_photo("china.jpg", "sklearn"), tmp_path / "b", n=2)
     shutil.copy(files[0], tmp_path / "a" / "same_bytes.png")
@@ -70,6 +72,7 @@ def test_find_duplicates_command_groups_copies_one_row_per_image(tmp_path):
     assert Path(first["path"]).name == "chelsea.png" and float(first["similarity"]) == 1.0  # the representative leads
 
 
+@SLOW
 @pytest.mark.django_db
 def test_pipeline_on_ingested_sources(tmp_path):
     cands, ids = tmp_path / "pool", tmp_path / "imagenet_ref"
@@ -125,3 +128,31 @@ def test_pipeline_on_ingested_sources(tmp_path):
     latest = Job.objects.filter(kind="extract").order_by("-pk")[:2]
     assert all(j.status == "done" and j.total == 0 for j in latest)
     assert JobChunk.objects.filter(job__kind="extract").count() == 2  # one chunk per source, from the first run
+
+
+@pytest.mark.django_db
+def test_admin_actions_start_jobs_for_curators_only(tmp_path, django_capture_on_commit_callbacks):
+    from django.test import Client
+
+    from curation.services.sources import source_register
+    from curation.services.users import users_create_demo
+    from tests.conftest import make_image_folder
+
+    users_create_demo()
+    make_image_folder(tmp_path / "s", n_good=2, classes=["sky"])
+    source = source_register(name="s", root=tmp_path / "s").source
+    clients = {}
+    for name in ("curator", "researcher"):
+        clients[name] = Client()
+        assert clients[name].login(username=name, password=f"{name}-demo")
+    for action in ("extract", "find_near_duplicates"):
+        with django_capture_on_commit_callbacks(execute=False) as queued:
+            clients["researcher"].post("/admin/curation/source/", {"action": action, "_selected_action": [source.pk]})
+        assert not queued and not Job.objects.filter(kind__in=["extract", "dedup"]).exists()
+    with django_capture_on_commit_callbacks(execute=False) as queued:
+        r = clients["curator"].post("/admin/curation/source/", {"action": "extract", "_selected_action": [source.pk]}, follow=True)
+    assert b"Extraction job #" in r.content and len(queued) == 1
+    job = Job.objects.get(kind="extract")
+    assert job.source == source and job.config["model"] == settings.DEFAULT_MODEL and job.created_by.username == "curator"
+    r = clients["curator"].post("/admin/curation/source/", {"action": "extract", "_selected_action": [source.pk]}, follow=True)
+    assert b"already pending" in r.content and Job.objects.filter(kind="extract").count() == 1

@@ -110,6 +110,10 @@ def _model(name: str, weights: str):
 
     key = (name, weights or "")
     if key not in _MODEL_CACHE:
+        if settings.TORCH_THREADS:
+            import torch
+
+            torch.set_num_threads(settings.TORCH_THREADS)  # several workers on one machine share its cores
         _MODEL_CACHE.clear()  # one model at a time in memory
         _MODEL_CACHE[key] = load_model(name, weights=weights or None)
     return _MODEL_CACHE[key]

@@ -8,7 +8,7 @@ from PIL import Image
 
 from fixtures.images import DISTINCT_REAL_PHOTOS, transformed_copies
 from pipelines.extract import extract
-from pipelines.near_dups import DEFAULT_THRESHOLD, build_index, group_near_duplicates, nearest
+from pipelines.near_dups import DEFAULT_THRESHOLD, group_near_duplicates, knn, nearest
 from tests.conftest import real_photo
 
 
@@ -52,7 +52,11 @@ def test_exact_and_approximate_index_find_planted_near_duplicates():
     for g in (exact, approx):
         assert all(g.group_of[a] == g.group_of[b] for a, b in planted)
         assert len(set(g.group_of)) == 3000 - 50  # nothing else merged
-    assert build_index(x, exact_below=1000).exact is False and build_index(x).exact is True
+    sims, ids, exact = knn(x, x, 5)
+    a_sims, a_ids, approx_used = knn(x, x, 5, exact_below=1000, nprobe=8)
+    assert exact and not approx_used
+    assert np.mean([len(set(ids[i]) & set(a_ids[i])) / 5 for i in range(3000)]) > 0.95  # recall@5 of the cells
+    assert (ids[:, 0] == np.arange(3000)).all()  # everything is its own nearest neighbour
 
 
 def test_priority_picks_the_representative_and_same_bytes_always_group():

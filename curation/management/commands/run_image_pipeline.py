@@ -38,9 +38,7 @@ class Command(BaseCommand):
             chosen = list(qs)
         if not chosen:
             raise CommandError("no sources registered; add one with `manage.py add_source NAME PATH`")
-        if not settings.CELERY_TASK_ALWAYS_EAGER:
-            from pipelines.models import MODELS  # noqa: F401  (a typo is found by the workers otherwise)
-        else:
+        if settings.CELERY_TASK_ALWAYS_EAGER:  # (queued: the workers load it, and a failure fails the job)
             try:
                 from curation.services.image_pipeline import _model
 
