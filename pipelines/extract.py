@@ -9,6 +9,8 @@ are returned with their reason and never stop the batch.
 from __future__ import annotations
 
 import contextlib
+import logging
+import multiprocessing
 import os
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
@@ -17,6 +19,8 @@ import numpy as np
 
 from .images import DEFAULT_MAX_PIXELS, load_rgb_for_model
 from .models import LoadedModel
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -61,6 +65,30 @@ def _collate(batch):
     return [i for i, _ in good], (torch.stack([t for _, t in good]) if good else None), bad
 
 
+def _threaded_batches(files: _Files, batch_size: int, threads: int, ahead: int = 3):
+    """Batches as the DataLoader yields them, decoded by a thread pool a few batches ahead."""
+    from collections import deque
+    from concurrent.futures import ThreadPoolExecutor
+
+    starts = iter(range(0, len(files), batch_size))
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        pending: deque = deque()
+
+        def submit() -> bool:
+            start = next(starts, None)
+            if start is None:
+                return False
+            pending.append([pool.submit(files.__getitem__, i) for i in range(start, min(start + batch_size, len(files)))])
+            return True
+
+        for _ in range(ahead):
+            submit()
+        while pending:
+            batch = [f.result() for f in pending.popleft()]
+            submit()
+            yield _collate(batch)
+
+
 def default_loader_workers() -> int:
     return min(4, max(0, (os.cpu_count() or 1) - 1))
 
@@ -81,11 +109,17 @@ def extract(
         return Extraction(results=[], features=np.zeros((0, lm.feature_dim), dtype=np.float16))
     workers = default_loader_workers() if num_workers is None else num_workers
     workers = min(workers, max(0, (n + batch_size - 1) // batch_size))
-    loader = DataLoader(
-        _Files(paths, lm.transform, lm.resize_side, max_pixels), batch_size=batch_size, shuffle=False,
-        num_workers=workers, collate_fn=_collate, pin_memory=lm.device.startswith("cuda"),
-        persistent_workers=False, prefetch_factor=4 if workers else None,
-    )
+    files = _Files(paths, lm.transform, lm.resize_side, max_pixels)
+    if workers and multiprocessing.current_process().daemon:
+        # A daemonic process (a Celery prefork pool child) may not start the DataLoader's
+        # worker processes; threads decode instead (Pillow and the transform release the GIL).
+        log.info("extract: daemonic process, decoding with %d threads instead of DataLoader workers", workers)
+        loader = _threaded_batches(files, batch_size, workers)
+    else:
+        loader = DataLoader(
+            files, batch_size=batch_size, shuffle=False, num_workers=workers, collate_fn=_collate,
+            pin_memory=lm.device.startswith("cuda"), persistent_workers=False, prefetch_factor=4 if workers else None,
+        )
     cuda = lm.device.startswith("cuda")
     if cuda:
         dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16

@@ -171,7 +171,7 @@ def test_two_workers_share_an_extraction_job_and_process_every_image_once(servic
     root = tmp_path / "pool"
     make_image_folder(root, n_good=96, classes=["sky", "hayfield", "n09403427"])
     workers.env = {**services_env, "OODC_EXTRACT_CHUNK_SIZE": "6", "OODC_EXTRACT_BATCH_SIZE": "6",
-                   "OODC_EXTRACT_LOADER_WORKERS": "0", "OODC_FEATURE_STORE": str(tmp_path / "features")}
+                   "OODC_FEATURE_STORE": str(tmp_path / "features")}  # default loader workers: threads in prefork children
     workers.start("w1")
     workers.start("w2")
     for cmd in (["add_source", "pool", str(root)], ["run_image_pipeline", "--sources", "pool", "--no-dedup"]):
@@ -188,3 +188,5 @@ def test_two_workers_share_an_extraction_job_and_process_every_image_once(servic
     assert sum(FeatureShard.objects.values_list("rows", flat=True)) == 96  # nothing computed twice
     logs = {f.stem: f.read_text() for f in tmp_path.glob("w*.log")}
     assert all("curation.extract.chunk" in text and "succeeded" in text for text in logs.values()), "both workers took chunks"
+    # prefork children are daemonic: they decode with threads, not DataLoader processes
+    assert all("decoding with 1 threads instead of DataLoader workers" in text for text in logs.values())
