@@ -6,8 +6,10 @@ For each distinct real photo shipped in the scikit-image / scikit-learn wheels
 (fixtures.images.DISTINCT_REAL_PHOTOS), five transformed copies are made (60% resize, JPEG
 quality 25, centre crop 85%, mirror, and crop + mirror + half size + JPEG 50). Features come
 from the model; the script prints the cosine similarity of every copy to its original, per
-transform, and of every pair of distinct photos, and the margin between the two sets. The
-default threshold (pipelines.near_dups.DEFAULT_THRESHOLD) must lie inside that margin.
+transform, and of every pair of distinct photos, with the recall/false-match trade-off by
+threshold; then the pixel check (pipelines.near_dups.pixel_difference) on the copies, and on
+look-alikes: the demo's generated pictures (flat gradients, stripes, noise) against its
+generated ID pictures, which classifier features rate as similar as real copies.
 """
 from __future__ import annotations
 
@@ -70,6 +72,41 @@ def main() -> None:
         print(f"  {t:.2f}  copies found {rec:6.1%}  distinct pairs matched {fp:6.2%}")
     print(f"margin: lowest copy {lowest_copy:.3f} > highest distinct {highest_distinct:.3f}: "
           f"{'separable' if lowest_copy > highest_distinct else 'NOT separable'}; default threshold {DEFAULT_THRESHOLD}")
+
+    # the pixel check
+    from fixtures.demo import GENERATED_CLASSES, generate_demo
+    from pipelines.near_dups import DEFAULT_MAX_PIXEL_DIFF, pixel_difference, pixel_signature
+
+    sig_orig = [pixel_signature(p) for p in originals]
+    with tempfile.TemporaryDirectory() as tmp:
+        diffs: dict[str, list[float]] = {}
+        for i, (pkg, name) in enumerate(DISTINCT_REAL_PHOTOS):
+            with Image.open(package_data_file(pkg, name)) as im:
+                for t, data in transformed_copies(im).items():
+                    p = Path(tmp) / f"{i:02d}_{t}"
+                    p.write_bytes(data)
+                    diffs.setdefault(t.split(".")[0], []).append(pixel_difference(sig_orig[i], pixel_signature(p)))
+        demo = generate_demo(Path(tmp) / "demo")
+        gen = [str(p) for c in GENERATED_CLASSES for p in sorted((demo.candidates / c).glob("*"))[:8] if p.is_file()]
+        real = {name for _pkg, name in DISTINCT_REAL_PHOTOS}
+        ref = [str(p) for p in sorted(demo.id_reference.glob("*/*")) if p.name not in real]
+        ex2 = extract(lm, gen + ref, batch_size=16)
+        f2 = normalise(ex2.features.astype(np.float32))
+        ok2 = [i for i, r in enumerate(ex2.results) if r.ok]
+        g_rows = [ex2.results[i].row for i in ok2 if i < len(gen)]
+        r_rows = [ex2.results[i].row for i in ok2 if i >= len(gen)]
+        g_paths = [gen[i] for i in ok2 if i < len(gen)]
+        r_paths = [ref[i - len(gen)] for i in ok2 if i >= len(gen)]
+        sims2 = f2[g_rows] @ f2[r_rows].T
+        pairs = np.argwhere(sims2 >= DEFAULT_THRESHOLD)
+        sg = {p: pixel_signature(p) for p in set(g_paths) | set(r_paths)}
+        passed = sum(pixel_difference(sg[g_paths[a]], sg[r_paths[b]]) <= DEFAULT_MAX_PIXEL_DIFF for a, b in pairs)
+    print(f"pixel check (max difference {DEFAULT_MAX_PIXEL_DIFF}):")
+    for t, d in diffs.items():
+        print(f"  copy {t:<10} max {max(d):5.1f}  median {np.median(d):5.1f}")
+    print(f"  distinct real photos: min {min(pixel_difference(sig_orig[a], sig_orig[b]) for a, b in itertools.combinations(range(len(sig_orig)), 2)):.1f}")
+    print(f"look-alikes: {len(g_rows)} generated candidates x {len(r_rows)} generated ID pictures: {len(pairs)} pairs reach cosine "
+          f">= {DEFAULT_THRESHOLD}; {passed} of them also pass the pixel check (would be dropped as duplicates of ID images)")
 
 
 if __name__ == "__main__":

@@ -11,19 +11,57 @@ vectors, the cell-wise products take a few (benchmarks/bench_near_dups.py, which
 recall against exact search). Grouping joins every pair at or above the similarity threshold
 (union-find), so a chain of near-copies forms one group.
 
-Default thresholds were calibrated on efficientnet_lite0 features of real photos and their
-transformed copies (resize, JPEG recompression, crop, mirror) against distinct photos:
-benchmarks/calibrate_near_dups.py, figures in docs/benchmarks.md.
+A feature match is then checked at the pixel level (``pixel_signature``/``pixel_difference``:
+16x16 thumbnails over a few centre crops, mirror-averaged): classifier features rate different
+pictures of similar content highly (two flat gradients, two photos of one kind of scene), while
+a copy also looks the same. Both thresholds were calibrated on efficientnet_lite0 features of
+real photos and their transformed copies (resize, JPEG recompression, crop, mirror) against
+distinct photos and look-alike generated pictures: benchmarks/calibrate_near_dups.py, figures
+in docs/benchmarks.md.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
-DEFAULT_THRESHOLD = 0.80  # cosine; calibrated (see the module docstring and docs/benchmarks.md)
+DEFAULT_THRESHOLD = 0.70  # cosine; calibrated (see the module docstring and docs/benchmarks.md)
+DEFAULT_MAX_PIXEL_DIFF = 4.0  # mean absolute difference of 16x16 signatures, 0-255 scale; calibrated
 DEFAULT_EXACT_BELOW = 50_000
+# Centre crops the pixel check tries on either image: a cropped copy matches one of them.
+SIGNATURE_CROPS = (1.0, 0.95, 0.9, 0.85, 0.8, 0.75, 0.7)
+SIGNATURE_SIDE = 16
+
+
+def pixel_signature(path) -> np.ndarray | None:
+    """Tiny pictures of the image for the pixel check: for each centre crop in
+    ``SIGNATURE_CROPS``, a 16x16 RGB box-filtered thumbnail averaged with its mirror image (so a
+    mirrored copy matches). None when the file cannot be read."""
+    from PIL import Image
+
+    from .images import load_rgb_for_model
+
+    try:
+        im = load_rgb_for_model(path, min_side=8 * SIGNATURE_SIDE)
+    except Exception:
+        return None
+    out = np.empty((len(SIGNATURE_CROPS), SIGNATURE_SIDE, SIGNATURE_SIDE, 3), dtype=np.float32)
+    w, h = im.size
+    for n, frac in enumerate(SIGNATURE_CROPS):
+        cw, ch = max(1, int(w * frac)), max(1, int(h * frac))
+        left, top = (w - cw) // 2, (h - ch) // 2
+        a = np.asarray(im.crop((left, top, left + cw, top + ch)).resize((SIGNATURE_SIDE, SIGNATURE_SIDE), Image.Resampling.BOX), dtype=np.float32)
+        out[n] = (a + a[:, ::-1]) / 2
+    return out
+
+
+def pixel_difference(a: np.ndarray | None, b: np.ndarray | None) -> float:
+    """How far apart two images look at thumbnail size, allowing either to be a centre crop of
+    the other: the smallest mean absolute difference (0-255) over the crops. inf if unreadable."""
+    if a is None or b is None:
+        return float("inf")
+    return float(min(np.abs(a - b[0]).mean(axis=(1, 2, 3)).min(), np.abs(a[0] - b).mean(axis=(1, 2, 3)).min()))
 
 
 def normalise(x: np.ndarray) -> np.ndarray:
@@ -118,11 +156,14 @@ class Grouping:
 def group_near_duplicates(
     vectors: np.ndarray, *, threshold: float = DEFAULT_THRESHOLD, k: int = 10, priority: Sequence[tuple] | None = None,
     exact_below: int = DEFAULT_EXACT_BELOW, nprobe: int = 16, same: Sequence[tuple[int, int]] = (),
+    verify: Callable[[int, int], bool] | None = None,
 ) -> Grouping:
     """Group items whose features are at least ``threshold`` similar (each item's ``k``
     nearest neighbours are examined). ``same`` adds pairs known to be duplicates (same bytes).
     The representative of a group is the item with the smallest ``priority`` key (callers pass
-    e.g. ``(-pixels, id)``: the largest image, then the oldest)."""
+    e.g. ``(-pixels, id)``: the largest image, then the oldest). ``verify(i, j)``, when given,
+    must also accept a pair (the pixel check: classifier features rate different pictures of
+    similar content highly, so a feature match alone is not a copy)."""
     n = len(vectors)
     uf = _UnionFind(n)
     for a, b in same:
@@ -133,7 +174,7 @@ def group_near_duplicates(
         rows, cols = np.nonzero((sims >= threshold) & (idx >= 0))
         for r, c in zip(rows.tolist(), cols.tolist()):
             j = int(idx[r, c])
-            if j != r:
+            if j != r and uf.find(r) != uf.find(j) and (verify is None or verify(min(r, j), max(r, j))):
                 uf.union(r, j)
     roots = [uf.find(i) for i in range(n)]
     priority = list(priority) if priority is not None else [(i,) for i in range(n)]

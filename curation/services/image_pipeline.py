@@ -246,6 +246,7 @@ def dedup_start(*, model_name: str | None = None, user=None, enqueue: bool = Tru
         job = Job.objects.create(
             kind=Job.Kind.DEDUP, created_by=user if getattr(user, "pk", None) else None, code_version=code_version(),
             config={"model": model_name, "threshold": settings.NEAR_DUP_THRESHOLD, "id_threshold": settings.ID_DUP_THRESHOLD,
+                    "max_pixel_diff": settings.NEAR_DUP_MAX_PIXEL_DIFF,
                     "ambiguity_threshold": settings.AMBIGUITY_THRESHOLD, "ambiguity_min_images": settings.AMBIGUITY_MIN_IMAGES,
                     "exact_below": settings.NEAR_DUP_EXACT_BELOW},
         )
@@ -283,7 +284,7 @@ def load_features(embeddings: list[ImageEmbedding]) -> np.ndarray:
 
 
 def dedup_execute(*, job_id: int) -> Job:
-    from pipelines.near_dups import group_near_duplicates, nearest
+    from pipelines.near_dups import group_near_duplicates, nearest, pixel_difference, pixel_signature
 
     job = Job.objects.get(pk=job_id)
     if job.status in (Job.Status.DONE, Job.Status.FAILED):
@@ -292,7 +293,7 @@ def dedup_execute(*, job_id: int) -> Job:
     cfg = job.config
     model_name = cfg["model"]
     base = (ImageEmbedding.objects.filter(model_name=model_name, ok=True, image__status=Image.Status.OK)
-            .select_related("shard", "image__candidate_class").order_by("image_id"))
+            .select_related("shard", "image__candidate_class", "image__source").order_by("image_id"))
     cands = list(base.filter(image__source__role=Source.Role.CANDIDATE))
     refs = list(base.filter(image__source__role=Source.Role.ID))
     Job.objects.filter(pk=job.pk).update(total=len(cands) + len(refs))
@@ -308,10 +309,27 @@ def dedup_execute(*, job_id: int) -> Job:
         else:
             first[sha] = j
     priority = [(-(e.image.width * e.image.height), e.image_id) for e in cands]
+    signatures: dict[int, object] = {}
+    max_diff = cfg.get("max_pixel_diff", settings.NEAR_DUP_MAX_PIXEL_DIFF)
+
+    def signature(e: ImageEmbedding):
+        """Pixel signature of an image, read once, only for images in a feature match."""
+        if e.image_id not in signatures:
+            try:
+                path = safe_join(e.image.source.root, e.image.relative_path)
+            except UnsafePath:
+                signatures[e.image_id] = None
+            else:
+                signatures[e.image_id] = pixel_signature(path)
+        return signatures[e.image_id]
+
+    def looks_same(a: ImageEmbedding, b: ImageEmbedding) -> bool:
+        return a.image.sha256 == b.image.sha256 or pixel_difference(signature(a), signature(b)) <= max_diff
+
     grouping = group_near_duplicates(cand_x, threshold=cfg["threshold"], same=same, priority=priority,
-                                     exact_below=cfg["exact_below"])
+                                     exact_below=cfg["exact_below"], verify=lambda i, j: looks_same(cands[i], cands[j]))
     Job.objects.filter(pk=job.pk).update(message="comparing with the ID images")
-    # 2. candidates against ID reference images: identical bytes, then nearest neighbour
+    # 2. candidates against ID reference images: identical bytes, then nearest neighbour + pixel check
     ref_by_sha = {}
     for e in refs:
         ref_by_sha.setdefault(e.image.sha256, e)
@@ -322,13 +340,14 @@ def dedup_execute(*, job_id: int) -> Job:
         e.dup_group = rep.image_id
         e.drop_reason = f"near_duplicate_of:{rep.image_id}" if rep is not e else ""
         e.nearest_id_image_id, e.nearest_id_similarity = None, None
-        if len(refs):
-            e.nearest_id_image_id, e.nearest_id_similarity = refs[int(idx[j])].image_id, float(sims[j])
+        nearest_ref = refs[int(idx[j])] if len(refs) else None
+        if nearest_ref is not None:
+            e.nearest_id_image_id, e.nearest_id_similarity = nearest_ref.image_id, float(sims[j])
         same_bytes = ref_by_sha.get(e.image.sha256)
         if same_bytes is not None:
             e.nearest_id_image_id, e.nearest_id_similarity = same_bytes.image_id, 1.0
             e.drop_reason = f"duplicate_of_id:{same_bytes.image_id}"
-        elif e.nearest_id_similarity is not None and e.nearest_id_similarity >= cfg["id_threshold"]:
+        elif (nearest_ref is not None and e.nearest_id_similarity >= cfg["id_threshold"] and looks_same(e, nearest_ref)):
             e.drop_reason = f"duplicate_of_id:{e.nearest_id_image_id}"
         counts[e.drop_reason.split(":")[0] or "kept"] += 1
     signals = _visual_signals(cands, cfg, model_name)

@@ -68,3 +68,28 @@ def test_priority_picks_the_representative_and_same_bytes_always_group():
     assert list(idx) == [0, 1] and sims[1] == pytest.approx(1.0)
     sims, idx = nearest(x, np.zeros((0, 4), dtype=np.float32))
     assert list(idx) == [-1] * 4
+
+
+@pytest.mark.slow
+def test_pixel_check_passes_copies_and_stops_look_alikes(lite0, tmp_path):
+    """Two flat gradients in different colours look alike to a classifier (their features are
+    as close as a photo's copies are); the pixel check tells them apart, and passes copies."""
+    from fixtures.images import pattern_image, png_bytes
+    from pipelines.near_dups import DEFAULT_MAX_PIXEL_DIFF, normalise, pixel_difference, pixel_signature
+
+    rng = np.random.default_rng(0)
+    sky = tmp_path / "sky.png"
+    sky.write_bytes(png_bytes(pattern_image(rng, "gradient", [(70, 130, 220), (200, 225, 255)], (320, 240))))
+    dusk = tmp_path / "dusk.png"
+    dusk.write_bytes(png_bytes(pattern_image(rng, "gradient", [(250, 120, 40), (90, 40, 120)], (320, 240))))
+    f = normalise(extract(lite0, [str(sky), str(dusk)], num_workers=0).features.astype(np.float32))
+    assert float(f[0] @ f[1]) >= DEFAULT_THRESHOLD  # the features alone would call them duplicates
+    assert pixel_difference(pixel_signature(sky), pixel_signature(dusk)) > 5 * DEFAULT_MAX_PIXEL_DIFF
+    src = real_photo("chelsea.png")
+    original = pixel_signature(src)
+    with Image.open(src) as im:
+        for name, data in transformed_copies(im).items():
+            (tmp_path / name).write_bytes(data)
+            assert pixel_difference(original, pixel_signature(tmp_path / name)) <= DEFAULT_MAX_PIXEL_DIFF, name
+    assert pixel_signature(tmp_path / "missing.png") is None
+    assert pixel_difference(None, original) == float("inf")

@@ -6,13 +6,13 @@ from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
 from pipelines.models import ModelUnavailable
-from pipelines.near_dups import DEFAULT_THRESHOLD
+from pipelines.near_dups import DEFAULT_MAX_PIXEL_DIFF, DEFAULT_THRESHOLD
 
 
 class Command(BaseCommand):
     help = (
         "Group near-duplicate images in files or folders (no database needed): identical bytes first, "
-        "then cosine similarity of the model's features (faiss). CSV columns: group,path,similarity, one row "
+        "then cosine similarity of the model's features (faiss) confirmed by a pixel check. CSV columns: group,path,similarity, one row "
         "per readable image; a singleton is its own group; similarity is to the group's representative "
         "(its largest image)."
     )
@@ -21,16 +21,18 @@ class Command(BaseCommand):
         parser.add_argument("paths", nargs="+")
         parser.add_argument("--out", required=True, help="CSV to write; - for stdout")
         parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD, help=f"cosine similarity (default {DEFAULT_THRESHOLD})")
+        parser.add_argument("--max-pixel-diff", type=float, default=DEFAULT_MAX_PIXEL_DIFF,
+                            help=f"the pixel check: largest mean absolute difference of 16x16 signatures, 0-255 (default {DEFAULT_MAX_PIXEL_DIFF}); inf turns it off")
         parser.add_argument("--model", default="efficientnet_lite0")
         parser.add_argument("--weights")
         parser.add_argument("--batch-size", type=int, default=32)
         parser.add_argument("--workers", type=int, default=None)
         parser.add_argument("--device", default=None)
 
-    def handle(self, *args, paths, out, threshold, model, weights, batch_size, workers, device, **opts):
+    def handle(self, *args, paths, out, threshold, max_pixel_diff, model, weights, batch_size, workers, device, **opts):
         from pipelines.extract import extract
         from pipelines.models import load_model
-        from pipelines.near_dups import group_near_duplicates
+        from pipelines.near_dups import group_near_duplicates, pixel_difference, pixel_signature
         from pipelines.sources import list_files
 
         if not 0 < threshold <= 1:
@@ -66,7 +68,18 @@ class Command(BaseCommand):
             else:
                 first_with_digest[digests[i]] = j
         pixels = [_pixels(files[i]) for i in ok]
-        grouping = group_near_duplicates(feats, threshold=threshold, same=same, priority=[(-pixels[j], j) for j in range(len(ok))])
+        signatures: dict[int, object] = {}
+
+        def sig(j):
+            if j not in signatures:
+                signatures[j] = pixel_signature(files[ok[j]])
+            return signatures[j]
+
+        def looks_same(a, b):
+            return digests[ok[a]] == digests[ok[b]] or pixel_difference(sig(a), sig(b)) <= max_pixel_diff
+
+        grouping = group_near_duplicates(feats, threshold=threshold, same=same, priority=[(-pixels[j], j) for j in range(len(ok))],
+                                         verify=looks_same)
         fh = sys.stdout if out == "-" else open(out, "w", newline="", encoding="utf-8")
         try:
             w = csv.writer(fh)
