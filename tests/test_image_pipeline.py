@@ -74,9 +74,10 @@ def test_find_duplicates_command_groups_copies_one_row_per_image(tmp_path):
 
 @SLOW
 @pytest.mark.django_db
-def test_pipeline_on_ingested_sources(tmp_path):
+def test_pipeline_on_ingested_sources(tmp_path, settings):
+    settings.AMBIGUITY_MIN_IMAGES = 1  # one real cat photo is all the wheels ship
     cands, ids = tmp_path / "pool", tmp_path / "imagenet_ref"
-    cat_files = _copies_of(real_photo("chelsea.png"), cands / "n02121808")  # domestic cat: a photo and 4 copies
+    _copies_of(real_photo("chelsea.png"), cands / "n02121808")  # domestic cat: a photo and 4 copies
     for pkg, name, wnid in [("sklearn", "china.jpg", "n03874965"), ("sklearn", "flower.jpg", "n11669921"),
                             ("skimage", "rocket.jpg", "n04099429"), ("skimage", "astronaut.png", "n09818022"),
                             ("skimage", "coffee.png", "n07920052")]:
@@ -119,6 +120,9 @@ def test_pipeline_on_ingested_sources(tmp_path):
     signal = ClassVisualSignal.objects.get(candidate_class__folder="n02121808")
     assert signal.flagged and signal.reason == f"visually_ambiguous_with:{signal.top_wnid}"
     assert signal.top_wnid in {"n02123045", "n02123159", "n02124075"} and signal.top_share > 0.5
+    assert signal.n_images == 1  # the four copies are not counted again
+    pagoda = ClassVisualSignal.objects.get(candidate_class__folder="n03874965")
+    assert pagoda.n_images == 1 and pagoda.flagged == (pagoda.top_share > 0.5)
     assert "visually_ambiguous_with" in text and "5 near-duplicates" not in text
 
     # a second run computes nothing again and reproduces the decisions exactly

@@ -385,7 +385,8 @@ def _visual_signals(cands: list[ImageEmbedding], cfg: dict, model_name: str) -> 
     label = dict(zip(wnids, labels))
     by_class: dict[int, list[str]] = defaultdict(list)
     for e in cands:
-        if e.image.candidate_class_id:
+        # duplicates are one picture seen twice: only the images that stay are counted
+        if e.image.candidate_class_id and not e.drop_reason:
             by_class[e.image.candidate_class_id].append(e.top1_wnid)
     out = []
     for class_id, tops in sorted(by_class.items()):
