@@ -21,7 +21,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from curation.models import (CandidateClass, ClassVisualSignal, FeatureShard, Image, ImageEmbedding, Job, JobChunk,
+from curation.models import (ClassVisualSignal, FeatureShard, Image, ImageEmbedding, Job, JobChunk,
                              Source)
 from curation.services.audit import audit_record
 from curation.services.jobs import job_fail, job_mark_running
