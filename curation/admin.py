@@ -16,6 +16,26 @@ from pipelines.class_filter.policy import DEFAULT_PRESET, PRESETS
 from pipelines.wordnet import WordNetUnavailable
 
 
+class RecordAdmin(admin.ModelAdmin):
+    """Rows the pipeline writes: every field read-only, none added by hand."""
+
+    def get_readonly_fields(self, request, obj=None):
+        return [f.name for f in self.model._meta.fields]
+
+    def has_add_permission(self, request):
+        return False
+
+
+class NoChange:
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+class NoDelete:
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
 def action_form(modeladmin, request, queryset, *, form_class, title, intro, submit):
     """An admin action's intermediate page: show ``form_class`` for the selected rows; once it
     is posted back valid, call ``submit(cleaned_data)`` and return to the list."""
@@ -44,6 +64,8 @@ class ClassFilterForm(forms.Form):
 
 
 @admin.register(IdClassSet)
+
+
 class IdClassSetAdmin(admin.ModelAdmin):
     list_display = ("name", "spec", "n_classes", "is_default", "created_at")
     readonly_fields = ("wnids", "created_by", "created_at")
@@ -54,6 +76,8 @@ class IdClassSetAdmin(admin.ModelAdmin):
 
 
 @admin.register(Source)
+
+
 class SourceAdmin(admin.ModelAdmin):
     list_display = ("name", "role", "root", "created_at")
     list_filter = ("role",)
@@ -120,6 +144,8 @@ class SourceAdmin(admin.ModelAdmin):
 
 
 @admin.register(CandidateClass)
+
+
 class CandidateClassAdmin(admin.ModelAdmin):
     list_display = ("folder", "source", "wnid", "synset_name", "mapping")
     list_filter = ("source", "mapping")
@@ -128,71 +154,53 @@ class CandidateClassAdmin(admin.ModelAdmin):
 
 
 @admin.register(Image)
-class ImageAdmin(admin.ModelAdmin):
+
+
+class ImageAdmin(RecordAdmin):
     list_display = ("relative_path", "source", "status", "error_code", "width", "height", "format", "mode", "bytes")
     list_filter = ("source", "status", "error_code", "format", "mode")
     search_fields = ("relative_path", "sha256")
     list_select_related = ("source",)
-    readonly_fields = [f.name for f in Image._meta.fields]
     show_full_result_count = False
-
-    def has_add_permission(self, request):
-        return False
 
 
 @admin.register(Job)
-class JobAdmin(admin.ModelAdmin):
+
+
+class JobAdmin(RecordAdmin):
     list_display = ("id", "kind", "source", "status", "progress_bar", "created_by", "created_at", "finished_at")
     list_filter = ("kind", "status")
-    readonly_fields = [f.name for f in Job._meta.fields]
 
     @admin.display(description="progress")
     def progress_bar(self, obj):
         return format_html('<progress max="100" value="{}"></progress> {}/{}', obj.percent, obj.progress, obj.total)
 
-    def has_add_permission(self, request):
-        return False
-
 
 @admin.register(JobChunk)
-class JobChunkAdmin(admin.ModelAdmin):
+
+
+class JobChunkAdmin(RecordAdmin):
     list_display = ("job", "index", "done", "attempts", "done_at")
     list_filter = ("done",)
-    readonly_fields = [f.name for f in JobChunk._meta.fields]
-
-    def has_add_permission(self, request):
-        return False
 
 
 @admin.register(AuditLog)
-class AuditLogAdmin(admin.ModelAdmin):
+
+
+class AuditLogAdmin(NoDelete, NoChange, RecordAdmin):
     list_display = ("created_at", "actor", "action", "target_type", "target_id")
     list_filter = ("action", "target_type")
     search_fields = ("target_id", "actor__username")
-    readonly_fields = [f.name for f in AuditLog._meta.fields]
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
 
 @admin.register(ClassFilterRun)
-class ClassFilterRunAdmin(admin.ModelAdmin):
+
+
+class ClassFilterRunAdmin(NoChange, RecordAdmin):
+    # runs start from `manage.py filter_classes` or the Source list's action
     list_display = ("id", "candidates_spec", "id_spec", "policy_name", "job_status", "summary", "report_link", "created_by", "created_at")
     list_filter = ("policy_name", "source")
     list_select_related = ("job", "created_by")
-    readonly_fields = [f.name for f in ClassFilterRun._meta.fields]
-
-    def has_add_permission(self, request):
-        return False  # runs start from `manage.py filter_classes` or the Source list's action
-
-    def has_change_permission(self, request, obj=None):
-        return False
 
     @admin.display(description="status")
     def job_status(self, obj):
@@ -215,21 +223,16 @@ class NoteForm(forms.Form):
 
 
 @admin.register(ClassDecision)
-class ClassDecisionAdmin(admin.ModelAdmin):
+
+
+class ClassDecisionAdmin(NoDelete, RecordAdmin):
     list_display = ("name", "wnid_or_folder", "decision", "rule", "related_name", "short_detail", "resolution", "n_images", "run")
     list_filter = ("decision", "rule", "rule_decision", "resolution", "run")
     search_fields = ("wnid", "key", "name", "synset", "detail")
     list_select_related = ("run",)
-    readonly_fields = [f.name for f in ClassDecision._meta.fields]
     actions = ["resolve_keep", "resolve_remove", "pin_allow", "pin_deny"]
     show_full_result_count = False
     list_per_page = 100
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
     @admin.display(description="wnid / folder", ordering="wnid")
     def wnid_or_folder(self, obj):
@@ -292,6 +295,8 @@ class ClassOverrideForm(forms.ModelForm):
 
 
 @admin.register(ClassOverride)
+
+
 class ClassOverrideAdmin(admin.ModelAdmin):
     form = ClassOverrideForm
     list_display = ("wnid", "name", "action", "note", "created_by", "updated_at")
@@ -346,54 +351,36 @@ class ClassOverrideAdmin(admin.ModelAdmin):
 
 
 @admin.register(ImageEmbedding)
-class ImageEmbeddingAdmin(admin.ModelAdmin):
+
+
+class ImageEmbeddingAdmin(NoDelete, NoChange, RecordAdmin):
     list_display = ("image", "model_name", "top1", "max_softmax", "drop_reason", "nearest_id_similarity", "ok")
     list_filter = ("model_name", "ok", "drop_reason", "image__source")
     search_fields = ("image__relative_path", "top1_wnid", "drop_reason")
     list_select_related = ("image__source",)
-    readonly_fields = [f.name for f in ImageEmbedding._meta.fields]
     show_full_result_count = False
 
     @admin.display(description="top-1", ordering="top1_prob")
     def top1(self, obj):
         return f"{obj.top1_wnid} ({obj.top1_prob:.2f})" if obj.ok and obj.top1_prob is not None else obj.error[:80]
 
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
 
 @admin.register(ClassVisualSignal)
-class ClassVisualSignalAdmin(admin.ModelAdmin):
+
+
+class ClassVisualSignalAdmin(NoChange, RecordAdmin):
     list_display = ("candidate_class", "model_name", "top_label", "top_wnid", "share", "n_images", "flagged", "reason")
     list_filter = ("flagged", "model_name")
     list_select_related = ("candidate_class__source",)
-    readonly_fields = [f.name for f in ClassVisualSignal._meta.fields]
 
     @admin.display(description="share", ordering="top_share")
     def share(self, obj):
         return f"{obj.top_share:.0%}"
 
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
 
 @admin.register(FeatureShard)
-class FeatureShardAdmin(admin.ModelAdmin):
+
+
+class FeatureShardAdmin(NoChange, RecordAdmin):
     list_display = ("path", "model_name", "rows", "dim", "job", "created_at")
     list_filter = ("model_name",)
-    readonly_fields = [f.name for f in FeatureShard._meta.fields]
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False

@@ -4,6 +4,8 @@ from __future__ import annotations
 from django.db.models import Count, Q
 
 from curation.models import CandidateClass, ClassFilterRun, IdClassSet, Image, Job, Source
+from pipelines.class_filter.engine import CSV_COLUMNS
+from pipelines.class_filter.rules import RULES
 
 
 def source_broken_images(*, source: Source) -> list[Image]:
@@ -45,7 +47,7 @@ def default_id_class_set() -> IdClassSet | None:
 
 # -- class filter ---------------------------------------------------------------------------------
 
-CLASS_DECISION_CSV_COLUMNS = ("wnid", "name", "decision", "rule", "related_wnid", "related_name", "detail")
+CLASS_DECISION_CSV_COLUMNS = CSV_COLUMNS  # one definition, in the class filter
 
 
 def class_decision_csv_rows(*, run: ClassFilterRun):
@@ -66,7 +68,7 @@ def class_filter_report(*, run: ClassFilterRun, list_limit: int | None = None) -
     ]
     fired = run.counts.get("fired", {})
     rules_alone = run.counts.get("rules_alone", {})
-    explanations = {slug: spec.explanation for slug, spec in _rules().items()}
+    explanations = {slug: spec.explanation for slug, spec in RULES.items()}
     per_rule = [
         {"rule": slug, "severity": cfg["severity"], "fired": fired.get(slug, 0),
          "deciding": sum(r["n"] for r in by_rule if r["rule"] == slug), "explanation": explanations.get(slug, ""),
@@ -88,12 +90,6 @@ def class_filter_report(*, run: ClassFilterRun, list_limit: int | None = None) -
         "by_rule": by_rule, "per_rule": per_rule, "removed": removed, "n_removed": n_removed,
         "flagged": flagged, "n_flagged": n_flagged, "overridden": overridden, "resolved": resolved,
     }
-
-
-def _rules():
-    from pipelines.class_filter.rules import RULES  # plain Python, no heavy imports
-
-    return RULES
 
 
 def class_filter_runs(*, limit: int = 20) -> list[ClassFilterRun]:

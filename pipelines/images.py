@@ -59,6 +59,15 @@ def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def sha256_file(path: str | os.PathLike) -> str:
+    """SHA-256 of a file, read in 1 MiB blocks (for files not otherwise read into memory)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 def inspect_image(
     path: str | os.PathLike,
     *,

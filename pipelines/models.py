@@ -68,6 +68,8 @@ def _efficientnet_lite0(weights: Path | None):
     import torch
 
     path = Path(weights) if weights else _wheel_weights()
+    # The architecture only; its real weights are loaded below with strict=True (every tensor
+    # present, every shape checked), so random initial values can never survive into predictions.
     model = timm.create_model("efficientnet_lite0", pretrained=False, num_classes=1000)
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
@@ -116,7 +118,7 @@ class LoadedModel:
         return int(round(size / float(self.data_config.get("crop_pct") or 1.0)))
 
 
-def _imagenet_1k() -> tuple[tuple[str, ...], tuple[str, ...]]:
+def imagenet_1k_classes() -> tuple[tuple[str, ...], tuple[str, ...]]:
     from .imagenet import imagenet_lemmas, named_list
 
     wnids = named_list("imagenet-1k")
@@ -170,6 +172,6 @@ def load_model(name: str, *, weights: str | Path | None = None, device: str | No
     model = model.eval().to(device)
     data_config = timm.data.resolve_data_config({}, model=model)
     transform = timm.data.create_transform(**data_config, is_training=False)
-    wnids, labels = _imagenet_1k()
+    wnids, labels = imagenet_1k_classes()
     return LoadedModel(name=name, model=model, transform=transform, data_config=data_config, device=device,
                        weights=source, feature_dim=int(model.num_features), wnids=wnids, labels=labels)

@@ -28,3 +28,22 @@ def wait_for_job(job: Job, *, desc: str, poll: float = 0.5, timeout: float | Non
             time.sleep(poll)
     finally:
         bar.close()
+
+
+class InlineBar:
+    """A tqdm bar for a job run in this process: ``update`` takes processed counts, ``on_total``
+    sets the total once the job has planned its work."""
+
+    def __init__(self, desc: str, unit: str = "img"):
+        self.bar = tqdm(desc=desc, unit=unit, file=sys.stderr, dynamic_ncols=True)
+        self.update = self.bar.update
+
+    def on_total(self, total: int) -> None:
+        self.bar.total = total
+        self.bar.refresh()
+
+    def __enter__(self) -> "InlineBar":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.bar.close()

@@ -24,7 +24,7 @@ from django.utils import timezone
 from curation.models import (ClassVisualSignal, FeatureShard, Image, ImageEmbedding, Job, JobChunk,
                              Source)
 from curation.services.audit import audit_record
-from curation.services.jobs import job_fail, job_mark_running
+from curation.services.jobs import job_fail, job_mark_running, job_run_chunks_inline
 from curation.version import code_version
 from pipelines.sources import UnsafePath, safe_join
 
@@ -219,17 +219,8 @@ def extract_finalize(*, job_id: int) -> Job:
 
 
 def extract_run_inline(*, job: Job, progress: Callable[[int], None] | None = None, on_total: Callable[[int], None] | None = None) -> Job:
-    try:
-        indices = extract_plan(job_id=job.pk)
-        job.refresh_from_db()
-        if on_total:
-            on_total(job.total)
-        for index in indices:
-            extract_process_chunk(job_id=job.pk, index=index, progress=progress)
-        return extract_finalize(job_id=job.pk)
-    except Exception as exc:
-        job_fail(job_id=job.pk, error=exc)
-        raise
+    return job_run_chunks_inline(job=job, plan=extract_plan, process=extract_process_chunk, finalize=extract_finalize,
+                                 progress=progress, on_total=on_total)
 
 
 # -- near-duplicates, duplicates of ID images, similarity to ID, visual ambiguity -----------------
@@ -379,9 +370,9 @@ def dedup_execute(*, job_id: int) -> Job:
 
 
 def _visual_signals(cands: list[ImageEmbedding], cfg: dict, model_name: str) -> list[ClassVisualSignal]:
-    from pipelines.models import _imagenet_1k
+    from pipelines.models import imagenet_1k_classes
 
-    wnids, labels = _imagenet_1k()
+    wnids, labels = imagenet_1k_classes()
     label = dict(zip(wnids, labels))
     by_class: dict[int, list[str]] = defaultdict(list)
     for e in cands:

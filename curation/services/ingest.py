@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from curation.models import CandidateClass, Image, ImageEmbedding, Job, JobChunk, Source
 from curation.services.audit import audit_record
-from curation.services.jobs import job_fail, job_mark_running
+from curation.services.jobs import job_mark_running, job_run_chunks_inline
 from curation.services.sources import source_sync_classes
 from curation.version import code_version
 from pipelines.images import inspect_image
@@ -310,14 +310,5 @@ def _resolve_exact_duplicates(source: Source) -> int:
 
 def ingest_run_inline(*, job: Job, progress: ProgressCallback | None = None, on_total: Callable[[int], None] | None = None) -> Job:
     """Run a whole ingest job in this process (no broker configured, or a CLI run)."""
-    try:
-        indices = ingest_plan(job_id=job.pk)
-        job.refresh_from_db()
-        if on_total:
-            on_total(job.total)
-        for index in indices:
-            ingest_process_chunk(job_id=job.pk, index=index, progress=progress)
-        return ingest_finalize(job_id=job.pk)
-    except Exception as exc:
-        job_fail(job_id=job.pk, error=exc)
-        raise
+    return job_run_chunks_inline(job=job, plan=ingest_plan, process=ingest_process_chunk, finalize=ingest_finalize,
+                                 progress=progress, on_total=on_total)

@@ -101,7 +101,7 @@ def run_class_filter(
 
 
 def _run(graph, candidates, id_wnids, policy, overrides, progress, progress_every) -> FilterResult:
-    ctx = FilterContext(graph, id_nodes_for(graph, id_wnids), policy.params)
+    ctx = FilterContext(graph, id_nodes_for(graph, id_wnids))
     # Check the policy's synset parameters before any work, so a typo fails fast.
     org = policy.params["organism"]
     if policy.severities["organism"] != "off":
@@ -177,11 +177,5 @@ def _decide(graph, cand, node, fired, policy, override: Override | None) -> Deci
     )
 
 
+# The columns of the decisions CSV (filter_classes --out, the report's download).
 CSV_COLUMNS = ("wnid", "name", "decision", "rule", "related_wnid", "related_name", "detail")
-
-
-def decision_csv_row(d: Decision) -> dict[str, str]:
-    overridden = d.rule.startswith("override_")
-    return {"wnid": d.wnid or d.key, "name": d.name, "decision": d.decision, "rule": d.rule,
-            "related_wnid": "" if overridden else d.related_wnid, "related_name": "" if overridden else d.related_name,
-            "detail": d.detail}

@@ -135,11 +135,10 @@ _PART_INVERSE = {
 class FilterContext:
     """The ID set over the graph, with what the rules need computed once per run."""
 
-    def __init__(self, graph: NounGraph, id_nodes: list[int], policy_params: dict[str, dict]):
+    def __init__(self, graph: NounGraph, id_nodes: list[int]):
         self.graph = graph
         self.id_nodes = sorted(set(id_nodes))
         self.id_set = frozenset(self.id_nodes)
-        self.params = policy_params
 
     @cached_property
     def up_from_id(self) -> dict[int, int]:

@@ -1,11 +1,8 @@
-import sys
-
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
-from tqdm import tqdm
 
 from curation import selectors
-from curation.management.progress import wait_for_job
+from curation.management.progress import InlineBar, wait_for_job
 from curation.models import Job, Source
 from curation.services.ingest import IngestAlreadyRunning, ingest_resume, ingest_run_inline, ingest_start
 from curation.services.sources import SourceError, source_register
@@ -70,18 +67,11 @@ class Command(BaseCommand):
             raise CommandError(f"ingest job #{job.pk} failed: {job.message}")
 
     def _run_inline(self, job):
-        bar = tqdm(desc=f"ingest {job.source.name}", unit="img", file=sys.stderr, dynamic_ncols=True)
-
-        def on_total(total):
-            bar.total = total
-            bar.refresh()
-
-        try:
-            return ingest_run_inline(job=job, progress=bar.update, on_total=on_total)
-        except Exception as exc:
-            raise CommandError(f"ingest job #{job.pk} failed: {type(exc).__name__}: {exc}") from exc
-        finally:
-            bar.close()
+        with InlineBar(f"ingest {job.source.name}") as bar:
+            try:
+                return ingest_run_inline(job=job, progress=bar.update, on_total=bar.on_total)
+            except Exception as exc:
+                raise CommandError(f"ingest job #{job.pk} failed: {type(exc).__name__}: {exc}") from exc
 
     def _report(self, job, show_broken):
         self.stdout.write(self.style.SUCCESS(f"Job #{job.pk} {job.status}: {job.message}"))

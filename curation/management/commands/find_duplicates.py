@@ -1,11 +1,10 @@
 import csv
-import hashlib
 import sys
 
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
-from pipelines.models import ModelUnavailable
+from curation.management.model_cli import add_model_arguments, files_and_model
 from pipelines.near_dups import DEFAULT_MAX_PIXEL_DIFF, DEFAULT_THRESHOLD
 
 
@@ -23,36 +22,17 @@ class Command(BaseCommand):
         parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD, help=f"cosine similarity (default {DEFAULT_THRESHOLD})")
         parser.add_argument("--max-pixel-diff", type=float, default=DEFAULT_MAX_PIXEL_DIFF,
                             help=f"the pixel check: largest mean absolute difference of 16x16 signatures, 0-255 (default {DEFAULT_MAX_PIXEL_DIFF}); inf turns it off")
-        parser.add_argument("--model", default="efficientnet_lite0")
-        parser.add_argument("--weights")
-        parser.add_argument("--batch-size", type=int, default=32)
-        parser.add_argument("--workers", type=int, default=None)
-        parser.add_argument("--device", default=None)
+        add_model_arguments(parser)
 
     def handle(self, *args, paths, out, threshold, max_pixel_diff, model, weights, batch_size, workers, device, **opts):
         from pipelines.extract import extract
-        from pipelines.models import load_model
+        from pipelines.images import sha256_file
         from pipelines.near_dups import group_near_duplicates, pixel_difference, pixel_signature
-        from pipelines.sources import list_files
 
         if not 0 < threshold <= 1:
             raise CommandError("--threshold is a cosine similarity in (0, 1]")
-        files, problems = list_files(paths)
-        for p, why in problems:
-            self.stderr.write(f"skipped {p}: {why}")
-        if not files:
-            raise CommandError("no files to compare")
-        try:
-            lm = load_model(model, weights=weights, device=device)
-        except ModelUnavailable as exc:
-            raise CommandError(str(exc)) from None
-        digests = []
-        for f in files:
-            h = hashlib.sha256()
-            with open(f, "rb") as fh:
-                for block in iter(lambda: fh.read(1 << 20), b""):
-                    h.update(block)
-            digests.append(h.hexdigest())
+        files, lm = files_and_model(self, paths, model=model, weights=weights, device=device, what="compare")
+        digests = [sha256_file(f) for f in files]
         with tqdm(total=len(files), desc="features", unit="img", file=sys.stderr, dynamic_ncols=True) as bar:
             ex = extract(lm, files, batch_size=batch_size, num_workers=workers, progress=bar.update)
         ok = [i for i, r in enumerate(ex.results) if r.ok]

@@ -4,7 +4,7 @@ import sys
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
-from pipelines.models import PRODUCTION_MODEL, ModelUnavailable
+from curation.management.model_cli import add_model_arguments, files_and_model
 
 
 class Command(BaseCommand):
@@ -15,31 +15,16 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("paths", nargs="+", help="image files and/or folders (walked recursively)")
-        parser.add_argument("--model", default="efficientnet_lite0",
-                            help=f"a registered model or any timm name (production choice: {PRODUCTION_MODEL})")
-        parser.add_argument("--weights", help="a checkpoint file for the model (where the hub is unreachable)")
+        add_model_arguments(parser)
         parser.add_argument("--topk", type=int, default=5)
         parser.add_argument("--out", required=True, help="CSV to write; - for stdout")
-        parser.add_argument("--batch-size", type=int, default=32)
-        parser.add_argument("--workers", type=int, default=None, help="DataLoader worker processes (default: CPUs - 1, at most 4)")
-        parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda when available)")
 
     def handle(self, *args, paths, model, weights, topk, out, batch_size, workers, device, **opts):
         from pipelines.extract import extract
-        from pipelines.models import load_model
-        from pipelines.sources import list_files
 
         if topk < 1 or topk > 1000:
             raise CommandError("--topk must be between 1 and 1000")
-        files, problems = list_files(paths)
-        for p, why in problems:
-            self.stderr.write(f"skipped {p}: {why}")
-        if not files:
-            raise CommandError("no files to predict on")
-        try:
-            lm = load_model(model, weights=weights, device=device)
-        except ModelUnavailable as exc:
-            raise CommandError(str(exc)) from None
+        files, lm = files_and_model(self, paths, model=model, weights=weights, device=device, what="predict on")
         with tqdm(total=len(files), desc=f"predict {model}", unit="img", file=sys.stderr, dynamic_ncols=True) as bar:
             ex = extract(lm, files, batch_size=batch_size, num_workers=workers, topk=topk, progress=bar.update)
         label = dict(zip(lm.wnids, lm.labels))

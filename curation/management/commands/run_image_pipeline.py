@@ -1,10 +1,7 @@
-import sys
-
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
-from tqdm import tqdm
 
-from curation.management.progress import wait_for_job
+from curation.management.progress import InlineBar, wait_for_job
 from curation.models import ClassVisualSignal, Job, Source
 from curation.services.image_pipeline import (JobAlreadyRunning, PipelineError, dedup_run_inline, dedup_start,
                                               extract_run_inline, extract_start)
@@ -75,15 +72,8 @@ class Command(BaseCommand):
             self.stdout.write(f"  {s.candidate_class}: {s.reason} ({s.top_share:.0%} of {s.n_images} images are '{s.top_label}')")
 
     def _inline(self, job, source):
-        bar = tqdm(desc=f"{job.config['model']} {source.name}", unit="img", file=sys.stderr, dynamic_ncols=True)
-
-        def on_total(total):
-            bar.total = total
-            bar.refresh()
-
-        try:
-            return extract_run_inline(job=job, progress=bar.update, on_total=on_total)
-        except ModelUnavailable as exc:
-            raise CommandError(str(exc)) from None
-        finally:
-            bar.close()
+        with InlineBar(f"{job.config['model']} {source.name}") as bar:
+            try:
+                return extract_run_inline(job=job, progress=bar.update, on_total=bar.on_total)
+            except ModelUnavailable as exc:
+                raise CommandError(str(exc)) from None
