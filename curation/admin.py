@@ -5,12 +5,15 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html
 
-from curation.models import (AuditLog, CandidateClass, ClassDecision, ClassFilterRun, ClassOverride, ClassVisualSignal,
-                             FeatureShard, IdClassSet, Image, ImageEmbedding, Job, JobChunk, Source)
+from curation.models import (AnnotatorScope, Assignment, AuditLog, CandidateClass, ClassDecision, ClassFilterRun, ClassOverride,
+                             ClassVisualSignal, FeatureShard, IdClassSet, Image, ImageEmbedding, Job, JobChunk, Review, ReviewItem,
+                             ReviewSettings, Source)
+from curation.services.audit import audit_record
 from curation.services.class_filter import (ClassDecisionError, ClassFilterError, class_decisions_resolve, class_filter_start,
                                             class_override_pin, class_override_unpin)
 from curation.services.image_pipeline import JobAlreadyRunning, PipelineError, dedup_start, extract_start
 from curation.services.ingest import IngestAlreadyRunning, ingest_start
+from curation.services.review import ReviewError, review_items_set_gold, review_queue_sync, review_settings_save
 from pipelines.class_filter import PolicyError
 from pipelines.class_filter.policy import DEFAULT_PRESET, PRESETS
 from pipelines.wordnet import WordNetUnavailable
@@ -83,7 +86,7 @@ class SourceAdmin(admin.ModelAdmin):
     list_filter = ("role",)
     search_fields = ("name", "root")
     readonly_fields = ("root", "created_by", "created_at")
-    actions = ["rescan", "run_class_filter", "extract", "find_near_duplicates"]
+    actions = ["rescan", "run_class_filter", "extract", "find_near_duplicates", "build_review_queue"]
 
     def has_add_permission(self, request):
         # Roots are server paths: sources are registered with `manage.py add_source`, where the
@@ -141,6 +144,20 @@ class SourceAdmin(admin.ModelAdmin):
             self.message_user(request, str(exc), messages.WARNING)
         else:
             self.message_user(request, f"Duplicate search job #{job.pk} started over every extracted source")
+
+
+    @admin.action(description="Build / refresh the review queue of the selected candidate sources", permissions=["review"])
+    def build_review_queue(self, request, queryset):
+        for source in queryset:
+            try:
+                report = review_queue_sync(source=source, user=request.user)
+            except ReviewError as exc:
+                self.message_user(request, str(exc), messages.ERROR)
+            else:
+                self.message_user(request, report.summary())
+
+    def has_review_permission(self, request):
+        return request.user.has_perm("curation.change_reviewsettings")
 
 
 @admin.register(CandidateClass)
@@ -384,3 +401,104 @@ class ClassVisualSignalAdmin(NoChange, RecordAdmin):
 class FeatureShardAdmin(NoChange, RecordAdmin):
     list_display = ("path", "model_name", "rows", "dim", "job", "created_at")
     list_filter = ("model_name",)
+
+@admin.register(ReviewSettings)
+class ReviewSettingsAdmin(admin.ModelAdmin):
+    list_display = ("source", "candidate_class", "reviews_required", "order", "gold_rate", "updated_by", "updated_at")
+    list_filter = ("source", "order")
+    autocomplete_fields = ("candidate_class",)
+    readonly_fields = ("updated_by", "updated_at")
+
+    def save_model(self, request, obj, form, change):
+        # the model's check constraints were validated by the form; this also applies it to the queue
+        saved = review_settings_save(source=obj.source, candidate_class=obj.candidate_class, reviews_required=obj.reviews_required,
+                                     order=obj.order, gold_rate=obj.gold_rate, user=request.user)
+        obj.pk = saved.pk
+
+
+class AnnotatorScopeForm(forms.ModelForm):
+    class Meta:
+        model = AnnotatorScope
+        fields = ("annotator", "source", "candidate_class")
+
+    def clean(self):
+        data = super().clean()
+        cc, source = data.get("candidate_class"), data.get("source")
+        if cc is not None and source is not None and cc.source_id != source.pk:
+            raise forms.ValidationError(f"class {cc.folder} belongs to {cc.source.name}, not {source.name}")
+        return data
+
+
+@admin.register(AnnotatorScope)
+class AnnotatorScopeAdmin(admin.ModelAdmin):
+    form = AnnotatorScopeForm
+    list_display = ("annotator", "source", "candidate_class", "created_by", "created_at")
+    list_filter = ("source",)
+    autocomplete_fields = ("candidate_class",)
+    readonly_fields = ("created_by", "created_at")
+
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        if db_field.name == "annotator":
+            from django.contrib.auth.models import User
+
+            kwargs["queryset"] = User.objects.filter(groups__name="annotator").order_by("username")
+        if db_field.name == "source":
+            kwargs["queryset"] = Source.objects.filter(role=Source.Role.CANDIDATE)
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+    def save_model(self, request, obj, form, change):
+        if not change:
+            obj.created_by = request.user
+        super().save_model(request, obj, form, change)
+        audit_record(actor=request.user, action="annotator_scope_saved", target=obj,
+                     data={"annotator": obj.annotator.username, "source": obj.source.name,
+                           "class": obj.candidate_class.folder if obj.candidate_class_id else None})
+
+    def delete_model(self, request, obj):
+        audit_record(actor=request.user, action="annotator_scope_deleted", target=obj, data={"annotator": obj.annotator.username})
+        super().delete_model(request, obj)
+
+
+class ReviewInline(admin.TabularInline):
+    model = Review
+    fields = ("annotator", "decision", "id_wnids", "note", "seconds", "is_gold", "gold_correct", "created_at")
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(ReviewItem)
+class ReviewItemAdmin(NoDelete, RecordAdmin):
+    list_display = ("image", "source", "candidate_class", "status", "done", "required", "leased", "final_decision", "is_gold")
+    list_filter = ("status", "final_decision", "is_gold", "source")
+    search_fields = ("image__relative_path",)
+    inlines = [ReviewInline]
+    actions = ["make_gold", "unmake_gold"]
+
+    @admin.action(description="Use as gold (known answers; complete or adjudicated images only)", permissions=["gold"])
+    def make_gold(self, request, queryset):
+        n = review_items_set_gold(item_ids=queryset.values_list("pk", flat=True), gold=True, user=request.user)
+        self.message_user(request, f"{n} image(s) are now gold.")
+
+    @admin.action(description="Stop using as gold", permissions=["gold"])
+    def unmake_gold(self, request, queryset):
+        n = review_items_set_gold(item_ids=queryset.values_list("pk", flat=True), gold=False, user=request.user)
+        self.message_user(request, f"{n} image(s) are no longer gold.")
+
+    def has_gold_permission(self, request):
+        return request.user.has_perm("curation.change_reviewsettings")
+
+
+@admin.register(Review)
+class ReviewAdmin(NoDelete, NoChange, RecordAdmin):
+    list_display = ("item", "annotator", "decision", "is_gold", "gold_correct", "seconds", "created_at")
+    list_filter = ("decision", "is_gold", "annotator")
+
+
+@admin.register(Assignment)
+class AssignmentAdmin(NoDelete, NoChange, RecordAdmin):
+    list_display = ("item", "annotator", "state", "is_gold", "leased_at", "expires_at", "finished_at")
+    list_filter = ("state", "is_gold")

@@ -94,3 +94,209 @@ def class_filter_report(*, run: ClassFilterRun, list_limit: int | None = None) -
 
 def class_filter_runs(*, limit: int = 20) -> list[ClassFilterRun]:
     return list(ClassFilterRun.objects.select_related("job", "source", "created_by").order_by("-created_at")[:limit])
+
+
+# -- review ----------------------------------------------------------------------------------------
+
+_EXAMPLES_TTL = 300.0
+_examples_cache: dict[str, tuple[float, list[int]]] = {}
+
+
+def id_examples(wnids, *, per_class: int = 4) -> dict[str, list[int]]:
+    """Up to ``per_class`` ID reference image ids per wnid (one windowed query for the wnids not
+    cached in this process; refreshed every few minutes)."""
+    import time
+
+    from django.db.models import F, Window
+    from django.db.models.functions import RowNumber
+
+    now = time.monotonic()
+    out, missing = {}, []
+    for w in wnids:
+        hit = _examples_cache.get(w)
+        if hit and now - hit[0] < _EXAMPLES_TTL:
+            out[w] = hit[1]
+        else:
+            missing.append(w)
+    if missing:
+        found: dict[str, list[int]] = {w: [] for w in missing}
+        rows = (Image.objects.filter(source__role=Source.Role.ID, status=Image.Status.OK, candidate_class__wnid__in=missing)
+                .annotate(rn=Window(RowNumber(), partition_by=F("candidate_class__wnid"), order_by=F("id").asc()))
+                .filter(rn__lte=per_class).values_list("candidate_class__wnid", "id"))
+        for w, image_id in rows:
+            found[w].append(image_id)
+        for w, ids in found.items():
+            _examples_cache[w] = (now, ids)
+            out[w] = ids
+    return out
+
+
+def review_payload(assignments, *, model_name: str) -> list[dict]:
+    """What the review screen shows for each leased image, in the assignments' order: three
+    queries whatever the number of images (items, predictions, synset texts)."""
+    from curation.models import ImageEmbedding, ReviewItem, SynsetText
+
+    if not assignments:
+        return []
+    items = {it.pk: it for it in ReviewItem.objects.filter(pk__in=[a.item_id for a in assignments])
+             .select_related("image", "source", "candidate_class")}
+    emb = {e.image_id: e for e in ImageEmbedding.objects.filter(image_id__in=[it.image_id for it in items.values()], model_name=model_name)
+           .only("image_id", "topk", "nearest_id_similarity")}
+    wnids = {w for e in emb.values() for w, _p in e.topk} | {it.candidate_class.wnid for it in items.values() if it.candidate_class_id}
+    texts = {t.wnid: t for t in SynsetText.objects.filter(wnid__in=wnids)}
+    examples = id_examples(sorted({w for e in emb.values() for w, _p in e.topk}))
+    out = []
+    for a in assignments:
+        it = items[a.item_id]
+        cc, e = it.candidate_class, emb.get(it.image_id)
+        ct = texts.get(cc.wnid) if cc and cc.wnid else None
+        top = []
+        for rank, (w, p) in enumerate(e.topk if e else [], start=1):
+            t = texts.get(w)
+            top.append({"rank": rank, "wnid": w, "label": t.label if t else w, "lemmas": t.lemmas if t else [],
+                        "gloss": t.gloss if t else "", "prob": round(float(p), 4), "examples": examples.get(w, [])})
+        out.append({
+            "assignment": a.pk, "item": it.pk, "image": it.image_id, "gold": a.is_gold,
+            "width": it.image.width, "height": it.image.height, "path": it.image.relative_path,
+            "source": it.source.name,
+            "ood_class": {"folder": cc.folder if cc else "", "wnid": cc.wnid if cc else "",
+                          "label": (ct.label if ct else (cc.synset_name or cc.folder)) if cc else "(no class)",
+                          "lemmas": ct.lemmas if ct else (cc.lemmas if cc else []), "gloss": (ct.gloss if ct else cc.gloss) if cc else ""},
+            "nearest_id_similarity": round(e.nearest_id_similarity, 3) if e and e.nearest_id_similarity is not None else None,
+            "top5": top, "expires_at": a.expires_at.isoformat(),
+        })
+    return out
+
+
+def id_class_list() -> list[list]:
+    """[[wnid, label, 'lemma, lemma', gloss], ...] for the ID class search, in class order."""
+    from curation.models import SynsetText
+
+    id_set = default_id_class_set()
+    if id_set is None:
+        return []
+    texts = {t.wnid: t for t in SynsetText.objects.filter(wnid__in=id_set.wnids)}
+    rows = []
+    for w in id_set.wnids:
+        t = texts.get(w)
+        rows.append([w, t.label if t else w, ", ".join(t.lemmas) if t else "", t.gloss if t else ""])
+    return rows
+
+
+def annotator_queue(*, user) -> dict:
+    """An annotator's queue: per source and class, images still needing a review they could
+    give, and what they have done."""
+    from django.db.models import Exists, OuterRef
+
+    from curation.models import Assignment, Review, ReviewItem
+    from curation.services.review import annotator_scope
+
+    scope = annotator_scope(user)
+    not_mine = ~Exists(Assignment.objects.filter(item=OuterRef("pk"), annotator=user).exclude(state=Assignment.State.EXPIRED))
+    rows = (ReviewItem.objects.filter(scope.q()).exclude(status=ReviewItem.Status.WITHDRAWN)
+            .values("source__name", "candidate_class__folder", "candidate_class__synset_name")
+            .annotate(total=Count("id"), waiting=Count("id", filter=Q(status=ReviewItem.Status.OPEN) & not_mine),
+                      finished=Count("id", filter=~Q(status=ReviewItem.Status.OPEN)))
+            .order_by("source__name", "candidate_class__folder"))
+    mine = Review.objects.filter(annotator=user, is_gold=False)
+    return {"rows": list(rows), "restricted": not scope.unrestricted, "my_reviews": mine.count(),
+            "my_today": mine.filter(created_at__date=_today()).count()}
+
+
+def _today():
+    from django.utils import timezone
+
+    return timezone.localdate()
+
+
+def review_dashboard() -> dict:
+    """Progress per class, throughput and gold accuracy per annotator, agreement, and the
+    contamination rate per class (images finally decided ``id`` over all finally decided
+    images) with its Wilson 95% interval."""
+    from itertools import combinations
+
+    from django.db.models import Max, Sum
+
+    from curation.models import Review, ReviewItem, ReviewSettings
+    from pipelines.agreement import cohen_kappa, fleiss_kappa, wilson_interval
+
+    S = ReviewItem.Status
+    final = Q(status__in=[S.COMPLETE, S.ADJUDICATED])
+    classes = []
+    for row in (ReviewItem.objects.exclude(status=S.WITHDRAWN)
+                .values("source__name", "candidate_class_id", "candidate_class__folder", "candidate_class__wnid", "candidate_class__synset_name")
+                .annotate(total=Count("id"), open=Count("id", filter=Q(status=S.OPEN)), conflict=Count("id", filter=Q(status=S.CONFLICT)),
+                          final=Count("id", filter=final), n_id=Count("id", filter=final & Q(final_decision="id")),
+                          reviews=Sum("done"), required=Sum("required"))
+                .order_by("source__name", "candidate_class__folder")):
+        ci = wilson_interval(row["n_id"], row["final"])
+        row["rate"] = row["n_id"] / row["final"] if row["final"] else None
+        row["ci"] = ci
+        row["percent"] = int(100 * min(row["reviews"] or 0, row["required"] or 0) / row["required"]) if row["required"] else 0
+        classes.append(row)
+
+    annotators = []
+    for row in (Review.objects.values("annotator__username")
+                .annotate(n=Count("id", filter=Q(is_gold=False)), seconds=Sum("seconds", filter=Q(is_gold=False)),
+                          gold=Count("id", filter=Q(is_gold=True)), gold_ok=Count("id", filter=Q(is_gold=True, gold_correct=True)),
+                          last=Max("created_at"))
+                .order_by("annotator__username")):
+        row["sec_per_image"] = row["seconds"] / row["n"] if row["n"] and row["seconds"] else None
+        row["per_hour"] = 3600.0 * row["n"] / row["seconds"] if row["seconds"] else None
+        row["gold_accuracy"] = row["gold_ok"] / row["gold"] if row["gold"] else None
+        row["gold_ci"] = wilson_interval(row["gold_ok"], row["gold"])
+        annotators.append(row)
+
+    by_item: dict[int, dict[str, str]] = {}
+    for item_id, who, decision in (Review.objects.filter(is_gold=False, item__done__gte=2)
+                                   .values_list("item_id", "annotator__username", "decision").iterator(chunk_size=5000)):
+        by_item.setdefault(item_id, {})[who] = decision
+    fleiss = fleiss_kappa(list(d.values()) for d in by_item.values())
+    pairs = []
+    names = sorted({w for d in by_item.values() for w in d})
+    for a, b in combinations(names, 2):
+        shared = [(d[a], d[b]) for d in by_item.values() if a in d and b in d]
+        if shared:
+            k = cohen_kappa([x for x, _ in shared], [y for _, y in shared])
+            pairs.append({"a": a, "b": b, "n": len(shared), "kappa": k,
+                          "agreement": sum(x == y for x, y in shared) / len(shared)})
+    totals = ReviewItem.objects.aggregate(
+        total=Count("id", filter=~Q(status=S.WITHDRAWN)), open=Count("id", filter=Q(status=S.OPEN)),
+        conflict=Count("id", filter=Q(status=S.CONFLICT)), final=Count("id", filter=final), gold=Count("id", filter=Q(is_gold=True)))
+    settings_rows = list(ReviewSettings.objects.select_related("source", "candidate_class").order_by("source__name", "candidate_class__folder"))
+    return {"classes": classes, "annotators": annotators, "fleiss": fleiss, "multi_reviewed": len(by_item), "pairs": pairs,
+            "totals": totals, "settings": settings_rows}
+
+
+def adjudication_queue(*, limit: int = 50):
+    from curation.models import ReviewItem
+
+    return list(ReviewItem.objects.filter(status=ReviewItem.Status.CONFLICT).select_related("image", "source", "candidate_class")
+                .prefetch_related("reviews__annotator").order_by("decided_at", "id")[:limit])
+
+
+def flagged_classes(*, samples: int = 8) -> list[dict]:
+    """Classes waiting for a curator: unresolved flags of each source's latest class filter run
+    and unresolved visual-ambiguity signals, each with sample image ids and its reasons."""
+    from django.db.models import F, Window
+    from django.db.models.functions import RowNumber
+
+    from curation.models import ClassDecision, ClassVisualSignal
+
+    out: dict[int, dict] = {}
+    for source in Source.objects.filter(role=Source.Role.CANDIDATE).order_by("name"):
+        run = ClassFilterRun.objects.filter(source=source, job__status="done").order_by("-created_at", "-pk").first()
+        if run is None:
+            continue
+        for d in run.decisions.filter(decision=ClassDecision.Decision.FLAG, candidate_class__isnull=False).select_related("candidate_class"):
+            out.setdefault(d.candidate_class_id, {"cc": d.candidate_class, "source": source, "flag": None, "signal": None})["flag"] = d
+    for sig in ClassVisualSignal.objects.filter(flagged=True, resolution="").select_related("candidate_class__source"):
+        entry = out.setdefault(sig.candidate_class_id, {"cc": sig.candidate_class, "source": sig.candidate_class.source, "flag": None, "signal": None})
+        entry["signal"] = sig
+    if out:
+        rows = (Image.objects.filter(candidate_class_id__in=list(out), status=Image.Status.OK)
+                .annotate(rn=Window(RowNumber(), partition_by=F("candidate_class_id"), order_by=F("id").asc()))
+                .filter(rn__lte=samples).values_list("candidate_class_id", "id"))
+        for class_id, image_id in rows:
+            out[class_id].setdefault("samples", []).append(image_id)
+    return sorted(out.values(), key=lambda e: (e["source"].name, e["cc"].folder))

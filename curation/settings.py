@@ -180,3 +180,9 @@ NEAR_DUP_MAX_PIXEL_DIFF = float(os.environ.get("OODC_NEAR_DUP_MAX_PIXEL_DIFF", "
 NEAR_DUP_EXACT_BELOW = int(os.environ.get("OODC_NEAR_DUP_EXACT_BELOW", "50000"))
 AMBIGUITY_THRESHOLD = float(os.environ.get("OODC_AMBIGUITY_THRESHOLD", "0.5"))
 AMBIGUITY_MIN_IMAGES = int(os.environ.get("OODC_AMBIGUITY_MIN_IMAGES", "5"))
+
+# Review queue (issue 5)
+REVIEW_LEASE_SECONDS = env_int("OODC_REVIEW_LEASE_SECONDS", 900)  # an unanswered image returns to the queue after this
+REVIEW_PREFETCH = env_int("OODC_REVIEW_PREFETCH", 2)  # images leased at once: the one on screen and the next
+REVIEW_RECLAIM_EVERY = env_int("OODC_REVIEW_RECLAIM_EVERY", 10)  # seconds between expired-lease sweeps per process
+THUMBNAIL_DIR = Path(os.environ.get("OODC_THUMBNAIL_DIR", DATA_DIR / "thumbs"))

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import views
+from . import review_views, views
 
 app_name = "labeling_ui"
 urlpatterns = [
@@ -8,4 +8,17 @@ urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
     path("class-filter/<int:run_id>/", views.class_filter_report, name="class_filter_report"),
     path("class-filter/<int:run_id>/decisions.csv", views.class_filter_csv, name="class_filter_csv"),
+    # review: annotators
+    path("review/", review_views.queue, name="review_queue"),
+    path("review/screen/", review_views.screen, name="review_screen"),
+    path("api/review/next", review_views.api_next, name="api_review_next"),
+    path("api/review/submit", review_views.api_submit, name="api_review_submit"),
+    path("api/review/undo", review_views.api_undo, name="api_review_undo"),
+    path("api/id-classes", review_views.api_id_classes, name="api_id_classes"),
+    path("images/<int:image_id>/<str:variant>", review_views.image_file, name="image_file"),
+    # review: curators
+    path("curate/reviews/", review_views.dashboard, name="review_dashboard"),
+    path("curate/reviews/source/<int:source_id>/", review_views.source_settings, name="review_source_settings"),
+    path("curate/adjudicate/", review_views.adjudicate, name="adjudicate"),
+    path("curate/classes/", review_views.classes, name="review_classes"),
 ]

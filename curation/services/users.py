@@ -10,6 +10,7 @@ from curation.services.audit import audit_record
 # the demo command, meant for a laptop on localhost.
 DEMO_USERS = {
     "annotator": ("annotator-demo", ANNOTATOR, False, False),
+    "annotator2": ("annotator2-demo", ANNOTATOR, False, False),
     "curator": ("curator-demo", CURATOR, True, False),
     "researcher": ("researcher-demo", RESEARCHER, True, False),
     "admin": ("admin-demo", None, True, True),

@@ -5,6 +5,8 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
 from curation import selectors
+from curation.models import Source
+from curation.services.review import review_queue_sync
 from curation.services.users import users_create_demo
 from fixtures.demo import generate_demo
 
@@ -20,29 +22,34 @@ class Command(BaseCommand):
     def handle(self, *args, data=None, addr="127.0.0.1:8000", no_serve=False, **opts):
         out = self.stdout
         root = Path(data or settings.DATA_DIR / "demo")
-        out.write(self.style.MIGRATE_HEADING(f"1/6 Generating demo data in {root}"))
+        out.write(self.style.MIGRATE_HEADING(f"1/7 Generating demo data in {root}"))
         paths = generate_demo(root)
-        out.write(self.style.MIGRATE_HEADING("2/6 ID class set"))
+        out.write(self.style.MIGRATE_HEADING("2/7 ID class set"))
         call_command("set_id_classes", "imagenet-1k", stdout=out)
-        out.write(self.style.MIGRATE_HEADING("3/6 Ingesting the sources"))
+        out.write(self.style.MIGRATE_HEADING("3/7 Ingesting the sources"))
         call_command("add_source", "demo-candidates", str(paths.candidates), class_map=str(paths.class_map), stdout=out, stderr=self.stderr, show_broken=30)
         call_command("add_source", "demo-id", str(paths.id_reference), role="id", stdout=out, stderr=self.stderr)
-        out.write(self.style.MIGRATE_HEADING("4/6 WordNet class filter on demo-candidates (preset imagenet-ood)"))
+        out.write(self.style.MIGRATE_HEADING("4/7 WordNet class filter on demo-candidates (preset imagenet-ood)"))
         csv_path = root / "class_filter_decisions.csv"
         call_command("filter_classes", candidates="source:demo-candidates", id_spec="imagenet-1k", out=str(csv_path), stdout=out)
-        out.write(self.style.MIGRATE_HEADING(f"5/6 Predictions, features and near-duplicates ({settings.DEFAULT_MODEL}, offline weights)"))
+        out.write(self.style.MIGRATE_HEADING(f"5/7 Predictions, features and near-duplicates ({settings.DEFAULT_MODEL}, offline weights)"))
         call_command("run_image_pipeline", sources=["demo-candidates", "demo-id"], stdout=out, stderr=self.stderr)
-        out.write(self.style.MIGRATE_HEADING("6/6 Summary"))
+        out.write(self.style.MIGRATE_HEADING("6/7 Review queue (reviewed by nobody yet)"))
+        report = review_queue_sync(source=Source.objects.get(name="demo-candidates"))
+        out.write(f"  {report.summary()}")
+        out.write(self.style.MIGRATE_HEADING("7/7 Summary"))
         for row in selectors.source_summaries():
             out.write(
                 f"  {row['source'].name:<16} {row['source'].role:<9} classes={row['classes']:<3} unmapped={row['unmapped']:<2} "
                 f"images={row['total']:<4} ok={row['ok']:<4} broken={row['broken']:<3} duplicate={row['duplicate']:<3} missing={row['missing']}"
             )
         accounts = users_create_demo()
-        out.write(self.style.MIGRATE_HEADING("Demo accounts (one per role)"))
+        out.write(self.style.MIGRATE_HEADING("Demo accounts (annotators review; the curator follows progress and adjudicates)"))
         for username, password in accounts.items():
             out.write(f"  {username:<11} password: {password}")
         url = f"http://{addr}/"
+        out.write(f"  Annotators review at {url}review/ (log in as annotator or annotator2); curators follow progress at "
+                  f"{url}curate/reviews/, adjudicate at {url}curate/adjudicate/ and judge flagged classes at {url}curate/classes/")
         if no_serve:
             out.write(self.style.SUCCESS(f"Done. Serve with: python manage.py runserver {addr}  then open {url}"))
             return

@@ -1,0 +1,79 @@
+"""Display copies of source images for the browser: a thumbnail, a screen-sized view and, for
+files a browser cannot show as they are (16-bit, CMYK, TIFF...), a full-size PNG. Each is made
+once, keyed by the file's SHA-256, and written atomically."""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from django.conf import settings
+from PIL import Image as PILImage
+from PIL import ImageOps
+
+from curation.models import Image
+from pipelines.images import to_rgb
+from pipelines.sources import UnsafePath, safe_join
+
+SIZES = {"thumb": 224, "view": 1400}
+VARIANTS = (*SIZES, "full")
+BROWSER_FORMATS = {"JPEG", "PNG", "GIF", "WEBP"}
+BROWSER_MODES = {"RGB", "RGBA", "L", "LA", "P", "1"}
+
+
+class RenditionError(RuntimeError):
+    pass
+
+
+def source_file(image: Image) -> Path:
+    """The image's file under its source root (paths escaping the root are refused)."""
+    try:
+        return safe_join(image.source.root, image.relative_path)
+    except UnsafePath as exc:
+        raise RenditionError(str(exc)) from exc
+
+
+def _write_atomic(path: Path, im: PILImage.Image, fmt: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".part")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            if fmt == "JPEG":
+                im.save(fh, "JPEG", quality=88, optimize=True)
+            else:
+                im.save(fh, fmt)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def rendition(image: Image, variant: str) -> tuple[Path, str]:
+    """(path, content type) of the variant, made on first use. ``full`` is the file itself
+    when a browser can show it (it applies EXIF orientation on its own)."""
+    if variant not in VARIANTS:
+        raise RenditionError(f"unknown image variant {variant!r}: use one of {', '.join(VARIANTS)}")
+    if image.status != Image.Status.OK or not image.sha256:
+        raise RenditionError(f"{image}: not a readable image ({image.get_status_display()})")
+    src = source_file(image)
+    if variant == "full" and image.format in BROWSER_FORMATS and image.mode in BROWSER_MODES:
+        return src, PILImage.MIME.get(image.format, "application/octet-stream")
+    ext, fmt, ctype = ("png", "PNG", "image/png") if variant == "full" else ("jpg", "JPEG", "image/jpeg")
+    out = Path(settings.THUMBNAIL_DIR) / variant / image.sha256[:2] / f"{image.sha256}.{ext}"
+    if out.is_file():
+        return out, ctype
+    try:
+        with PILImage.open(src) as im:
+            if im.width * im.height > settings.MAX_IMAGE_PIXELS:
+                raise RenditionError(f"{src}: {im.width}x{im.height} pixels is over the limit (decompression bomb)")
+            if variant in SIZES and im.format == "JPEG":
+                im.draft("RGB", (SIZES[variant], SIZES[variant]))
+            im.load()
+            rgb = to_rgb(ImageOps.exif_transpose(im))
+    except (OSError, ValueError, PILImage.DecompressionBombError) as exc:
+        raise RenditionError(f"{src}: cannot decode it ({exc})") from exc
+    if variant in SIZES:
+        rgb.thumbnail((SIZES[variant], SIZES[variant]), PILImage.Resampling.LANCZOS)
+    _write_atomic(out, rgb, fmt)
+    return out, ctype

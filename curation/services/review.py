@@ -1,0 +1,566 @@
+"""The review queue: building it from what the automatic stages kept, leasing images to
+annotators without collisions, recording decisions idempotently, undo, adjudication and gold.
+
+Assignment rules (issue 5):
+- an image is leased by locking its queue row (``SELECT ... FOR UPDATE SKIP LOCKED`` on
+  PostgreSQL) and bumping its ``leased`` counter in the same transaction, so concurrent
+  annotators never receive the same image unless it needs more reviews, and never the same
+  annotator twice (one Assignment row per image and annotator);
+- a lease lasts ``REVIEW_LEASE_SECONDS``; expired leases go back to the queue;
+- a submission names its assignment: repeating it changes nothing; the decision is committed
+  before the response that carries the next image.
+"""
+from __future__ import annotations
+
+import hashlib
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Exists, F, OuterRef, Q
+from django.db.models.functions import Greatest
+from django.utils import timezone
+
+from curation.models import (AnnotatorScope, Assignment, CandidateClass, ClassDecision, ClassFilterRun, ClassVisualSignal,
+                             IdClassSet, Image, ImageEmbedding, Review, ReviewDecision, ReviewItem, ReviewSettings, Source,
+                             SynsetText)
+from curation.services.audit import audit_record
+
+SECONDS_CAP = 300.0  # a longer gap is a break, not work on the image
+DECISIONS = tuple(d for d in ReviewDecision.values if d != ReviewDecision.SKIP)
+FINAL = (ReviewItem.Status.COMPLETE, ReviewItem.Status.ADJUDICATED)
+
+
+class ReviewError(ValueError):
+    """A request the queue refuses; the message says why and what to do."""
+
+
+class NothingToUndo(ReviewError):
+    pass
+
+
+# -- building the queue ----------------------------------------------------------------------------
+
+def _priority(order: str, image_id: int, nearest_similarity: float | None) -> float:
+    if order == ReviewSettings.Order.RANDOM:
+        # stable per image: re-building the queue does not reshuffle it
+        return int.from_bytes(hashlib.sha1(f"oodc-review:{image_id}".encode()).digest()[:6], "big") / float(1 << 48)
+    # closest to an ID image first: those are the likeliest to show an ID object
+    return -(nearest_similarity if nearest_similarity is not None else -1.0)
+
+
+def _settings_for(source: Source) -> tuple[ReviewSettings, dict[int, ReviewSettings]]:
+    rows = list(ReviewSettings.objects.filter(source=source))
+    base = next((r for r in rows if r.candidate_class_id is None), None) or ReviewSettings(source=source)
+    return base, {r.candidate_class_id: r for r in rows if r.candidate_class_id is not None}
+
+
+def _class_verdicts(source: Source) -> tuple[dict[int, str], ClassFilterRun | None]:
+    """candidate_class_id -> 'keep' | 'flag' | 'remove' from the latest finished class filter
+    run on this source, with rejected visual-ambiguity flags turned into 'remove'."""
+    run = (ClassFilterRun.objects.filter(source=source, job__status="done").order_by("-created_at", "-pk").first())
+    verdicts: dict[int, str] = {}
+    if run is not None:
+        for class_id, decision in run.decisions.filter(candidate_class__isnull=False).values_list("candidate_class_id", "decision"):
+            verdicts[class_id] = decision
+    for class_id in ClassVisualSignal.objects.filter(candidate_class__source=source, resolution="reject").values_list("candidate_class_id", flat=True):
+        verdicts[class_id] = ClassDecision.Decision.REMOVE
+    return verdicts, run
+
+
+def synset_texts_sync(wnids) -> int:
+    """Copy names, lemmas and glosses from WordNet for the synsets the screen will show."""
+    wanted = set(wnids) - set(SynsetText.objects.filter(wnid__in=list(wnids)).values_list("wnid", flat=True))
+    if not wanted:
+        return 0
+    from pipelines.wordnet_graph import load_noun_graph
+
+    graph = load_noun_graph(settings.NLTK_DATA)
+    rows = []
+    for wnid in sorted(wanted):
+        i = graph.index_of_wnid(wnid)
+        if i is None:
+            continue
+        rows.append(SynsetText(wnid=wnid, name=graph.names[i], label=graph.label(i),
+                               lemmas=[x.replace("_", " ") for x in graph.lemmas[i]], gloss=graph.glosses[i]))
+    SynsetText.objects.bulk_create(rows, ignore_conflicts=True, batch_size=2000)
+    return len(rows)
+
+
+@dataclass
+class QueueSync:
+    source: str
+    eligible: int = 0
+    created: int = 0
+    updated: int = 0
+    withdrawn: int = 0
+    restored: int = 0
+    finalized: int = 0
+    excluded: dict = field(default_factory=dict)
+
+    def summary(self) -> str:
+        ex = ", ".join(f"{v} {k}" for k, v in sorted(self.excluded.items()) if v) or "none"
+        return (f"{self.source}: {self.eligible} images to review ({self.created} new, {self.updated} re-prioritised, "
+                f"{self.withdrawn} withdrawn, {self.restored} restored); not queued: {ex}")
+
+
+def review_queue_sync(*, source: Source, model_name: str | None = None, user=None) -> QueueSync:
+    """Put a candidate source's reviewable images in the queue (idempotent). An image is
+    reviewable when it decoded, its class was kept by the latest class filter run (flags wait
+    for a curator), its class was not rejected on the class screen, and the duplicate search
+    kept it. Open images that stopped being reviewable are withdrawn; settings (reviews
+    required, order) are applied to open images."""
+    if source.role != Source.Role.CANDIDATE:
+        raise ReviewError(f"{source.name} is an ID reference source; only candidate sources are reviewed")
+    model_name = model_name or settings.DEFAULT_MODEL
+    emb = {e["image_id"]: e for e in ImageEmbedding.objects.filter(image__source=source, model_name=model_name)
+           .values("image_id", "ok", "drop_reason", "nearest_id_similarity")}
+    if not emb:
+        raise ReviewError(f"{source.name} has no predictions from {model_name} yet: run "
+                          f"`python manage.py run_image_pipeline --sources {source.name}` (or the Sources admin's actions) first")
+    verdicts, run = _class_verdicts(source)
+    base, per_class = _settings_for(source)
+    report = QueueSync(source=source.name, excluded={"broken_or_duplicate_file": 0, "not_extracted": 0, "decode_failed": 0,
+                                                     "dropped_by_duplicate_search": 0, "class_removed": 0, "class_flagged": 0})
+    eligible: dict[int, tuple[int | None, float, int]] = {}
+    for image_id, class_id, status in Image.objects.filter(source=source).values_list("id", "candidate_class_id", "status"):
+        if status != Image.Status.OK:
+            report.excluded["broken_or_duplicate_file"] += 1
+            continue
+        e = emb.get(image_id)
+        if e is None:
+            report.excluded["not_extracted"] += 1
+            continue
+        if not e["ok"]:
+            report.excluded["decode_failed"] += 1
+            continue
+        if e["drop_reason"]:
+            report.excluded["dropped_by_duplicate_search"] += 1
+            continue
+        verdict = verdicts.get(class_id, ClassDecision.Decision.KEEP if run is None else ClassDecision.Decision.REMOVE)
+        if verdict == ClassDecision.Decision.REMOVE:
+            report.excluded["class_removed"] += 1
+            continue
+        if verdict == ClassDecision.Decision.FLAG:
+            report.excluded["class_flagged"] += 1
+            continue
+        cfg = per_class.get(class_id, base)
+        eligible[image_id] = (class_id, _priority(cfg.order, image_id, e["nearest_id_similarity"]), cfg.reviews_required)
+    report.eligible = len(eligible)
+
+    with transaction.atomic():
+        existing = {it.image_id: it for it in ReviewItem.objects.select_for_update().filter(source=source)}
+        new = [ReviewItem(image_id=i, source=source, candidate_class_id=c, priority=p, required=r)
+               for i, (c, p, r) in eligible.items() if i not in existing]
+        ReviewItem.objects.bulk_create(new, batch_size=2000, ignore_conflicts=True)
+        report.created = len(new)
+        changed = []
+        for image_id, item in existing.items():
+            target = eligible.get(image_id)
+            if target is None:
+                if item.status == ReviewItem.Status.OPEN:
+                    item.status = ReviewItem.Status.WITHDRAWN
+                    changed.append(item)
+                    report.withdrawn += 1
+                continue
+            _c, priority, required = target
+            dirty = False
+            if item.status == ReviewItem.Status.WITHDRAWN:
+                item.status = ReviewItem.Status.OPEN
+                report.restored += 1
+                dirty = True
+            if item.priority != priority or item.required != required:
+                item.priority, item.required = priority, required
+                report.updated += 1
+                dirty = True
+            if item.status in (ReviewItem.Status.COMPLETE, ReviewItem.Status.CONFLICT) and item.done < item.required:
+                _reopen(item)  # more reviews are now required
+                dirty = True
+            if dirty:
+                changed.append(item)
+        ReviewItem.objects.bulk_update(changed, ["status", "priority", "required", "final_decision", "final_wnids"], batch_size=2000)
+        # images that already have the reviews now required
+        for item in ReviewItem.objects.select_for_update().filter(source=source, status=ReviewItem.Status.OPEN, done__gt=0, done__gte=F("required")):
+            _finalize(item)
+            item.save(update_fields=["status", "final_decision", "final_wnids", "decided_at"])
+            report.finalized += 1
+        audit_record(actor=user, action="review_queue_synced", target=source, data=report.__dict__ | {"model": model_name})
+    class_wnids = CandidateClass.objects.filter(source=source).exclude(wnid="").values_list("wnid", flat=True)
+    id_set = IdClassSet.objects.filter(is_default=True).first()
+    synset_texts_sync(set(class_wnids) | set(id_set.wnids if id_set else []))
+    return report
+
+
+def review_settings_save(*, source: Source, candidate_class: CandidateClass | None = None, reviews_required: int | None = None,
+                         order: str | None = None, gold_rate: float | None = None, user=None) -> ReviewSettings:
+    """Set how a source (or one class) is reviewed and apply it to the open queue."""
+    if reviews_required is not None and not 1 <= reviews_required <= 9:
+        raise ReviewError(f"reviews required must be between 1 and 9, not {reviews_required}")
+    if order is not None and order not in ReviewSettings.Order.values:
+        raise ReviewError(f"queue order must be one of {', '.join(ReviewSettings.Order.values)}, not {order!r}")
+    if gold_rate is not None and not 0 <= gold_rate <= 0.5:
+        raise ReviewError(f"gold rate must be between 0 and 0.5, not {gold_rate}")
+    obj, _ = ReviewSettings.objects.get_or_create(source=source, candidate_class=candidate_class)
+    for name, value in (("reviews_required", reviews_required), ("order", order), ("gold_rate", gold_rate)):
+        if value is not None:
+            setattr(obj, name, value)
+    obj.updated_by = user if getattr(user, "pk", None) else None
+    obj.save()
+    review_cache_clear()
+    audit_record(actor=user, action="review_settings_changed", target=obj,
+                 data={"source": source.name, "class": candidate_class.folder if candidate_class else None,
+                       "reviews_required": obj.reviews_required, "order": obj.order, "gold_rate": obj.gold_rate})
+    if ReviewItem.objects.filter(source=source).exists():
+        review_queue_sync(source=source, user=user)
+    return obj
+
+
+# -- final decisions -------------------------------------------------------------------------------
+
+def _reopen(item: ReviewItem) -> None:
+    item.status, item.final_decision, item.final_wnids = ReviewItem.Status.OPEN, "", []
+
+
+def _finalize(item: ReviewItem, decisions: list[tuple[str, list]] | None = None) -> None:
+    """Reviews agree -> complete with their decision; any disagreement (``id`` against ``ood``
+    included) -> conflict, for a curator to adjudicate."""
+    if decisions is None:
+        decisions = list(item.reviews.filter(is_gold=False).values_list("decision", "id_wnids"))
+    labels = {d for d, _w in decisions}
+    if len(labels) == 1:
+        item.status, item.final_decision = ReviewItem.Status.COMPLETE, labels.pop()
+        item.final_wnids = sorted({w for _d, ws in decisions for w in ws})
+    else:
+        item.status, item.final_decision, item.final_wnids = ReviewItem.Status.CONFLICT, "", []
+    item.decided_at = timezone.now()
+
+
+# -- leasing ---------------------------------------------------------------------------------------
+
+@dataclass
+class Scope:
+    sources: set[int]
+    classes: set[int]
+
+    @property
+    def unrestricted(self) -> bool:
+        return not self.sources and not self.classes
+
+    def q(self, prefix: str = "") -> Q:
+        """The queue rows (``prefix`` reaches them from another model) this annotator may get."""
+        if self.unrestricted:
+            return Q()  # only candidate sources have queue rows
+        return Q(**{f"{prefix}source_id__in": self.sources}) | Q(**{f"{prefix}candidate_class_id__in": self.classes})
+
+
+def annotator_scope(user) -> Scope:
+    sources, classes = set(), set()
+    for source_id, class_id in AnnotatorScope.objects.filter(annotator=user).values_list("source_id", "candidate_class_id"):
+        (classes.add(class_id) if class_id else sources.add(source_id))
+    return Scope(sources, classes)
+
+
+_reclaim_lock = threading.Lock()
+_last_reclaim = 0.0
+
+
+def review_reclaim_expired(*, force: bool = False) -> int:
+    """Expired leases go back to the queue (run at most every few seconds per process)."""
+    global _last_reclaim
+    now_mono = time.monotonic()
+    with _reclaim_lock:
+        if not force and now_mono - _last_reclaim < settings.REVIEW_RECLAIM_EVERY:
+            return 0
+        _last_reclaim = now_mono
+    now = timezone.now()
+    with transaction.atomic():
+        rows = list(Assignment.objects.select_for_update(skip_locked=True)
+                    .filter(state=Assignment.State.LEASED, expires_at__lte=now).values_list("id", "item_id", "is_gold")[:5000])
+        if not rows:
+            return 0
+        Assignment.objects.filter(id__in=[r[0] for r in rows]).update(state=Assignment.State.EXPIRED, finished_at=now)
+        per_item: dict[int, int] = {}
+        for _id, item_id, gold in rows:
+            if not gold:
+                per_item[item_id] = per_item.get(item_id, 0) + 1
+        for item_id, n in per_item.items():
+            ReviewItem.objects.filter(pk=item_id).update(leased=Greatest(F("leased") - n, 0))
+    return len(rows)
+
+
+def _not_seen_by(user):
+    return ~Exists(Assignment.objects.filter(item=OuterRef("pk"), annotator=user).exclude(state=Assignment.State.EXPIRED))
+
+
+def _lease(user, item_id: int, *, gold: bool, now) -> Assignment:
+    """One upsert: a new lease, or this annotator's own expired lease on the image handed back."""
+    a = Assignment(item_id=item_id, annotator=user, state=Assignment.State.LEASED, is_gold=gold, leased_at=now,
+                   expires_at=now + timedelta(seconds=settings.REVIEW_LEASE_SECONDS), finished_at=None)
+    Assignment.objects.bulk_create([a], update_conflicts=True, unique_fields=["item", "annotator"],
+                                   update_fields=["state", "is_gold", "leased_at", "expires_at", "finished_at"])
+    return a
+
+
+def _lease_regular(user, scope: Scope, exclude: list[int], now) -> Assignment | None:
+    for _attempt in range(5):
+        with transaction.atomic():
+            qs = (ReviewItem.objects.filter(scope.q(), status=ReviewItem.Status.OPEN)
+                  .alias(slots=F("done") + F("leased")).filter(slots__lt=F("required"))
+                  .filter(_not_seen_by(user)).exclude(pk__in=exclude).order_by("priority", "id"))
+            item_id = qs.select_for_update(skip_locked=True, of=("self",)).values_list("id", flat=True).first()
+            if item_id is None:
+                return None
+            # the guard also holds where row locks do not exist (SQLite serialises writers)
+            taken = (ReviewItem.objects.filter(pk=item_id, status=ReviewItem.Status.OPEN)
+                     .alias(slots=F("done") + F("leased")).filter(slots__lt=F("required")).update(leased=F("leased") + 1))
+            if taken:
+                return _lease(user, item_id, gold=False, now=now)
+    return None
+
+
+def _lease_gold(user, scope: Scope, exclude: list[int], now) -> Assignment | None:
+    item_id = (ReviewItem.objects.filter(scope.q(), is_gold=True, status__in=FINAL).filter(_not_seen_by(user))
+               .exclude(pk__in=exclude).order_by("?").values_list("id", flat=True).first())
+    return _lease(user, item_id, gold=True, now=now) if item_id else None
+
+
+_gold_cache: tuple[float, dict[int, float]] = (-1e9, {})
+
+
+def _gold_rate(scope: Scope) -> float:
+    """The highest gold rate among the annotator's sources (source-level settings, cached for
+    a few seconds per process: they change rarely and this is asked on every fetch)."""
+    global _gold_cache
+    now = time.monotonic()
+    if now - _gold_cache[0] > settings.REVIEW_RECLAIM_EVERY:
+        rates = dict(ReviewSettings.objects.filter(candidate_class__isnull=True, gold_rate__gt=0).values_list("source_id", "gold_rate"))
+        _gold_cache = (now, rates)
+    rates = _gold_cache[1]
+    if not rates:
+        return 0.0
+    if scope.unrestricted:
+        return max(rates.values())
+    sources = scope.sources | set(CandidateClass.objects.filter(pk__in=scope.classes).values_list("source_id", flat=True))
+    return max((r for s, r in rates.items() if s in sources), default=0.0)
+
+
+def review_cache_clear() -> None:
+    """Forget the per-process caches (after settings change in this process; tests)."""
+    global _gold_cache, _last_reclaim
+    _gold_cache, _last_reclaim = (-1e9, {}), 0.0
+    _id_wnids_cache.clear()
+
+
+def review_next(*, user, want: int | None = None, rng: random.Random | None = None) -> list[Assignment]:
+    """The annotator's current image and the next ones (prefetch), oldest lease first. Leases
+    they already hold come back (a closed browser loses nothing); new ones fill the rest."""
+    want = want or settings.REVIEW_PREFETCH
+    review_reclaim_expired()
+    now = timezone.now()
+    held = list(Assignment.objects.filter(annotator=user, state=Assignment.State.LEASED, expires_at__gt=now)
+                .order_by("leased_at", "id")[:want])
+    half = now + timedelta(seconds=settings.REVIEW_LEASE_SECONDS / 2)
+    if any(a.expires_at < half for a in held):  # still working on them: keep the leases alive
+        Assignment.objects.filter(pk__in=[a.pk for a in held]).update(expires_at=now + timedelta(seconds=settings.REVIEW_LEASE_SECONDS))
+    if len(held) >= want:
+        return held
+    scope = annotator_scope(user)
+    rate = _gold_rate(scope)
+    rng = rng or random
+    retried = False
+    while len(held) < want:
+        exclude = [a.item_id for a in held]
+        a = None
+        if rate and rng.random() < rate:
+            a = _lease_gold(user, scope, exclude, now)
+        if a is None:
+            a = _lease_regular(user, scope, exclude, now)
+        if a is None and not retried:
+            retried = True  # the queue looks empty: give expired leases back and look once more
+            if review_reclaim_expired(force=True):
+                continue
+        if a is None:
+            break
+        held.append(a)
+    return held
+
+
+# -- decisions -------------------------------------------------------------------------------------
+
+_id_wnids_cache: dict[int, frozenset] = {}
+
+
+def id_class_wnids() -> frozenset:
+    id_set = IdClassSet.objects.filter(is_default=True).only("pk", "wnids").first()
+    if id_set is None:
+        raise ReviewError("no ID class set is chosen: run `python manage.py set_id_classes imagenet-1k`")
+    if id_set.pk not in _id_wnids_cache:
+        _id_wnids_cache[id_set.pk] = frozenset(id_set.wnids)
+    return _id_wnids_cache[id_set.pk]
+
+
+def _clean_decision(decision: str, wnids, note: str) -> tuple[str, list[str], str]:
+    if decision not in ReviewDecision.values:
+        raise ReviewError(f"unknown decision {decision!r}: use one of {', '.join(ReviewDecision.values)}")
+    wnids = [str(w) for w in (wnids or [])]
+    if decision == ReviewDecision.ID:
+        if not wnids:
+            raise ReviewError("an `id` decision needs the ID class(es) seen: pick one from the top-5 or the search")
+        unknown = sorted(set(wnids) - id_class_wnids())
+        if unknown:
+            raise ReviewError(f"not ID classes: {', '.join(unknown)}")
+        wnids = sorted(set(wnids))
+    elif wnids:
+        raise ReviewError(f"ID classes are recorded only with an `id` decision, not {decision!r}")
+    note = (note or "").strip()
+    if len(note) > 2000:
+        raise ReviewError("the note is longer than 2000 characters")
+    return decision, wnids, note
+
+
+@dataclass
+class Submitted:
+    assignment: Assignment
+    review: Review | None
+    replay: bool  # the same submission again: nothing changed
+
+
+def review_submit(*, user, assignment_id: int, decision: str, wnids=None, note: str = "", seconds: float | None = None) -> Submitted:
+    """Record an annotator's decision on a leased image (``skip`` releases it). Repeating a
+    submission is harmless; a decision on an expired lease still counts (nothing is lost)."""
+    decision, wnids, note = _clean_decision(decision, wnids, note)
+    now = timezone.now()
+    with transaction.atomic():
+        a = (Assignment.objects.select_for_update(of=("self", "item")).select_related("item")
+             .filter(pk=assignment_id, annotator=user).first())
+        if a is None:
+            raise ReviewError(f"assignment {assignment_id} is not one of yours")
+        if a.state == Assignment.State.DONE:
+            return Submitted(a, Review.objects.filter(assignment=a).first(), replay=True)
+        if a.state == Assignment.State.SKIPPED:
+            if decision == ReviewDecision.SKIP:
+                return Submitted(a, None, replay=True)
+            raise ReviewError("this image was skipped; it is not yours to decide any more")
+        was_leased = a.state == Assignment.State.LEASED
+        item = a.item
+        a.finished_at = now
+        if decision == ReviewDecision.SKIP:
+            a.state = Assignment.State.SKIPPED
+            a.save(update_fields=["state", "finished_at"])
+            if was_leased and not a.is_gold:
+                ReviewItem.objects.filter(pk=item.pk).update(leased=Greatest(F("leased") - 1, 0))
+            return Submitted(a, None, replay=False)
+        if seconds is None or not 0 < seconds < SECONDS_CAP:
+            seconds = min((now - a.leased_at).total_seconds(), SECONDS_CAP)
+        review = Review(item=item, annotator=user, assignment=a, decision=decision, id_wnids=wnids, note=note,
+                        seconds=round(seconds, 3), is_gold=a.is_gold)
+        if a.is_gold:
+            review.gold_correct = decision == item.final_decision and (decision != ReviewDecision.ID or bool(set(wnids) & set(item.final_wnids)))
+        review.save()
+        a.state = Assignment.State.DONE
+        a.save(update_fields=["state", "finished_at"])
+        if not a.is_gold:
+            item.done += 1
+            if was_leased:
+                item.leased = max(item.leased - 1, 0)
+            fields = ["done", "leased"]
+            if item.status == ReviewItem.Status.OPEN and item.done >= item.required:
+                _finalize(item, [(decision, wnids)] if item.done == 1 else None)
+                fields += ["status", "final_decision", "final_wnids", "decided_at"]
+            item.save(update_fields=fields)
+        audit_record(actor=user, action="review_decided", target=review,
+                     data={"image": item.image_id, "decision": decision, "wnids": wnids, "note": note, "gold": a.is_gold})
+    return Submitted(a, review, replay=False)
+
+
+def review_undo(*, user) -> Assignment:
+    """Take back the annotator's last decision: the image is leased to them again and shown
+    first; counters and final decisions go back to what they were before it."""
+    now = timezone.now()
+    with transaction.atomic():
+        review = (Review.objects.select_for_update(of=("self",)).select_related("assignment")
+                  .filter(annotator=user).order_by("-created_at", "-id").first())
+        if review is None:
+            raise NothingToUndo("there is no decision of yours to undo")
+        item = ReviewItem.objects.select_for_update().get(pk=review.item_id)
+        if item.status == ReviewItem.Status.ADJUDICATED:
+            raise ReviewError("a curator has already adjudicated this image; it cannot be undone here")
+        a = review.assignment
+        first = (Assignment.objects.filter(annotator=user, state=Assignment.State.LEASED).order_by("leased_at").values_list("leased_at", flat=True).first())
+        a.state, a.finished_at = Assignment.State.LEASED, None
+        a.leased_at = min(now, first - timedelta(microseconds=1)) if first else now  # shown before the prefetched one
+        a.expires_at = now + timedelta(seconds=settings.REVIEW_LEASE_SECONDS)
+        a.save(update_fields=["state", "finished_at", "leased_at", "expires_at"])
+        old = {"decision": review.decision, "wnids": review.id_wnids, "note": review.note, "at": review.created_at.isoformat()}
+        review.delete()
+        if not review.is_gold:
+            item.done = max(item.done - 1, 0)
+            item.leased += 1
+            if item.status in (ReviewItem.Status.COMPLETE, ReviewItem.Status.CONFLICT):
+                _reopen(item)
+            item.save(update_fields=["done", "leased", "status", "final_decision", "final_wnids"])
+        audit_record(actor=user, action="review_undone", target=item, data={"image": item.image_id, "undone": old})
+    return a
+
+
+# -- curators --------------------------------------------------------------------------------------
+
+def review_adjudicate(*, item_id: int, decision: str, wnids=None, note: str = "", make_gold: bool = False, user=None) -> ReviewItem:
+    """A curator's final word on an image whose reviews disagree (or any reviewed image)."""
+    decision, wnids, note = _clean_decision(decision, wnids, note)
+    if decision == ReviewDecision.SKIP:
+        raise ReviewError("adjudication needs a decision; skip is not one")
+    with transaction.atomic():
+        item = ReviewItem.objects.select_for_update().filter(pk=item_id).first()
+        if item is None:
+            raise ReviewError(f"no review item {item_id}")
+        if item.done == 0:
+            raise ReviewError("nobody has reviewed this image yet")
+        before = {"status": item.status, "decision": item.final_decision, "wnids": item.final_wnids}
+        item.status, item.final_decision, item.final_wnids, item.final_note = ReviewItem.Status.ADJUDICATED, decision, wnids, note
+        item.decided_by, item.decided_at = (user if getattr(user, "pk", None) else None), timezone.now()
+        item.is_gold = item.is_gold or make_gold
+        item.save(update_fields=["status", "final_decision", "final_wnids", "final_note", "decided_by", "decided_at", "is_gold"])
+        audit_record(actor=user, action="review_adjudicated", target=item,
+                     data={"image": item.image_id, "decision": decision, "wnids": wnids, "note": note, "gold": item.is_gold, "before": before})
+    return item
+
+
+def review_items_set_gold(*, item_ids, gold: bool, user=None) -> int:
+    """Use finished images (complete or adjudicated) as gold: their final decision is the
+    known answer annotators are checked against."""
+    with transaction.atomic():
+        qs = ReviewItem.objects.select_for_update().filter(pk__in=list(item_ids))
+        if gold:
+            qs = qs.filter(status__in=FINAL)
+        ids = list(qs.values_list("pk", flat=True))
+        ReviewItem.objects.filter(pk__in=ids).update(is_gold=gold)
+        for pk in ids:
+            audit_record(actor=user, action="gold_set" if gold else "gold_unset", target=ReviewItem(pk=pk))
+    return len(ids)
+
+
+def class_signal_resolve(*, signal_id: int, resolution: str, note: str = "", user=None) -> ClassVisualSignal:
+    """Accept or reject a class flagged as visually ambiguous; rejecting withdraws its images
+    from the review queue."""
+    if resolution not in ("accept", "reject"):
+        raise ReviewError(f"resolution must be accept or reject, not {resolution!r}")
+    with transaction.atomic():
+        sig = ClassVisualSignal.objects.select_for_update().select_related("candidate_class__source").get(pk=signal_id)
+        sig.resolution, sig.resolution_note, sig.resolved_at = resolution, note, timezone.now()
+        sig.resolved_by = user if getattr(user, "pk", None) else None
+        sig.save(update_fields=["resolution", "resolution_note", "resolved_by", "resolved_at"])
+        audit_record(actor=user, action=f"class_signal_{resolution}", target=sig,
+                     data={"class": str(sig.candidate_class), "reason": sig.reason, "note": note})
+    return sig
+
+
+def review_queue_refresh_if_built(*, source: Source, user=None) -> QueueSync | None:
+    """Re-apply the queue rules after a class-level decision, where a queue exists."""
+    if ReviewItem.objects.filter(source=source).exists():
+        return review_queue_sync(source=source, user=user)
+    return None

@@ -1,0 +1,245 @@
+"""The review app: the annotator's screen and its JSON API, images, and the curator's pages
+(dashboard, adjudication, flagged classes). Every view checks the role server-side."""
+from __future__ import annotations
+
+import json
+from functools import wraps
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import FileResponse, Http404, HttpResponse, HttpResponseNotModified, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.http import quote_etag
+from django.views.decorators.http import require_GET, require_POST
+
+from curation import selectors
+from curation.models import AnnotatorScope, Assignment, ClassDecision, Image, ReviewDecision, ReviewSettings, Source
+from curation.roles import ANNOTATOR, CURATOR, RESEARCHER, user_roles
+from curation.services.class_filter import class_decisions_resolve
+from curation.services.renditions import VARIANTS, RenditionError, rendition
+from curation.services.review import (NothingToUndo, ReviewError, class_signal_resolve, review_adjudicate, review_next,
+                                      review_queue_refresh_if_built, review_queue_sync, review_settings_save, review_submit,
+                                      review_undo)
+
+# Keys of the review screen (shown on the buttons and in the help overlay).
+KEYS = [
+    ("o", "ood", "OOD: clean", "No ID object is visible and the OOD class is."),
+    ("i", "id", "ID visible", "An ID object is at least partly visible: then 1-5 for a top-5 class, or / to search all ID classes."),
+    ("u", "unclear", "Unclear", "Cannot tell (excluded from the clean set, as NINCO excludes ambiguous images)."),
+    ("n", "not_target", "Not target", "No object of the OOD class is visible, or the source label is wrong."),
+    ("s", "skip", "Skip", "No decision: the image goes to someone else."),
+]
+
+
+def _roles(request) -> set[str]:
+    if not hasattr(request, "_oodc_roles"):
+        request._oodc_roles = user_roles(request.user)
+    return request._oodc_roles
+
+
+def role_required(*roles, api: bool = False):
+    """Login and one of ``roles`` (superusers hold every role); an API answers 401/403 in JSON."""
+
+    def deco(view):
+        @wraps(view)
+        def wrapped(request, *args, **kwargs):
+            if not request.user.is_authenticated:
+                if api:
+                    return JsonResponse({"error": "log in first"}, status=401)
+                return login_required(view)(request, *args, **kwargs)
+            if not (_roles(request) & set(roles)):
+                if api:
+                    return JsonResponse({"error": f"this needs the {' or '.join(roles)} role"}, status=403)
+                raise PermissionDenied(f"this page is for the {' or '.join(roles)} role")
+            return view(request, *args, **kwargs)
+
+        return wrapped
+
+    return deco
+
+
+def _json_body(request) -> dict:
+    try:
+        data = json.loads(request.body or b"{}")
+    except ValueError as exc:
+        raise ReviewError(f"the request body is not JSON ({exc})") from exc
+    if not isinstance(data, dict):
+        raise ReviewError("the request body must be a JSON object")
+    return data
+
+
+def _items(assignments) -> list[dict]:
+    return selectors.review_payload(assignments, model_name=settings.DEFAULT_MODEL)
+
+
+# -- annotators ------------------------------------------------------------------------------------
+
+@role_required(ANNOTATOR)
+@require_GET
+def queue(request):
+    return render(request, "labeling_ui/review_queue.html", {"q": selectors.annotator_queue(user=request.user), "roles": sorted(_roles(request))})
+
+
+@role_required(ANNOTATOR)
+@require_GET
+def screen(request):
+    return render(request, "labeling_ui/review_screen.html", {"keys": KEYS, "roles": sorted(_roles(request)),
+                                                              "lease_minutes": settings.REVIEW_LEASE_SECONDS // 60})
+
+
+@role_required(ANNOTATOR, api=True)
+@require_GET
+def api_next(request):
+    return JsonResponse({"items": _items(review_next(user=request.user))})
+
+
+@role_required(ANNOTATOR, api=True)
+@require_POST
+def api_submit(request):
+    try:
+        data = _json_body(request)
+        seconds = data.get("seconds")
+        done = review_submit(user=request.user, assignment_id=int(data.get("assignment") or 0), decision=str(data.get("decision", "")),
+                             wnids=data.get("wnids") or [], note=str(data.get("note") or ""),
+                             seconds=float(seconds) if isinstance(seconds, (int, float)) else None)
+    except (ReviewError, TypeError, ValueError) as exc:
+        return JsonResponse({"error": str(exc)}, status=400)
+    saved = {"assignment": done.assignment.pk, "decision": done.review.decision if done.review else "skip", "replay": done.replay}
+    return JsonResponse({"saved": saved, "items": _items(review_next(user=request.user))})
+
+
+@role_required(ANNOTATOR, api=True)
+@require_POST
+def api_undo(request):
+    try:
+        review_undo(user=request.user)
+    except NothingToUndo as exc:
+        return JsonResponse({"error": str(exc)}, status=409)
+    except ReviewError as exc:
+        return JsonResponse({"error": str(exc)}, status=409)
+    return JsonResponse({"items": _items(review_next(user=request.user))})
+
+
+@role_required(ANNOTATOR, CURATOR, api=True)
+@require_GET
+def api_id_classes(request):
+    id_set = selectors.default_id_class_set()
+    etag = quote_etag(f"idc-{id_set.pk if id_set else 0}-{len(id_set.wnids) if id_set else 0}")
+    if request.headers.get("If-None-Match") == etag:
+        return HttpResponseNotModified()
+    response = JsonResponse({"classes": selectors.id_class_list()})
+    response["ETag"] = etag
+    response["Cache-Control"] = "private, max-age=3600"
+    return response
+
+
+# -- images ----------------------------------------------------------------------------------------
+
+def _may_see(request, image: Image) -> bool:
+    roles = _roles(request)
+    if roles & {CURATOR, RESEARCHER} or request.user.is_staff:
+        return True
+    if ANNOTATOR not in roles:
+        return False
+    if image.source.role == Source.Role.ID:
+        return True  # the example strips
+    scopes = list(AnnotatorScope.objects.filter(annotator=request.user).values_list("source_id", "candidate_class_id"))
+    return not scopes or any(s == image.source_id and (c is None or c == image.candidate_class_id) for s, c in scopes)
+
+
+@login_required
+@require_GET
+def image_file(request, image_id: int, variant: str):
+    if variant not in VARIANTS:
+        raise Http404(f"unknown variant {variant}")
+    image = get_object_or_404(Image.objects.select_related("source"), pk=image_id)
+    if not _may_see(request, image):
+        raise PermissionDenied("you have no access to this image")
+    etag = quote_etag(f"{image.sha256}-{variant}")
+    if request.headers.get("If-None-Match") == etag:
+        response = HttpResponseNotModified()
+    else:
+        try:
+            path, ctype = rendition(image, variant)
+        except RenditionError as exc:
+            return HttpResponse(str(exc), status=404, content_type="text/plain")
+        response = FileResponse(open(path, "rb"), content_type=ctype)
+    response["ETag"] = etag
+    response["Cache-Control"] = "private, max-age=604800"
+    return response
+
+
+# -- curators --------------------------------------------------------------------------------------
+
+@role_required(CURATOR, RESEARCHER)
+@require_GET
+def dashboard(request):
+    d = selectors.review_dashboard()
+    sources = list(Source.objects.filter(role=Source.Role.CANDIDATE).order_by("name"))
+    base = {s.source_id: s for s in d["settings"] if s.candidate_class_id is None}
+    return render(request, "labeling_ui/review_dashboard.html", {
+        "d": d, "sources": [(s, base.get(s.pk)) for s in sources], "orders": ReviewSettings.Order.choices,
+        "can_curate": CURATOR in _roles(request), "roles": sorted(_roles(request))})
+
+
+@role_required(CURATOR)
+@require_POST
+def source_settings(request, source_id: int):
+    source = get_object_or_404(Source, pk=source_id)
+    try:
+        if "build" in request.POST:
+            report = review_queue_sync(source=source, user=request.user)
+            messages.success(request, report.summary())
+        else:
+            review_settings_save(source=source, reviews_required=int(request.POST.get("reviews_required", 1)),
+                                 order=request.POST.get("order"), gold_rate=float(request.POST.get("gold_rate", 0) or 0), user=request.user)
+            messages.success(request, f"Review settings of {source.name} saved and applied to its queue.")
+    except (ReviewError, ValueError) as exc:
+        messages.error(request, f"{source.name}: {exc}")
+    return redirect("labeling_ui:review_dashboard")
+
+
+@role_required(CURATOR)
+def adjudicate(request):
+    if request.method == "POST":
+        try:
+            item = review_adjudicate(item_id=int(request.POST.get("item", 0)), decision=request.POST.get("decision", ""),
+                                     wnids=[w for w in request.POST.get("wnids", "").replace(",", " ").split() if w],
+                                     note=request.POST.get("note", ""), make_gold=bool(request.POST.get("gold")), user=request.user)
+        except (ReviewError, ValueError) as exc:
+            messages.error(request, str(exc))
+        else:
+            messages.success(request, f"Image {item.image_id}: {item.final_decision}" + (" (now gold)" if item.is_gold else ""))
+        return redirect("labeling_ui:adjudicate")
+    conflicts = selectors.adjudication_queue(limit=200)
+    current = conflicts[0] if conflicts else None
+    payload = None
+    if current is not None:
+        fake = Assignment(item_id=current.pk, is_gold=False, expires_at=current.created_at)
+        payload = selectors.review_payload([fake], model_name=settings.DEFAULT_MODEL)[0]
+    return render(request, "labeling_ui/adjudicate.html", {
+        "current": current, "p": payload, "waiting": len(conflicts), "decisions": [c for c in ReviewDecision.choices if c[0] != "skip"],
+        "roles": sorted(_roles(request))})
+
+
+@role_required(CURATOR)
+def classes(request):
+    if request.method == "POST":
+        kind, pk, verdict = request.POST.get("kind"), int(request.POST.get("pk", 0)), request.POST.get("verdict")
+        note = request.POST.get("note", "")
+        try:
+            if kind == "flag":
+                d = get_object_or_404(ClassDecision.objects.select_related("candidate_class__source"), pk=pk)
+                class_decisions_resolve(decision_ids=[pk], resolution={"accept": "keep", "reject": "remove"}[verdict], note=note, user=request.user)
+                source = d.candidate_class.source
+            else:
+                sig = class_signal_resolve(signal_id=pk, resolution=verdict, note=note, user=request.user)
+                source = sig.candidate_class.source
+            report = review_queue_refresh_if_built(source=source, user=request.user)
+            messages.success(request, f"Class {verdict}ed." + (f" Queue: {report.summary()}" if report else ""))
+        except (KeyError, ReviewError, ValueError) as exc:
+            messages.error(request, f"could not record it: {exc}")
+        return redirect("labeling_ui:review_classes")
+    return render(request, "labeling_ui/review_classes.html", {"entries": selectors.flagged_classes(), "roles": sorted(_roles(request))})

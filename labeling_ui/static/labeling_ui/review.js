@@ -1,0 +1,268 @@
+// The review screen: keyboard-driven, one decision per key, saved before the next image shows.
+(function () {
+  "use strict";
+  const root = document.getElementById("review");
+  const $ = (id) => document.getElementById(id);
+  const api = { next: root.dataset.next, submit: root.dataset.submit, undo: root.dataset.undo, classes: root.dataset.classes };
+  const imageUrl = (id, variant) => `${root.dataset.images}${id}/${variant}`;
+  const csrf = (document.cookie.match(/(?:^|; )csrftoken=([^;]+)/) || [])[1] || "";
+
+  let items = [];          // leased images: [0] on screen, [1] prefetched
+  let mode = "decide";     // decide | id
+  let chosen = [];         // [{wnid, label}] picked while deciding "id"
+  let busy = false;
+  let shownAt = 0;
+  let sessionCount = 0;
+  let idClasses = null;    // [[wnid, label, lemmas, gloss], ...], loaded on first search
+  let results = [];
+  let highlighted = 0;
+
+  function status(text, kind) {
+    const el = $("status");
+    el.textContent = text;
+    el.className = "status" + (kind ? " " + kind : "");
+  }
+
+  async function call(url, body) {
+    const opts = body === undefined ? { headers: { Accept: "application/json" } }
+      : { method: "POST", headers: { "Content-Type": "application/json", "X-CSRFToken": decodeURIComponent(csrf), Accept: "application/json" },
+          body: JSON.stringify(body) };
+    const r = await fetch(url, { credentials: "same-origin", ...opts });
+    let data = {};
+    try { data = await r.json(); } catch (e) { /* not JSON: handled below */ }
+    if (r.status === 401) { window.location = "/accounts/login/?next=" + encodeURIComponent(location.pathname); throw new Error("logged out"); }
+    if (!r.ok) throw new Error(data.error || `server answered ${r.status}`);
+    return data;
+  }
+
+  function el(tag, attrs, ...children) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (k === "class") e.className = v; else if (k === "text") e.textContent = v; else e.setAttribute(k, v);
+    }
+    for (const c of children) if (c) e.append(c);
+    return e;
+  }
+
+  function preload(item) {
+    if (!item) return;
+    new Image().src = imageUrl(item.image, "view");
+    for (const t of item.top5) for (const ex of t.examples) new Image().src = imageUrl(ex, "thumb");
+  }
+
+  function render() {
+    leaveIdMode();
+    const item = items[0];
+    $("empty").hidden = !!item;
+    $("photo").hidden = !item;
+    root.classList.toggle("is-empty", !item);
+    if (!item) {
+      $("ood-label").textContent = ""; $("ood-gloss").textContent = ""; $("top5").replaceChildren(); $("path").textContent = "";
+      $("dims").textContent = ""; $("source").textContent = "";
+      return;
+    }
+    const photo = $("photo");
+    photo.onload = () => { shownAt = performance.now(); };
+    photo.src = imageUrl(item.image, "view");
+    photo.dataset.image = item.image;
+    $("dims").textContent = `${item.width}×${item.height}`;
+    $("path").textContent = item.path;
+    $("source").textContent = `· ${item.source}${item.ood_class.wnid ? " · " + item.ood_class.wnid : ""}`;
+    $("ood-label").textContent = item.ood_class.label;
+    $("ood-gloss").textContent = item.ood_class.gloss || "";
+    const list = $("top5");
+    list.replaceChildren(...item.top5.map((t) => {
+      const strip = el("div", { class: "examples" }, ...t.examples.map((ex) => el("img", { src: imageUrl(ex, "thumb"), alt: `ID example of ${t.label}`, loading: "lazy" })));
+      return el("li", { "data-wnid": t.wnid, "data-rank": t.rank },
+        el("div", { class: "row" }, el("kbd", { text: String(t.rank) }), el("strong", { text: t.label }),
+          el("span", { class: "prob", text: `${(100 * t.prob).toFixed(1)}%` })),
+        el("div", { class: "bar-bg" }, el("div", { class: "bar-fg", style: `width:${Math.max(1, Math.round(100 * t.prob))}%` })),
+        el("div", { class: "lemmas small muted", text: t.lemmas.join(", ") }),
+        el("div", { class: "gloss small", text: t.gloss }),
+        t.examples.length ? strip : null);
+    }));
+    preload(items[1]);
+    if (!photo.complete) shownAt = performance.now();
+  }
+
+  async function load() {
+    status("Loading…");
+    try {
+      items = (await call(api.next)).items;
+      render();
+      status(items.length ? "Ready. Press ? for the keys." : "");
+    } catch (e) { status(`Could not load your queue: ${e.message}. Reload to try again.`, "error"); }
+  }
+
+  async function decide(decision, wnids) {
+    const item = items[0];
+    if (!item || busy) return;
+    busy = true;
+    root.classList.add("saving");
+    status("Saving…");
+    const seconds = shownAt ? (performance.now() - shownAt) / 1000 : null;
+    try {
+      const data = await call(api.submit, { assignment: item.assignment, decision, wnids: wnids || [], note: $("note").value, seconds });
+      if (!data.saved.replay && decision !== "skip") sessionCount += 1;
+      $("note").value = "";
+      items = data.items;
+      render();
+      const what = decision === "id" ? `id (${wnids.join(", ")})` : decision;
+      status(`Saved: ${what} · ${sessionCount} reviewed this session`, "ok");
+    } catch (e) {
+      status(`Not saved: ${e.message}. Your decision was not recorded; try again.`, "error");
+    } finally {
+      busy = false;
+      root.classList.remove("saving");
+    }
+  }
+
+  async function undo() {
+    if (busy) return;
+    busy = true;
+    status("Undoing…");
+    try {
+      items = (await call(api.undo, {})).items;
+      sessionCount = Math.max(0, sessionCount - 1);
+      render();
+      status("Your last decision was taken back: decide this image again.", "ok");
+    } catch (e) { status(e.message, "error"); } finally { busy = false; }
+  }
+
+  // -- "id": which ID class ------------------------------------------------------------------------
+  function enterIdMode() {
+    if (!items[0]) return;
+    mode = "id";
+    chosen = [];
+    root.classList.add("id-mode");
+    $("id-search").hidden = false;
+    showChosen();
+    status("ID visible: press 1–5 for a top-5 class, / to search all ID classes, Esc to cancel.");
+  }
+
+  function leaveIdMode() {
+    mode = "decide";
+    chosen = [];
+    root.classList.remove("id-mode");
+    $("id-search").hidden = true;
+    $("search").value = "";
+    $("results").replaceChildren();
+    $("chosen").hidden = true;
+    document.querySelectorAll("#top5 li.picked").forEach((li) => li.classList.remove("picked"));
+  }
+
+  function showChosen() {
+    const box = $("chosen");
+    box.hidden = chosen.length === 0;
+    box.textContent = chosen.length ? `Chosen: ${chosen.map((c) => c.label).join(", ")} — Enter records, Esc cancels` : "";
+  }
+
+  function pick(wnid, label, more) {
+    if (!chosen.some((c) => c.wnid === wnid)) chosen.push({ wnid, label });
+    const li = document.querySelector(`#top5 li[data-wnid="${wnid}"]`);
+    if (li) li.classList.add("picked");
+    if (more) { showChosen(); return; }
+    decide("id", chosen.map((c) => c.wnid));
+  }
+
+  async function ensureClasses() {
+    if (idClasses) return;
+    try { idClasses = (await call(api.classes)).classes; } catch (e) { status(`Could not load the ID classes: ${e.message}`, "error"); idClasses = []; }
+  }
+
+  function search(text) {
+    const q = text.trim().toLowerCase();
+    if (!q || !idClasses) { results = []; } else {
+      const starts = [], contains = [];
+      for (const c of idClasses) {
+        const label = c[1].toLowerCase(), hay = `${label} | ${c[2].toLowerCase()} | ${c[0]}`;
+        if (label.startsWith(q) || c[0] === q) starts.push(c); else if (hay.includes(q)) contains.push(c);
+      }
+      results = starts.concat(contains).slice(0, 8);
+    }
+    highlighted = 0;
+    $("results").replaceChildren(...results.map((c, i) => {
+      const li = el("li", { class: i === highlighted ? "hl" : "", "data-wnid": c[0] },
+        el("strong", { text: c[1] }), el("span", { class: "muted small", text: ` ${c[0]} · ${c[2]}` }));
+      li.addEventListener("mousedown", (ev) => { ev.preventDefault(); pick(c[0], c[1], ev.shiftKey); });
+      return li;
+    }));
+  }
+
+  function moveHighlight(delta) {
+    if (!results.length) return;
+    highlighted = (highlighted + delta + results.length) % results.length;
+    [...$("results").children].forEach((li, i) => li.classList.toggle("hl", i === highlighted));
+  }
+
+  // -- overlays ------------------------------------------------------------------------------------
+  function toggleZoom(force) {
+    const layer = $("zoom-layer");
+    const open = force === undefined ? layer.hidden : force;
+    if (open && items[0]) { $("full").src = imageUrl(items[0].image, "full"); layer.hidden = false; }
+    else layer.hidden = true;
+  }
+  function toggleHelp(force) { const h = $("help"); h.hidden = force === undefined ? !h.hidden : !force; }
+
+  // -- keys ----------------------------------------------------------------------------------------
+  const DIRECT = { o: "ood", u: "unclear", n: "not_target", s: "skip" };
+
+  document.addEventListener("keydown", (e) => {
+    if (e.ctrlKey || e.metaKey || e.altKey) return;
+    const target = e.target;
+    if (!$("help").hidden) { if (e.key === "Escape" || e.key === "?") { toggleHelp(false); e.preventDefault(); } return; }
+    if (!$("zoom-layer").hidden) { if (e.key === "Escape" || e.key.toLowerCase() === "f") { toggleZoom(false); e.preventDefault(); } return; }
+    if (target === $("note")) {
+      if (e.key === "Enter" || e.key === "Escape") { $("note").blur(); e.preventDefault(); }
+      return;
+    }
+    if (target === $("search")) {
+      if (e.key === "ArrowDown") { moveHighlight(1); e.preventDefault(); }
+      else if (e.key === "ArrowUp") { moveHighlight(-1); e.preventDefault(); }
+      else if (e.key === "Enter") {
+        e.preventDefault();
+        const c = results[highlighted];
+        if (c) { pick(c[0], c[1], e.shiftKey); if (e.shiftKey) { $("search").value = ""; search(""); } }
+        else if (chosen.length) decide("id", chosen.map((x) => x.wnid));
+      } else if (e.key === "Escape") { $("search").blur(); e.preventDefault(); }
+      return;
+    }
+    if (busy) { e.preventDefault(); return; }
+    const key = e.key.toLowerCase();
+    if (mode === "id") {
+      const digit = /^Digit([1-5])$/.exec(e.code) || /^Numpad([1-5])$/.exec(e.code);
+      if (digit) {
+        const t = items[0] && items[0].top5[Number(digit[1]) - 1];
+        if (t) pick(t.wnid, t.label, e.shiftKey);
+        e.preventDefault();
+        return;
+      }
+      if (e.key === "/") { e.preventDefault(); $("search").focus(); ensureClasses().then(() => search($("search").value)); return; }
+      if (e.key === "Enter") { e.preventDefault(); if (chosen.length) decide("id", chosen.map((x) => x.wnid)); return; }
+      if (e.key === "Escape") { e.preventDefault(); leaveIdMode(); status("ID choice cancelled."); return; }
+    }
+    if (DIRECT[key]) { e.preventDefault(); leaveIdMode(); decide(DIRECT[key]); }
+    else if (key === "i") { e.preventDefault(); enterIdMode(); }
+    else if (key === "z") { e.preventDefault(); undo(); }
+    else if (key === "f") { e.preventDefault(); toggleZoom(); }
+    else if (key === "t") { e.preventDefault(); $("note").focus(); }
+    else if (e.key === "?") { e.preventDefault(); toggleHelp(); }
+  });
+
+  $("search").addEventListener("input", () => search($("search").value));
+  document.querySelectorAll("button.decide").forEach((b) => b.addEventListener("click", () => {
+    const d = b.dataset.decision;
+    if (d === "id") enterIdMode(); else decide(d);
+    b.blur();
+  }));
+  $("undo").addEventListener("click", (ev) => { undo(); ev.currentTarget.blur(); });
+  $("zoom").addEventListener("click", (ev) => { toggleZoom(); ev.currentTarget.blur(); });
+  $("help-btn").addEventListener("click", (ev) => { toggleHelp(); ev.currentTarget.blur(); });
+  $("help-close").addEventListener("click", () => toggleHelp(false));
+  $("zoom-layer").addEventListener("click", () => toggleZoom(false));
+  $("top5").addEventListener("click", (ev) => {
+    const li = ev.target.closest("li[data-wnid]");
+    if (li && mode === "id") pick(li.dataset.wnid, li.querySelector("strong").textContent, ev.shiftKey);
+  });
+  load();
+})();
