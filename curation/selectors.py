@@ -111,6 +111,11 @@ def id_examples(wnids, *, per_class: int = 4) -> dict[str, list[int]]:
     from django.db.models.functions import RowNumber
 
     now = time.monotonic()
+    hit = _examples_cache.get("")
+    if hit is None or now - hit[0] >= _EXAMPLES_TTL:  # is there an ID reference source at all?
+        hit = _examples_cache[""] = (now, [1] if Source.objects.filter(role=Source.Role.ID).exists() else [])
+    if not hit[1]:
+        return {w: [] for w in wnids}
     out, missing = {}, []
     for w in wnids:
         hit = _examples_cache.get(w)
@@ -129,6 +134,10 @@ def id_examples(wnids, *, per_class: int = 4) -> dict[str, list[int]]:
             _examples_cache[w] = (now, ids)
             out[w] = ids
     return out
+
+
+def id_examples_cache_clear() -> None:
+    _examples_cache.clear()
 
 
 def review_payload(assignments, *, model_name: str) -> list[dict]:

@@ -70,8 +70,12 @@ def _json_body(request) -> dict:
     return data
 
 
-def _items(assignments) -> list[dict]:
-    return selectors.review_payload(assignments, model_name=settings.DEFAULT_MODEL)
+def _items(assignments, have=()) -> list[dict]:
+    """The leased images in order; those the browser already holds (``have``: assignment ids)
+    come back as ``{"assignment": id, "known": true}`` instead of in full."""
+    have = {int(x) for x in have if isinstance(x, int)}
+    full = {p["assignment"]: p for p in selectors.review_payload([a for a in assignments if a.pk not in have], model_name=settings.DEFAULT_MODEL)}
+    return [full.get(a.pk) or {"assignment": a.pk, "known": True} for a in assignments]
 
 
 # -- annotators ------------------------------------------------------------------------------------
@@ -107,7 +111,8 @@ def api_submit(request):
     except (ReviewError, TypeError, ValueError) as exc:
         return JsonResponse({"error": str(exc)}, status=400)
     saved = {"assignment": done.assignment.pk, "decision": done.review.decision if done.review else "skip", "replay": done.replay}
-    return JsonResponse({"saved": saved, "items": _items(review_next(user=request.user))})
+    have = data.get("have") if isinstance(data.get("have"), list) else ()
+    return JsonResponse({"saved": saved, "items": _items(review_next(user=request.user), have)})
 
 
 @role_required(ANNOTATOR, api=True)

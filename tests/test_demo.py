@@ -60,6 +60,9 @@ def test_demo_ingests_the_bundled_data_and_prints_accounts(demo_server):
     # the class filter step ran on the candidates and wrote its CSV
     assert "Class filter run #1: 19 candidates (source:demo-candidates)" in out and "keep 8   flag 5   remove 6" in out
     assert (data / "demo" / "class_filter_decisions.csv").read_text().count("\n") == 20
+    # the review queue is built and nobody has reviewed anything yet
+    assert "6/7 Review queue (reviewed by nobody yet)" in out and "demo-candidates: 148 images to review" in out
+    assert "annotator2  password: annotator2-demo" in out and "/review/ (log in as annotator or annotator2)" in out
 
 
 @pytest.mark.browser
@@ -113,4 +116,26 @@ def test_curator_logs_in_and_sees_the_sources(demo_server, tmp_path):
         page.goto(f"{url}/class-filter/1/")
         assert page.inner_text("#decision-counts").split("Download")[0].split() == ["keep", "13", "flag", "0", "remove", "6"]
         assert page.locator("#resolved tbody tr").count() == 5
+        # the class-level screen: the visually ambiguous checkerboard class, with sample images
+        page.goto(f"{url}/curate/classes/")
+        card = page.locator(".flagged-class[data-folder=checkerboard]")
+        assert "crossword puzzle" in card.inner_text() and card.locator(".thumbs img").count() == 8
+        page.screenshot(path=str(shots / "flagged_classes.png"), full_page=True)
+        card.locator("input[name=note]").fill("checkerboards are not crosswords")
+        card.locator("button[value=accept]").click()
+        page.wait_for_selector("#no-flags")
+        # an annotator finds the demo queue untouched and reviews one image with the keyboard
+        ann = browser.new_context(viewport={"width": 1920, "height": 1080}).new_page()
+        ann.goto(f"{url}/accounts/login/?next=/review/")
+        ann.fill("#id_username", "annotator")
+        ann.fill("#id_password", "annotator-demo")
+        ann.keyboard.press("Enter")
+        ann.wait_for_selector("#queue")
+        assert ann.inner_text("#my-reviews") == "0"
+        ann.goto(f"{url}/review/screen/")
+        ann.wait_for_selector("#top5 li")
+        assert ann.locator("#top5 li").count() == 5
+        ann.keyboard.press("o")
+        ann.wait_for_function("document.querySelector('#status').textContent.includes('1 reviewed this session')")
+        ann.screenshot(path=str(shots / "demo_review_1920x1080.png"))
         browser.close()

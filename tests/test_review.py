@@ -267,7 +267,7 @@ def test_api_roles_csrf_and_one_round_trip_per_decision(tmp_path):
     assert len(items) == 2 and [t["wnid"] for t in items[0]["top5"]] == [w for w, _p in FAKE_TOP5]
     assert items[0]["top5"][0]["label"] == "tabby" and "cat" in items[0]["top5"][0]["gloss"]
     assert items[0]["ood_class"]["label"] in {"iceberg", "sunset", "dune"} and items[0]["ood_class"]["gloss"]
-    body = json.dumps({"assignment": items[0]["assignment"], "decision": "ood", "seconds": 3.2})
+    body = json.dumps({"assignment": items[0]["assignment"], "decision": "ood", "seconds": 3.2, "have": [items[1]["assignment"]]})
     strict = Client(enforce_csrf_checks=True)
     strict.force_login(ann)
     assert strict.post("/api/review/submit", body, content_type="application/json").status_code == 403
@@ -275,7 +275,8 @@ def test_api_roles_csrf_and_one_round_trip_per_decision(tmp_path):
     assert len(sql) <= 17, "\n".join(sql)  # the decision in 5 writes and a lock, then the next lease and the payload
     data = r.json()
     assert r.status_code == 200 and data["saved"]["decision"] == "ood" and not data["saved"]["replay"]
-    assert data["items"][0]["assignment"] == items[1]["assignment"] and len(data["items"]) == 2
+    assert data["items"][0] == {"assignment": items[1]["assignment"], "known": True}  # the browser has it: not sent again
+    assert len(data["items"]) == 2 and data["items"][1]["top5"]
     assert Review.objects.get().seconds == pytest.approx(3.2)
     r = c.post("/api/review/submit", body, content_type="application/json")
     assert r.json()["saved"]["replay"] and Review.objects.count() == 1

@@ -102,10 +102,12 @@
     status("Saving…");
     const seconds = shownAt ? (performance.now() - shownAt) / 1000 : null;
     try {
-      const data = await call(api.submit, { assignment: item.assignment, decision, wnids: wnids || [], note: $("note").value, seconds });
+      const have = items.slice(1).map((x) => x.assignment);  // the prefetched ones: not sent again
+      const data = await call(api.submit, { assignment: item.assignment, decision, wnids: wnids || [], note: $("note").value, seconds, have });
       if (!data.saved.replay && decision !== "skip") sessionCount += 1;
       $("note").value = "";
-      items = data.items;
+      const known = new Map(items.map((x) => [x.assignment, x]));
+      items = data.items.map((x) => (x.known ? known.get(x.assignment) : x)).filter(Boolean);
       render();
       const what = decision === "id" ? `id (${wnids.join(", ")})` : decision;
       status(`Saved: ${what} · ${sessionCount} reviewed this session`, "ok");
