@@ -66,3 +66,19 @@ def real_photo(name: str, package: str = "skimage") -> Path:
     from fixtures.demo import package_data_file
 
     return package_data_file(package, name)
+
+
+@pytest.fixture
+def role_groups(db):
+    """The role groups and their permissions, as the migrations make them. A transactional test
+    (real commits) starts after an earlier one's flush has emptied every table, so it re-runs
+    the migrations' data functions (each is idempotent)."""
+    import importlib
+
+    from django.db import connection
+    from django.db.migrations.loader import MigrationLoader
+
+    apps = MigrationLoader(connection).project_state(("curation", "0008_review_permissions")).apps  # the migrations' own view
+    for name in ("0002_role_groups", "0004_class_filter_permissions", "0006_image_pipeline_permissions", "0008_review_permissions"):
+        module = importlib.import_module(f"curation.migrations.{name}")
+        (getattr(module, "create_groups", None) or module.grant)(apps, None)

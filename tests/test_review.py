@@ -136,9 +136,9 @@ def test_multi_review_never_gives_an_annotator_the_same_image_twice(tmp_path):
     assert not Review.objects.values("item", "annotator").annotate(n=Count("id")).filter(n__gt=1).exists()
 
 
-@pytest.mark.django_db(transaction=True, serialized_rollback=True)  # real commits: the threads see each other
+@pytest.mark.django_db(transaction=True)  # real commits: the threads see each other
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="row locks need PostgreSQL (scripts/test.sh provides it)")
-def test_concurrent_annotators_never_collide(tmp_path):
+def test_concurrent_annotators_never_collide(tmp_path, role_groups):
     source = queue_with_rows(tmp_path, n=60)
     review_settings_save(source=source, reviews_required=2)
     users = [_user(f"ann{i}") for i in range(8)]

@@ -16,7 +16,7 @@ from curation.services.users import user_create_with_role
 from tests.conftest import REPO
 from tests.review_data import queue_with_real_model
 
-pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
+pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 LAUNCH_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 SHOTS = Path(os.environ.get("OODC_SCREENSHOTS", REPO / "var" / "screenshots"))
@@ -38,7 +38,7 @@ def browser(monkeypatch):
 
 
 @pytest.fixture
-def queue(tmp_path, settings):
+def queue(tmp_path, settings, role_groups):
     settings.THUMBNAIL_DIR = tmp_path / "thumbs"
     review_cache_clear()
     source = queue_with_real_model(tmp_path, n=30)
