@@ -232,9 +232,9 @@ def adjudicate(request):
 @role_required(CURATOR)
 def classes(request):
     if request.method == "POST":
-        kind, pk, verdict = request.POST.get("kind"), int(request.POST.get("pk", 0)), request.POST.get("verdict")
-        note = request.POST.get("note", "")
+        kind, verdict, note = request.POST.get("kind"), request.POST.get("verdict"), request.POST.get("note", "")
         try:
+            pk = int(request.POST.get("pk", ""))
             if kind == "flag":
                 d = get_object_or_404(ClassDecision.objects.select_related("candidate_class__source"), pk=pk)
                 class_decisions_resolve(decision_ids=[pk], resolution={"accept": "keep", "reject": "remove"}[verdict], note=note, user=request.user)

@@ -23,7 +23,7 @@ from curation import selectors
 from curation.models import (AnnotatorScope, Assignment, AuditLog, ClassVisualSignal, ImageEmbedding, Review, ReviewItem,
                              ReviewSettings)
 from curation.roles import ANNOTATOR, CURATOR, RESEARCHER
-from curation.services.review import (NothingToUndo, ReviewError, class_signal_resolve, review_adjudicate,
+from curation.services.review import (NothingToUndo, ReviewError, class_signal_resolve, review_adjudicate, review_cache_clear,
                                       review_items_set_gold, review_next, review_queue_sync, review_reclaim_expired,
                                       review_settings_save, review_submit, review_undo)
 from curation.services.users import user_create_with_role
@@ -31,6 +31,13 @@ from fixtures.images import awkward_images, write
 from tests.review_data import FAKE_TOP5, ingest, queue_with_rows, write_candidates
 
 pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _fresh_caches():
+    review_cache_clear()  # per-process caches (gold rates, ID examples) must not leak between tests
+    yield
+    review_cache_clear()
 
 
 def _user(name, role=ANNOTATOR):
@@ -262,7 +269,9 @@ def test_api_roles_csrf_and_one_round_trip_per_decision(tmp_path):
     assert _client(res).get("/curate/reviews/").status_code == 200
     c = _client(ann)
     sql, r = _sql(lambda: c.get("/api/review/next"))
-    assert len(sql) <= 16, "\n".join(sql)  # session, user, roles, sweep, scope, 2 x (lock, count, lease), 4 for the payload
+    # session, user, roles; expired-lease sweep, held leases, scope, gold rates (the last three cached
+    # per process or skipped later); 2 x (lock, guarded update, upsert); payload 3 + "is there an ID source"
+    assert len(sql) <= 17, "\n".join(sql)
     items = r.json()["items"]
     assert len(items) == 2 and [t["wnid"] for t in items[0]["top5"]] == [w for w, _p in FAKE_TOP5]
     assert items[0]["top5"][0]["label"] == "tabby" and "cat" in items[0]["top5"][0]["gloss"]

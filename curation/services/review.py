@@ -125,7 +125,8 @@ def review_queue_sync(*, source: Source, model_name: str | None = None, user=Non
     verdicts, run = _class_verdicts(source)
     base, per_class = _settings_for(source)
     report = QueueSync(source=source.name, excluded={"broken_or_duplicate_file": 0, "not_extracted": 0, "decode_failed": 0,
-                                                     "dropped_by_duplicate_search": 0, "class_removed": 0, "class_flagged": 0})
+                                                     "dropped_by_duplicate_search": 0, "class_removed": 0, "class_flagged": 0,
+                                                     "class_not_in_filter_run": 0})
     eligible: dict[int, tuple[int | None, float, int]] = {}
     for image_id, class_id, status in Image.objects.filter(source=source).values_list("id", "candidate_class_id", "status"):
         if status != Image.Status.OK:
@@ -141,7 +142,10 @@ def review_queue_sync(*, source: Source, model_name: str | None = None, user=Non
         if e["drop_reason"]:
             report.excluded["dropped_by_duplicate_search"] += 1
             continue
-        verdict = verdicts.get(class_id, ClassDecision.Decision.KEEP if run is None else ClassDecision.Decision.REMOVE)
+        verdict = verdicts.get(class_id, ClassDecision.Decision.KEEP if run is None else None)
+        if verdict is None:  # a class folder that appeared after the latest class filter run
+            report.excluded["class_not_in_filter_run"] += 1
+            continue
         if verdict == ClassDecision.Decision.REMOVE:
             report.excluded["class_removed"] += 1
             continue
