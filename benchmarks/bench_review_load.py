@@ -62,7 +62,6 @@ def populate(n_images: int, n_annotators: int, data_dir: Path) -> list[str]:
 
     django.setup()
     from django.conf import settings
-    from django.contrib.auth.models import User
     from django.core.management import call_command
 
     from curation.models import CandidateClass, Image, ImageEmbedding, Source
@@ -106,7 +105,6 @@ def populate(n_images: int, n_annotators: int, data_dir: Path) -> list[str]:
         s["_auth_user_hash"] = u.get_session_auth_hash()
         s.create()
         cookies.append(s.session_key)
-    del User
     return cookies
 
 

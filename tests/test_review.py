@@ -11,7 +11,6 @@ from datetime import timedelta
 
 import numpy as np
 import pytest
-from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.db import connection
 from django.db.models import Count

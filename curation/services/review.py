@@ -31,7 +31,6 @@ from curation.models import (AnnotatorScope, Assignment, CandidateClass, ClassDe
 from curation.services.audit import audit_record
 
 SECONDS_CAP = 300.0  # a longer gap is a break, not work on the image
-DECISIONS = tuple(d for d in ReviewDecision.values if d != ReviewDecision.SKIP)
 FINAL = (ReviewItem.Status.COMPLETE, ReviewItem.Status.ADJUDICATED)
 
 
@@ -254,11 +253,11 @@ class Scope:
     def unrestricted(self) -> bool:
         return not self.sources and not self.classes
 
-    def q(self, prefix: str = "") -> Q:
-        """The queue rows (``prefix`` reaches them from another model) this annotator may get."""
+    def q(self) -> Q:
+        """The queue rows this annotator may get."""
         if self.unrestricted:
             return Q()  # only candidate sources have queue rows
-        return Q(**{f"{prefix}source_id__in": self.sources}) | Q(**{f"{prefix}candidate_class_id__in": self.classes})
+        return Q(source_id__in=self.sources) | Q(candidate_class_id__in=self.classes)
 
 
 def annotator_scope(user) -> Scope:
