@@ -8,6 +8,11 @@ from pipelines.class_filter.engine import CSV_COLUMNS
 from pipelines.class_filter.rules import RULES
 
 
+def latest_class_filter_run(*, source: Source) -> ClassFilterRun | None:
+    """The source's most recent finished class filter run (what its classes' fate rests on)."""
+    return ClassFilterRun.objects.filter(source=source, job__status="done").order_by("-created_at", "-pk").first()
+
+
 def source_broken_images(*, source: Source) -> list[Image]:
     return list(Image.objects.filter(source=source, status=Image.Status.BROKEN).order_by("relative_path"))
 
@@ -195,13 +200,11 @@ def id_class_list() -> list[list]:
 def annotator_queue(*, user) -> dict:
     """An annotator's queue: per source and class, images still needing a review they could
     give, and what they have done."""
-    from django.db.models import Exists, OuterRef
-
-    from curation.models import Assignment, Review, ReviewItem
-    from curation.services.review import annotator_scope
+    from curation.models import Review, ReviewItem
+    from curation.services.review import annotator_scope, not_seen_by
 
     scope = annotator_scope(user)
-    not_mine = ~Exists(Assignment.objects.filter(item=OuterRef("pk"), annotator=user).exclude(state=Assignment.State.EXPIRED))
+    not_mine = not_seen_by(user)
     rows = (ReviewItem.objects.filter(scope.q()).exclude(status=ReviewItem.Status.WITHDRAWN)
             .values("source__name", "candidate_class__folder", "candidate_class__synset_name")
             .annotate(total=Count("id"), waiting=Count("id", filter=Q(status=ReviewItem.Status.OPEN) & not_mine),
@@ -294,7 +297,7 @@ def flagged_classes(*, samples: int = 8) -> list[dict]:
 
     out: dict[int, dict] = {}
     for source in Source.objects.filter(role=Source.Role.CANDIDATE).order_by("name"):
-        run = ClassFilterRun.objects.filter(source=source, job__status="done").order_by("-created_at", "-pk").first()
+        run = latest_class_filter_run(source=source)
         if run is None:
             continue
         for d in run.decisions.filter(decision=ClassDecision.Decision.FLAG, candidate_class__isnull=False).select_related("candidate_class"):

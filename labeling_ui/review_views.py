@@ -15,11 +15,11 @@ from django.utils.http import quote_etag
 from django.views.decorators.http import require_GET, require_POST
 
 from curation import selectors
-from curation.models import AnnotatorScope, Assignment, ClassDecision, Image, ReviewDecision, ReviewSettings, Source
+from curation.models import Assignment, ClassDecision, Image, ReviewDecision, ReviewSettings, Source
 from curation.roles import ANNOTATOR, CURATOR, RESEARCHER, user_roles
 from curation.services.class_filter import class_decisions_resolve
 from curation.services.renditions import VARIANTS, RenditionError, rendition
-from curation.services.review import (NothingToUndo, ReviewError, class_signal_resolve, review_adjudicate, review_next,
+from curation.services.review import (NothingToUndo, ReviewError, annotator_scope, class_signal_resolve, review_adjudicate, review_next,
                                       review_queue_refresh_if_built, review_queue_sync, review_settings_save, review_submit,
                                       review_undo)
 
@@ -150,8 +150,8 @@ def _may_see(request, image: Image) -> bool:
         return False
     if image.source.role == Source.Role.ID:
         return True  # the example strips
-    scopes = list(AnnotatorScope.objects.filter(annotator=request.user).values_list("source_id", "candidate_class_id"))
-    return not scopes or any(s == image.source_id and (c is None or c == image.candidate_class_id) for s, c in scopes)
+    scope = annotator_scope(request.user)
+    return scope.unrestricted or image.source_id in scope.sources or image.candidate_class_id in scope.classes
 
 
 @login_required

@@ -28,6 +28,7 @@ from django.utils import timezone
 from curation.models import (AnnotatorScope, Assignment, CandidateClass, ClassDecision, ClassFilterRun, ClassVisualSignal,
                              IdClassSet, Image, ImageEmbedding, Review, ReviewDecision, ReviewItem, ReviewSettings, Source,
                              SynsetText)
+from curation.selectors import latest_class_filter_run
 from curation.services.audit import audit_record
 
 SECONDS_CAP = 300.0  # a longer gap is a break, not work on the image
@@ -61,7 +62,7 @@ def _settings_for(source: Source) -> tuple[ReviewSettings, dict[int, ReviewSetti
 def _class_verdicts(source: Source) -> tuple[dict[int, str], ClassFilterRun | None]:
     """candidate_class_id -> 'keep' | 'flag' | 'remove' from the latest finished class filter
     run on this source, with rejected visual-ambiguity flags turned into 'remove'."""
-    run = (ClassFilterRun.objects.filter(source=source, job__status="done").order_by("-created_at", "-pk").first())
+    run = latest_class_filter_run(source=source)
     verdicts: dict[int, str] = {}
     if run is not None:
         for class_id, decision in run.decisions.filter(candidate_class__isnull=False).values_list("candidate_class_id", "decision"):
@@ -217,8 +218,7 @@ def review_settings_save(*, source: Source, candidate_class: CandidateClass | No
     audit_record(actor=user, action="review_settings_changed", target=obj,
                  data={"source": source.name, "class": candidate_class.folder if candidate_class else None,
                        "reviews_required": obj.reviews_required, "order": obj.order, "gold_rate": obj.gold_rate})
-    if ReviewItem.objects.filter(source=source).exists():
-        review_queue_sync(source=source, user=user)
+    review_queue_refresh_if_built(source=source, user=user)
     return obj
 
 
@@ -295,7 +295,8 @@ def review_reclaim_expired(*, force: bool = False) -> int:
     return len(rows)
 
 
-def _not_seen_by(user):
+def not_seen_by(user):
+    """Queue rows this annotator holds no live or finished assignment on."""
     return ~Exists(Assignment.objects.filter(item=OuterRef("pk"), annotator=user).exclude(state=Assignment.State.EXPIRED))
 
 
@@ -313,7 +314,7 @@ def _lease_regular(user, scope: Scope, exclude: list[int], now) -> Assignment | 
         with transaction.atomic():
             qs = (ReviewItem.objects.filter(scope.q(), status=ReviewItem.Status.OPEN)
                   .alias(slots=F("done") + F("leased")).filter(slots__lt=F("required"))
-                  .filter(_not_seen_by(user)).exclude(pk__in=exclude).order_by("priority", "id"))
+                  .filter(not_seen_by(user)).exclude(pk__in=exclude).order_by("priority", "id"))
             item_id = qs.select_for_update(skip_locked=True, of=("self",)).values_list("id", flat=True).first()
             if item_id is None:
                 return None
@@ -326,7 +327,7 @@ def _lease_regular(user, scope: Scope, exclude: list[int], now) -> Assignment | 
 
 
 def _lease_gold(user, scope: Scope, exclude: list[int], now) -> Assignment | None:
-    item_id = (ReviewItem.objects.filter(scope.q(), is_gold=True, status__in=FINAL).filter(_not_seen_by(user))
+    item_id = (ReviewItem.objects.filter(scope.q(), is_gold=True, status__in=FINAL).filter(not_seen_by(user))
                .exclude(pk__in=exclude).order_by("?").values_list("id", flat=True).first())
     return _lease(user, item_id, gold=True, now=now) if item_id else None
 
