@@ -312,3 +312,40 @@ def flagged_classes(*, samples: int = 8) -> list[dict]:
         for class_id, image_id in rows:
             out[class_id].setdefault("samples", []).append(image_id)
     return sorted(out.values(), key=lambda e: (e["source"].name, e["cc"].folder))
+
+
+def contamination_report(*, source: Source, sample: int = 400, seed: int = 0) -> dict:
+    """NINCO's Table 1 for one source: from a random sample (seeded) of its reviewed images
+    with a final decision, the share that show an ID object (final decision ``id``) and its
+    Wilson 95% interval, overall and per class; shares of ``unclear`` and ``not_target`` too."""
+    import random
+
+    from curation.models import ReviewItem
+    from pipelines.agreement import wilson_interval
+
+    S = ReviewItem.Status
+    pool = list(ReviewItem.objects.filter(source=source, status__in=[S.COMPLETE, S.ADJUDICATED]).exclude(final_decision="")
+                .order_by("pk").values_list("pk", flat=True))
+    chosen = sorted(random.Random(seed).sample(pool, min(sample, len(pool))))
+    rows = (ReviewItem.objects.filter(pk__in=chosen)
+            .values("candidate_class__wnid", "candidate_class__folder", "candidate_class__synset_name")
+            .annotate(n=Count("id"), n_id=Count("id", filter=Q(final_decision="id")), n_ood=Count("id", filter=Q(final_decision="ood")),
+                      n_unclear=Count("id", filter=Q(final_decision="unclear")), n_not_target=Count("id", filter=Q(final_decision="not_target")))
+            .order_by("candidate_class__folder"))
+    classes = []
+    for r in rows:
+        lo, hi = wilson_interval(r["n_id"], r["n"])
+        classes.append({"wnid": r["candidate_class__wnid"], "folder": r["candidate_class__folder"], "synset": r["candidate_class__synset_name"],
+                        "n": r["n"], "n_id": r["n_id"], "n_ood": r["n_ood"], "n_unclear": r["n_unclear"], "n_not_target": r["n_not_target"],
+                        "share": r["n_id"] / r["n"], "ci_low": lo, "ci_high": hi})
+    n, n_id = sum(c["n"] for c in classes), sum(c["n_id"] for c in classes)
+    lo, hi = wilson_interval(n_id, n) or (None, None)
+    return {"source": source.name, "sample": sample, "seed": seed, "reviewed": len(pool), "n": n, "n_id": n_id,
+            "n_unclear": sum(c["n_unclear"] for c in classes), "n_not_target": sum(c["n_not_target"] for c in classes),
+            "share": n_id / n if n else None, "ci_low": lo, "ci_high": hi, "classes": classes}
+
+
+def export_list(*, limit: int = 100):
+    from curation.models import Export
+
+    return list(Export.objects.select_related("created_by", "job").order_by("-created_at")[:limit])

@@ -138,6 +138,8 @@ CELERY_TASK_ROUTES = {
     "curation.ingest.*": {"queue": "cpu"},
     "curation.class_filter.*": {"queue": "cpu"},
     "curation.dedup.*": {"queue": "cpu"},
+    "curation.export.*": {"queue": "cpu"},
+    "curation.unit_tests.*": {"queue": "cpu"},
     # Extraction goes where the models run: "gpu" when GPU workers serve it, "cpu" (the
     # default) where only CPU workers run.
     "curation.extract.*": {"queue": os.environ.get("OODC_EXTRACT_QUEUE", "cpu")},
@@ -186,4 +188,5 @@ AMBIGUITY_MIN_IMAGES = int(os.environ.get("OODC_AMBIGUITY_MIN_IMAGES", "5"))
 REVIEW_LEASE_SECONDS = env_int("OODC_REVIEW_LEASE_SECONDS", 900)  # an unanswered image returns to the queue after this
 REVIEW_PREFETCH = env_int("OODC_REVIEW_PREFETCH", 2)  # images leased at once: the one on screen and the next
 REVIEW_RECLAIM_EVERY = env_int("OODC_REVIEW_RECLAIM_EVERY", 10)  # seconds between expired-lease sweeps per process
+EXPORT_ROOT = Path(os.environ.get("OODC_EXPORT_ROOT", DATA_DIR / "exports"))
 THUMBNAIL_DIR = Path(os.environ.get("OODC_THUMBNAIL_DIR", DATA_DIR / "thumbs"))

@@ -109,3 +109,28 @@ def dedup_task(job_id: int) -> None:
     except Exception as exc:
         job_fail(job_id=job_id, error=exc)
         raise
+
+
+# -- exports: written by cpu workers -------------------------------------------------------------
+
+
+@shared_task(name="curation.export.run", **TASK_OPTIONS)
+def export_task(export_id: int) -> None:
+    from curation.services.exports import export_execute, export_fail
+
+    try:
+        export_execute(export_id=export_id)
+    except Exception as exc:
+        export_fail(export_id=export_id, error=exc)
+        raise
+
+
+@shared_task(name="curation.unit_tests.run", **TASK_OPTIONS)
+def unit_tests_task(export_id: int) -> None:
+    from curation.services.exports import export_fail, unit_tests_execute
+
+    try:
+        unit_tests_execute(export_id=export_id)
+    except Exception as exc:
+        export_fail(export_id=export_id, error=exc)
+        raise

@@ -2,13 +2,17 @@ from pathlib import Path
 
 from django.conf import settings
 from django.core.management import call_command
+from django.contrib.auth.models import User
 from django.core.management.base import BaseCommand
 
 from curation import selectors
 from curation.models import Source
 from curation.services.review import review_queue_sync
+from curation.services.demo import demo_reviews_record
 from curation.services.users import users_create_demo
-from fixtures.demo import generate_demo
+from fixtures.demo import demo_answer, generate_demo
+
+LEFT_FOR_PEOPLE = {"n09270735"}  # dune  # one class the demo's stand-in leaves for people to review
 
 
 class Command(BaseCommand):
@@ -18,32 +22,42 @@ class Command(BaseCommand):
         parser.add_argument("--data", default=None, help="Where to write the demo sources (default: $OODC_DATA_DIR/demo)")
         parser.add_argument("--addr", default="127.0.0.1:8000", help="Address for the web app (default 127.0.0.1:8000)")
         parser.add_argument("--no-serve", action="store_true", help="Stop after the summary instead of serving")
+        parser.add_argument("--unit-tests", type=int, default=10, help="Images per OOD unit test in the demo's set (default 10)")
 
-    def handle(self, *args, data=None, addr="127.0.0.1:8000", no_serve=False, **opts):
+    def handle(self, *args, data=None, addr="127.0.0.1:8000", no_serve=False, unit_tests=10, **opts):
         out = self.stdout
         root = Path(data or settings.DATA_DIR / "demo")
-        out.write(self.style.MIGRATE_HEADING(f"1/7 Generating demo data in {root}"))
+        out.write(self.style.MIGRATE_HEADING(f"1/9 Generating demo data in {root}"))
         paths = generate_demo(root)
-        out.write(self.style.MIGRATE_HEADING("2/7 ID class set"))
+        out.write(self.style.MIGRATE_HEADING("2/9 ID class set"))
         call_command("set_id_classes", "imagenet-1k", stdout=out)
-        out.write(self.style.MIGRATE_HEADING("3/7 Ingesting the sources"))
+        out.write(self.style.MIGRATE_HEADING("3/9 Ingesting the sources"))
         call_command("add_source", "demo-candidates", str(paths.candidates), class_map=str(paths.class_map), stdout=out, stderr=self.stderr, show_broken=30)
         call_command("add_source", "demo-id", str(paths.id_reference), role="id", stdout=out, stderr=self.stderr)
-        out.write(self.style.MIGRATE_HEADING("4/7 WordNet class filter on demo-candidates (preset imagenet-ood)"))
+        out.write(self.style.MIGRATE_HEADING("4/9 WordNet class filter on demo-candidates (preset imagenet-ood)"))
         csv_path = root / "class_filter_decisions.csv"
         call_command("filter_classes", candidates="source:demo-candidates", id_spec="imagenet-1k", out=str(csv_path), stdout=out)
-        out.write(self.style.MIGRATE_HEADING(f"5/7 Predictions, features and near-duplicates ({settings.DEFAULT_MODEL}, offline weights)"))
+        out.write(self.style.MIGRATE_HEADING(f"5/9 Predictions, features and near-duplicates ({settings.DEFAULT_MODEL}, offline weights)"))
         call_command("run_image_pipeline", sources=["demo-candidates", "demo-id"], stdout=out, stderr=self.stderr)
-        out.write(self.style.MIGRATE_HEADING("6/7 Review queue (reviewed by nobody yet)"))
+        out.write(self.style.MIGRATE_HEADING("6/9 Review queue"))
         report = review_queue_sync(source=Source.objects.get(name="demo-candidates"))
         out.write(f"  {report.summary()}")
-        out.write(self.style.MIGRATE_HEADING("7/7 Summary"))
+        accounts = users_create_demo()
+        out.write(self.style.MIGRATE_HEADING("7/9 Demo reviews: annotator2 answers from the demo data's answer key (a stand-in for people)"))
+        reviewer = User.objects.get(username="annotator2")
+        decided = demo_reviews_record(user=reviewer, answer=demo_answer, leave_folders=LEFT_FOR_PEOPLE)
+        out.write("  " + ", ".join(f"{k} {v}" for k, v in sorted(decided.items()))
+                  + f" (class folder(s) {', '.join(sorted(LEFT_FOR_PEOPLE))} left for you to review)")
+        call_command("contamination_report", "demo-candidates", stdout=out)
+        out.write(self.style.MIGRATE_HEADING("8/9 Export of the clean images and a small OOD unit-test set"))
+        call_command("export", name="demo-clean", sources=["demo-candidates"], stdout=out, stderr=self.stderr)
+        call_command("make_unit_tests", name="demo-unit-tests", per_test=unit_tests, stdout=out, stderr=self.stderr)
+        out.write(self.style.MIGRATE_HEADING("9/9 Summary"))
         for row in selectors.source_summaries():
             out.write(
                 f"  {row['source'].name:<16} {row['source'].role:<9} classes={row['classes']:<3} unmapped={row['unmapped']:<2} "
                 f"images={row['total']:<4} ok={row['ok']:<4} broken={row['broken']:<3} duplicate={row['duplicate']:<3} missing={row['missing']}"
             )
-        accounts = users_create_demo()
         out.write(self.style.MIGRATE_HEADING("Demo accounts (annotators review; the curator follows progress and adjudicates)"))
         for username, password in accounts.items():
             out.write(f"  {username:<11} password: {password}")

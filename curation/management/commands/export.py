@@ -1,0 +1,73 @@
+from django.core.management.base import BaseCommand, CommandError
+
+from curation.management.progress import InlineBar, wait_for_job
+from curation.models import Export, Source
+from curation.services.exports import ExportRequestError, export_create, export_path, export_run_inline
+from pipelines.export import LAYOUTS
+
+
+def read_wnids(classes: str | None, classes_file: str | None) -> list[str]:
+    wnids = [w.strip() for w in (classes or "").split(",") if w.strip()]
+    if classes_file:
+        try:
+            with open(classes_file, encoding="utf-8") as fh:
+                wnids += [line.split(",")[0].strip() for line in fh if line.strip() and not line.startswith("#")]
+        except OSError as exc:
+            raise CommandError(f"--classes-file {classes_file}: {exc.strerror or exc}") from None
+    return wnids
+
+
+class Command(BaseCommand):
+    help = ("Export the clean images of candidate sources (final label ood, class kept) as a new, immutable version: "
+            "NINCO / ImageNet-OOD / OpenOOD layouts, manifest.json with every checksum, decisions.csv. "
+            "A leakage check (ID reference images, other splits) blocks the export unless overridden with a note.")
+
+    def add_arguments(self, parser):
+        parser.add_argument("--name", required=True, help="export name (a slug); each export under it gets the next version")
+        parser.add_argument("--source", action="append", required=True, dest="sources", help="candidate source (repeat for several)")
+        parser.add_argument("--classes", help="comma-separated wnids to export (default: every class)")
+        parser.add_argument("--classes-file", help="file with one wnid per line")
+        parser.add_argument("--min-per-class", type=int, default=1, help="classes with fewer clean images are left out (default 1)")
+        parser.add_argument("--layout", action="append", dest="layouts", choices=LAYOUTS, help="layouts to write (default: all three)")
+        parser.add_argument("--split", default="test", help="split name; images may not be near-duplicates of another split's (default test)")
+        parser.add_argument("--copy", action="store_true", help="copy files instead of hard-linking them")
+        parser.add_argument("--override-leakage", default="", metavar="NOTE", help="export despite leakage, recording this note")
+        parser.add_argument("--queue", action="store_true", help="run on the Celery workers and wait, instead of in this process")
+
+    def handle(self, *args, name, sources, classes, classes_file, min_per_class, layouts, split, copy, override_leakage, queue, **opts):
+        found = {s.name: s for s in Source.objects.filter(name__in=sources)}
+        missing = [s for s in sources if s not in found]
+        if missing:
+            raise CommandError(f"unknown source(s) {', '.join(missing)}; known: {', '.join(Source.objects.values_list('name', flat=True)) or 'none'}")
+        try:
+            export = export_create(name=name, sources=[found[s] for s in sources], wnids=read_wnids(classes, classes_file),
+                                   min_per_class=min_per_class, layouts=layouts, split=split, link=not copy,
+                                   override_leakage=override_leakage, enqueue=queue)
+        except ExportRequestError as exc:
+            raise CommandError(str(exc)) from None
+        self.stdout.write(f"export {export.label} (#{export.pk}) requested")
+        if queue:
+            wait_for_job(export.job, desc=f"export {export.label}")
+            export.refresh_from_db()
+        else:
+            with InlineBar(f"export {export.label}") as bar:
+                export = export_run_inline(export=export, progress=bar.update, on_total=bar.on_total)
+        report(self, export)
+        if export.status != Export.Status.DONE:
+            raise CommandError(f"export {export.label} {export.status}: {export.message}")
+
+
+def report(cmd, export: Export) -> None:
+    if export.status == Export.Status.BLOCKED:
+        cmd.stdout.write(cmd.style.ERROR("Leakage check failed:"))
+        for v in export.leakage.get("violations", [])[:50]:
+            cmd.stdout.write(f"  {v['path']}: {v['kind']} {v['with']} ({v['against']}" + (f", similarity {v['similarity']}" if v["similarity"] is not None else "") + ")")
+        return
+    if export.status != Export.Status.DONE:
+        return
+    c = export.counts
+    cmd.stdout.write(f"  {c.get('images', 0)} images in {c.get('classes', 0)} classes; excluded: "
+                     + (", ".join(f"{k} {v}" for k, v in c.get("excluded", {}).items()) or "none"))
+    for wnid, row in list(c.get("per_class", {}).items())[:40]:
+        cmd.stdout.write(f"    {wnid} {row['name']:<30} {row['images']}")
+    cmd.stdout.write(cmd.style.SUCCESS(f"Wrote {export_path(export)} (check it with: python manage.py verify_export {export_path(export)})"))

@@ -1,0 +1,38 @@
+import sys
+from pathlib import Path
+
+from django.core.management.base import BaseCommand, CommandError
+from tqdm import tqdm
+
+from curation.models import Export
+from curation.services.exports import export_path, export_verify
+
+
+class Command(BaseCommand):
+    help = ("Check an export folder: every file's sha256 against manifest.json, missing and unlisted files, and (when this "
+            "database wrote it) the manifest itself. Exit status 1 when anything is wrong, naming each file.")
+
+    def add_arguments(self, parser):
+        parser.add_argument("path", help="export folder, or NAME/vN, or an export id")
+
+    def handle(self, *args, path, **opts):
+        target = Path(path)
+        if not target.exists():
+            export = None
+            if path.isdigit():
+                export = Export.objects.filter(pk=int(path), status=Export.Status.DONE).first()
+            elif "/v" in path:
+                name, _, version = path.rpartition("/v")
+                export = Export.objects.filter(name=name, version=int(version) if version.isdigit() else -1, status=Export.Status.DONE).first()
+            if export is None:
+                raise CommandError(f"{path}: no such folder, and no finished export by that id or NAME/vN")
+            target = export_path(export)
+        with tqdm(desc=f"verify {target.name}", unit="file", file=sys.stderr, dynamic_ncols=True) as bar:
+            v = export_verify(path=target, progress=bar.update)
+        if v.ok:
+            m = v.manifest
+            self.stdout.write(self.style.SUCCESS(f"OK: {target}: {v.checked} files match manifest.json ({m['name']} v{m['version']}, {m['kind']})"))
+            return
+        for problem in v.problems:
+            self.stderr.write(f"FAIL {problem}")
+        raise CommandError(f"{target}: {len(v.problems)} problem(s); {v.checked} files checked")

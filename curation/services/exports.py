@@ -1,0 +1,559 @@
+"""Exports: clean OOD sets and OOD unit-test sets, immutable and versioned.
+
+export_create / unit_tests_create record the request (Export + Job, config fixed before any
+work) and queue it; export_execute / unit_tests_execute do the work (Celery task or inline):
+select the images, check leakage, write the folder (pipelines.export), record the members.
+A finished or blocked export is never touched again; re-running an unfinished one starts its
+folder from scratch, so a redelivered task cannot leave a half-written export behind.
+"""
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import Max
+from django.utils import timezone
+
+from curation.models import (
+    CandidateClass, ClassDecision, ClassVisualSignal, Export, ExportMember, Image, ImageEmbedding, Job, ReviewDecision,
+    ReviewItem, ReviewSettings, Source,
+)
+from curation.selectors import contamination_report, latest_class_filter_run
+from curation.services.audit import audit_record
+from curation.services.jobs import job_fail, job_mark_running
+from curation.version import code_version
+from pipelines.export import LAYOUTS, MANIFEST_FORMAT
+from pipelines.sources import UnsafePath, safe_join
+
+Progress = Callable[[int], None]
+FINAL = (ReviewItem.Status.COMPLETE, ReviewItem.Status.ADJUDICATED)
+
+
+class ExportRequestError(ValueError):
+    """A request that cannot be exported as asked; the message says what to change."""
+
+
+# -- requests ----------------------------------------------------------------------------------
+
+
+def _next_version(name: str) -> int:
+    return (Export.objects.filter(name=name).aggregate(v=Max("version"))["v"] or 0) + 1
+
+
+def _create(*, name: str, kind: str, split: str, config: dict, user, enqueue: bool, override: str = "") -> Export:
+    job_kind = Job.Kind.EXPORT if kind == Export.Kind.DATASET else Job.Kind.UNIT_TESTS
+    for _attempt in range(5):  # two curators exporting under one name at once: the loser retries
+        try:
+            with transaction.atomic():
+                version = _next_version(name)
+                job = Job.objects.create(kind=job_kind, config={**config, "name": name, "version": version},
+                                         code_version=code_version(), created_by=user if getattr(user, "pk", None) else None)
+                export = Export.objects.create(name=name, version=version, kind=kind, split=split, job=job, config=job.config,
+                                               leakage_override=override, created_by=job.created_by)
+                audit_record(actor=user, action="export_requested", target=export, data={"kind": kind, "config": job.config})
+                if enqueue:
+                    transaction.on_commit(lambda: _enqueue(export.pk, kind))
+                return export
+        except IntegrityError:
+            continue
+    raise ExportRequestError(f"could not allocate a version for export {name!r}; try again")
+
+
+def _enqueue(export_id: int, kind: str) -> None:
+    from curation.tasks import export_task, unit_tests_task
+
+    (export_task if kind == Export.Kind.DATASET else unit_tests_task).delay(export_id)
+
+
+def export_create(*, name: str, sources: list[Source], wnids: list[str] | None = None, min_per_class: int = 1,
+                  layouts: list[str] | None = None, split: str = "test", link: bool = True, override_leakage: str = "",
+                  model_name: str | None = None, user=None, enqueue: bool = True) -> Export:
+    """Ask for a clean-set export of ``sources`` (all their classes, or those in ``wnids``)."""
+    layouts = list(dict.fromkeys(layouts or LAYOUTS))
+    bad = [x for x in layouts if x not in LAYOUTS]
+    if bad:
+        raise ExportRequestError(f"unknown layout(s) {', '.join(bad)}; choose from {', '.join(LAYOUTS)}")
+    if not sources:
+        raise ExportRequestError("choose at least one candidate source")
+    not_candidates = [s.name for s in sources if s.role != Source.Role.CANDIDATE]
+    if not_candidates:
+        raise ExportRequestError(f"{', '.join(not_candidates)}: ID reference sources are never exported as OOD")
+    if min_per_class < 1:
+        raise ExportRequestError(f"the minimum number of clean images per class must be at least 1 (got {min_per_class})")
+    wnids = sorted(set(wnids or []))
+    if wnids:
+        known = set(CandidateClass.objects.filter(source__in=sources).values_list("wnid", flat=True))
+        unknown = [w for w in wnids if w not in known]
+        if unknown:
+            raise ExportRequestError(f"unknown class(es) {', '.join(unknown)}: not a class of {', '.join(s.name for s in sources)}")
+    config = {"sources": sorted(s.name for s in sources), "wnids": wnids, "min_per_class": min_per_class, "layouts": layouts,
+              "split": split, "link": link, "model": model_name or settings.DEFAULT_MODEL,
+              "id_dup_threshold": settings.ID_DUP_THRESHOLD, "max_pixel_diff": settings.NEAR_DUP_MAX_PIXEL_DIFF}
+    return _create(name=name, kind=Export.Kind.DATASET, split=split, config=config, user=user, enqueue=enqueue, override=override_leakage.strip())
+
+
+def unit_tests_create(*, name: str, per_test: int = 400, seed: int = 0, id_source: Source | None = None, workers: int = 1,
+                      user=None, enqueue: bool = True) -> Export:
+    """Ask for a NINCO unit-test set mirroring the images of an ID reference source."""
+    id_source = id_source or Source.objects.filter(role=Source.Role.ID).order_by("pk").first()
+    if id_source is None or id_source.role != Source.Role.ID:
+        raise ExportRequestError("unit tests mirror ID images: register an ID reference source first "
+                                 "(`python manage.py add_source NAME PATH --role id`)")
+    if per_test < 1:
+        raise ExportRequestError(f"images per test must be at least 1 (got {per_test})")
+    config = {"per_test": per_test, "seed": seed, "id_source": id_source.name, "workers": workers}
+    return _create(name=name, kind=Export.Kind.UNIT_TESTS, split="unit-tests", config=config, user=user, enqueue=enqueue)
+
+
+# -- selection ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Selection:
+    items: list[ReviewItem] = field(default_factory=list)  # exported, in order
+    rows: list[tuple[ReviewItem, str]] = field(default_factory=list)  # every item considered, with its exclusion reason ('' = exported)
+    excluded: Counter = field(default_factory=Counter)
+    classes: dict[str, dict] = field(default_factory=dict)  # wnid -> {name, images}
+    class_filter: dict = field(default_factory=dict)
+    review_policy: dict = field(default_factory=dict)
+
+
+def _class_states(source: Source) -> tuple[dict[int, str], dict]:
+    """candidate_class_id -> 'kept' | reason it is out, from the latest class filter run (its
+    effective decisions, curators' resolutions included) and the class-level visual flags."""
+    run = latest_class_filter_run(source=source)
+    state: dict[int, str] = {}
+    info = {}
+    if run is not None:
+        info = {"run": run.pk, "policy": run.policy_name, "policy_origin": run.policy_origin, "policy_digest": run.policy_digest,
+                "id_spec": run.id_spec, "wordnet_sha1": run.wordnet_sha1, "finished": run.job.finished_at.isoformat() if run.job.finished_at else None}
+        for class_id, decision in run.decisions.filter(candidate_class__isnull=False).values_list("candidate_class_id", "decision"):
+            state[class_id] = "kept" if decision == ClassDecision.Decision.KEEP else f"class_{decision}"
+    for class_id, resolution in ClassVisualSignal.objects.filter(candidate_class__source=source, flagged=True).values_list("candidate_class_id", "resolution"):
+        if resolution != "accept" and state.get(class_id, "kept") == "kept":
+            state[class_id] = "class_visual_flag_rejected" if resolution == "reject" else "class_visual_flag_unresolved"
+    return state, info
+
+
+def export_select(*, config: dict) -> Selection:
+    """The images an export carries: final label ``ood`` (reviews agreed or a curator
+    adjudicated), image file still ok, class kept by the latest class filter run (or accepted
+    by a curator) and not visually flagged, and a class with at least ``min_per_class`` of them."""
+    sel = Selection()
+    sources = list(Source.objects.filter(name__in=config["sources"]))
+    wnids = set(config.get("wnids") or [])
+    by_class: dict[int, list[ReviewItem]] = defaultdict(list)
+    for source in sources:
+        state, info = _class_states(source)
+        sel.class_filter[source.name] = info or {"run": None, "note": "no class filter run: every class counted as kept"}
+        base = {r.candidate_class_id: r for r in ReviewSettings.objects.filter(source=source).select_related("candidate_class")}
+        default = base.get(None)
+        sel.review_policy[source.name] = {
+            "reviews_required": default.reviews_required if default else 1, "order": default.order if default else "nearest_id",
+            "gold_rate": default.gold_rate if default else 0.0,
+            "per_class": {r.candidate_class.wnid or r.candidate_class.folder: {"reviews_required": r.reviews_required, "order": r.order}
+                          for k, r in base.items() if k is not None},
+            "final_label": "ood when every review said ood, or a curator adjudicated ood",
+        }
+        items = (ReviewItem.objects.filter(source=source).select_related("image", "candidate_class", "image__source")
+                 .order_by("candidate_class__wnid", "image__relative_path"))
+        if wnids:
+            items = items.filter(candidate_class__wnid__in=wnids)
+        for item in items:
+            reason = ""
+            cc = item.candidate_class
+            if item.status not in FINAL:
+                reason = f"review_{item.status}"
+            elif item.final_decision != ReviewDecision.OOD:
+                reason = f"final_{item.final_decision}"
+            elif item.image.status != Image.Status.OK:
+                reason = f"image_{item.image.status}"
+            elif cc is None or not cc.wnid:
+                reason = "class_unmapped"
+            else:
+                s = state.get(cc.pk, "kept" if not info else "class_not_in_filter_run")
+                if s != "kept":
+                    reason = s
+            sel.rows.append((item, reason))
+            if not reason:
+                by_class[cc.pk].append(item)
+    minimum = int(config.get("min_per_class", 1))
+    below = {k for k, v in by_class.items() if len(v) < minimum}
+    keep_ids = set()
+    for k, members in by_class.items():
+        if k in below:
+            continue
+        for it in members:
+            keep_ids.add(it.pk)
+    for pos, (item, reason) in enumerate(sel.rows):
+        if not reason and item.pk not in keep_ids:
+            sel.rows[pos] = (item, f"below_min_per_class_{minimum}")
+    for item, reason in sel.rows:
+        if reason:
+            sel.excluded[reason.split(":")[0]] += 1
+        else:
+            sel.items.append(item)
+            cc = item.candidate_class
+            entry = sel.classes.setdefault(cc.wnid, {"name": cc.synset_name or cc.folder, "label": _class_name(cc), "images": 0, "sources": []})
+            entry["images"] += 1
+            if item.source.name not in entry["sources"]:
+                entry["sources"].append(item.source.name)
+    return sel
+
+
+def _class_name(cc: CandidateClass) -> str:
+    """A class's readable name: its first WordNet lemma (spaces for underscores), else the folder."""
+    if cc.lemmas:
+        return str(cc.lemmas[0]).replace("_", " ")
+    return cc.folder
+
+
+# -- leakage -----------------------------------------------------------------------------------
+
+
+def export_leakage(*, items: list[ReviewItem], split: str, model_name: str, threshold: float, max_pixel_diff: float) -> dict:
+    """What an export would leak: images identical to, or near-duplicates of (feature cosine >=
+    ``threshold`` and the pixel check, as in the duplicate search), an ID reference image or an
+    image in a finished export of a different split; images that cannot be checked (no
+    features) are listed too. Returns {"violations": [...], "checked": n, ...}."""
+    from curation.services.image_pipeline import load_features
+    from pipelines.near_dups import nearest, normalise, pixel_difference, pixel_signature
+
+    violations = []
+    ref_rows = list(Image.objects.filter(source__role=Source.Role.ID, status=Image.Status.OK).select_related("source"))
+    other = list(ExportMember.objects.filter(export__kind=Export.Kind.DATASET, export__status=Export.Status.DONE)
+                 .exclude(export__split=split).select_related("image__source", "export"))
+    refs = [("id_reference", r, f"{r.source.name}:{r.relative_path}") for r in ref_rows]
+    refs += [(f"export {m.export.label} (split {m.export.split})", m.image, f"{m.image.source.name}:{m.image.relative_path}") for m in other]
+    by_sha = {}
+    for kind, img, label in refs:
+        by_sha.setdefault(img.sha256, (kind, img, label))
+    embs = {e.image_id: e for e in ImageEmbedding.objects.filter(image__in=[it.image_id for it in items], model_name=model_name, ok=True)
+            .select_related("shard")}
+    ref_embs = {e.image_id: e for e in ImageEmbedding.objects.filter(image__in=[img.pk for _k, img, _l in refs], model_name=model_name, ok=True)
+                .select_related("shard")}
+    unchecked = []
+    for it in items:
+        hit = by_sha.get(it.image.sha256)
+        if hit is not None and hit[1].pk != it.image_id:
+            violations.append({"image": it.image_id, "path": f"{it.source.name}:{it.image.relative_path}", "kind": "identical_file",
+                               "with": hit[2], "against": hit[0], "similarity": 1.0})
+        elif hit is not None:
+            violations.append({"image": it.image_id, "path": f"{it.source.name}:{it.image.relative_path}", "kind": "same_image",
+                               "with": hit[2], "against": hit[0], "similarity": 1.0})
+        if it.image_id not in embs:
+            unchecked.append({"image": it.image_id, "path": f"{it.source.name}:{it.image.relative_path}", "kind": "no_features",
+                              "with": "", "against": f"run the image pipeline with {model_name}", "similarity": None})
+    flagged = {v["image"] for v in violations}
+    queries = [it for it in items if it.image_id in embs and it.image_id not in flagged]
+    reference = [(k, img, label) for k, img, label in refs if img.pk in ref_embs]
+    if queries and reference:
+        qx = normalise(load_features([embs[it.image_id] for it in queries]))
+        rx = normalise(load_features([ref_embs[img.pk] for _k, img, _l in reference]))
+        sims, idx = nearest(qx, rx)
+        signatures: dict[int, object] = {}
+
+        def signature(img: Image):
+            if img.pk not in signatures:
+                try:
+                    signatures[img.pk] = pixel_signature(safe_join(img.source.root, img.relative_path))
+                except UnsafePath:
+                    signatures[img.pk] = None
+            return signatures[img.pk]
+
+        for j, it in enumerate(queries):
+            if idx[j] < 0 or sims[j] < threshold:
+                continue
+            kind, img, label = reference[int(idx[j])]
+            if pixel_difference(signature(it.image), signature(img)) <= max_pixel_diff:
+                violations.append({"image": it.image_id, "path": f"{it.source.name}:{it.image.relative_path}", "kind": "near_duplicate",
+                                   "with": label, "against": kind, "similarity": round(float(sims[j]), 4)})
+    return {"violations": violations + unchecked, "checked": len(items), "id_reference_images": len(ref_rows),
+            "other_split_images": len(other), "model": model_name, "threshold": threshold, "max_pixel_diff": max_pixel_diff}
+
+
+# -- execution ---------------------------------------------------------------------------------
+
+
+def _export_dir(export: Export) -> tuple[Path, Path]:
+    final = Path(settings.EXPORT_ROOT) / export.name / f"v{export.version}"
+    return final, final.with_name(f".v{export.version}.partial")
+
+
+def _begin(export_id: int) -> Export | None:
+    with transaction.atomic():
+        export = Export.objects.select_for_update(of=("self",)).select_related("job", "created_by").get(pk=export_id)
+        if export.status in (Export.Status.DONE, Export.Status.BLOCKED, Export.Status.FAILED):
+            return None
+        export.status = Export.Status.RUNNING
+        export.save(update_fields=["status"])
+    job_mark_running(job=export.job, message="selecting images")
+    return export
+
+
+def _finish(export: Export, *, status: str, message: str, **fields) -> Export:
+    with transaction.atomic():
+        locked = Export.objects.select_for_update(of=("self",)).get(pk=export.pk)
+        if locked.status in (Export.Status.DONE, Export.Status.BLOCKED):
+            return locked
+        for k, v in fields.items():
+            setattr(locked, k, v)
+        locked.status, locked.message, locked.finished_at = status, message, timezone.now()
+        locked.save()
+        job = Job.objects.select_for_update().get(pk=locked.job_id)
+        job.status = Job.Status.DONE if status in (Export.Status.DONE, Export.Status.BLOCKED) else Job.Status.FAILED
+        job.message, job.finished_at = message, timezone.now()
+        job.result = {"export": locked.pk, "status": status, "counts": locked.counts}
+        job.progress = max(job.progress, job.total)
+        job.save()
+        audit_record(actor=locked.created_by, action=f"export_{status}", target=locked, data={"message": message, "path": locked.path})
+    return locked
+
+
+def export_fail(*, export_id: int, error: BaseException | str) -> None:
+    export = Export.objects.filter(pk=export_id).first()
+    if export is None or export.status in (Export.Status.DONE, Export.Status.BLOCKED):
+        return
+    job_fail(job_id=export.job_id, error=error)
+    Export.objects.filter(pk=export_id).update(status=Export.Status.FAILED, finished_at=timezone.now(),
+                                               message=Job.objects.get(pk=export.job_id).message)
+
+
+def _model_provenance(sources: list[str], model_name: str) -> dict:
+    from pipelines.models import MODELS
+
+    spec = MODELS.get(model_name)
+    jobs = Job.objects.filter(kind=Job.Kind.EXTRACT, status=Job.Status.DONE, source__name__in=sources, config__model=model_name).order_by("pk")
+    return {"name": model_name, "timm_name": spec.timm_name if spec else model_name, "description": spec.description if spec else "timm model by name",
+            "extract_jobs": [{"job": j.pk, "source": j.source.name if j.source_id else None, "weights": j.config.get("weights") or "registry default",
+                                                  "code_version": j.code_version, "finished": j.finished_at.isoformat() if j.finished_at else None}
+                                                 for j in jobs.select_related("source")]}
+
+
+def _wordnet() -> dict:
+    return {"version": "3.0 (Princeton; ImageNet wnids are its noun offsets)"}
+
+
+def _reviews_by_item(items: list[ReviewItem]) -> dict[int, list]:
+    from curation.models import Review
+
+    out: dict[int, list] = defaultdict(list)
+    for r in Review.objects.filter(item__in=items).select_related("annotator").order_by("created_at"):
+        out[r.item_id].append(r)
+    return out
+
+
+def _decisions_rows(sel: Selection, placed_by_image: dict, model_name: str):
+    items = [it for it, _r in sel.rows]
+    reviews = _reviews_by_item(items)
+    embs = {e.image_id: e for e in ImageEmbedding.objects.filter(image__in=[it.image_id for it in items], model_name=model_name)}
+    for it, reason in sel.rows:
+        cc = it.candidate_class
+        e = embs.get(it.image_id)
+        placed = placed_by_image.get(it.image_id)
+        if not reason and placed is not None and placed.problem:
+            reason = placed.problem.split(":")[0]
+        files = placed.files if placed is not None and not placed.problem else {}
+        yield [
+            it.image_id, it.source.name, it.image.relative_path, it.image.sha256, cc.wnid if cc else "", _class_name(cc) if cc else "",
+            it.final_decision, " ".join(it.final_wnids or []), it.status, it.decided_by.username if it.decided_by_id else "",
+            it.final_note, json.dumps([{"annotator": r.annotator.username, "decision": r.decision, "id_wnids": r.id_wnids, "note": r.note,
+                                        "at": r.created_at.isoformat(), "seconds": round(r.seconds, 1), "gold": r.is_gold} for r in reviews[it.pk]]),
+            json.dumps(e.topk if e else []), e.dup_group if e else "", e.drop_reason if e else "",
+            e.nearest_id_image_id if e and e.nearest_id_image_id else "", round(e.nearest_id_similarity, 4) if e and e.nearest_id_similarity is not None else "",
+            "yes" if files else "no", reason, files.get("ninco", ""), files.get("imagenet-ood", ""), files.get("openood", ""),
+        ]
+
+
+DECISION_COLUMNS = [
+    "image_id", "source", "source_path", "sha256", "ood_wnid", "ood_class", "final_label", "final_id_wnids", "review_status",
+    "adjudicated_by", "final_note", "reviews", "top5", "duplicate_group", "duplicate_drop_reason", "nearest_id_image",
+    "nearest_id_similarity", "exported", "excluded_reason", "ninco_file", "imagenet_ood_file", "openood_file",
+]
+
+
+def export_execute(*, export_id: int, progress: Progress | None = None, on_total: Callable[[int], None] | None = None) -> Export:
+    """Select, check for leakage, write. Idempotent: a finished export is returned as it is."""
+    from pipelines import export as px
+
+    export = _begin(export_id)
+    if export is None:
+        return Export.objects.get(pk=export_id)
+    cfg = export.config
+    sel = export_select(config=cfg)
+    model_name = cfg["model"]
+    Job.objects.filter(pk=export.job_id).update(total=len(sel.items), message="checking leakage")
+    if on_total:
+        on_total(len(sel.items))
+    leak = export_leakage(items=sel.items, split=export.split, model_name=model_name, threshold=cfg["id_dup_threshold"],
+                          max_pixel_diff=cfg["max_pixel_diff"])
+    leak["override"] = export.leakage_override
+    counts = {"images": len(sel.items), "classes": len(sel.classes), "excluded": dict(sorted(sel.excluded.items()))}
+    if leak["violations"] and not export.leakage_override:
+        kinds = Counter(v["kind"] for v in leak["violations"])
+        msg = (f"blocked: {len(leak['violations'])} image(s) would leak ({', '.join(f'{n} {k}' for k, n in kinds.items())}); nothing was written. "
+               f"Export again with a leakage override note (admin) or --override-leakage \"why\" (command) if this is intended")
+        return _finish(export, status=Export.Status.BLOCKED, message=msg, leakage=leak, counts=counts)
+    if not sel.items:
+        return _finish(export, status=Export.Status.FAILED, leakage=leak, counts=counts,
+                       message=f"nothing to export: no image of {', '.join(cfg['sources'])} has the final label ood in a kept class "
+                               f"(excluded: {', '.join(f'{k} {v}' for k, v in sorted(sel.excluded.items())) or 'none reviewed'})")
+    final, tmp = _export_dir(export)
+    if final.exists():
+        return _finish(export, status=Export.Status.FAILED, message=f"{final} already exists; exports are never rewritten")
+    px.clear_partial(tmp)
+    tmp.mkdir(parents=True)
+    Job.objects.filter(pk=export.job_id).update(message="writing files")
+    items = [px.ExportItem(image_id=it.image_id, src=str(safe_join(it.source.root, it.image.relative_path)), sha256=it.image.sha256,
+                           wnid=it.candidate_class.wnid, class_name=_class_name(it.candidate_class), file_name=it.image.relative_path.rsplit("/", 1)[-1])
+             for it in sel.items]
+    paths = px.plan_paths(items, cfg["layouts"])
+    done = [0]
+
+    def tick(n: int) -> None:
+        done[0] += n
+        if progress:
+            progress(n)
+        if done[0] % 500 == 0:
+            Job.objects.filter(pk=export.job_id).update(progress=done[0])
+
+    placed = px.place_items(tmp, items, paths, link=cfg.get("link", True), progress=tick)
+    by_image = {p.item.image_id: p for p in placed}
+    good = [p for p in placed if not p.problem]
+    px.write_layout_lists(tmp, placed, cfg["layouts"])
+    px.write_csv(tmp / "decisions.csv", DECISION_COLUMNS, _decisions_rows(sel, by_image, model_name))
+    per_class = Counter(p.item.wnid for p in good)
+    counts = {
+        "images": len(good), "classes": len(per_class),
+        "per_class": {w: {"name": sel.classes[w]["label"], "synset": sel.classes[w]["name"], "images": n} for w, n in sorted(per_class.items())},
+        "excluded": dict(sorted((sel.excluded + Counter(p.problem.split(":")[0] for p in placed if p.problem)).items())),
+        "files_per_layout": {layout: len(good) for layout in cfg["layouts"]},
+        "placed_by": dict(Counter(p.method for p in good)),
+    }
+    known = {rel: p.item.sha256 for p in good for rel in p.files.values()}
+    files = px.hash_tree(tmp, known=known)
+    manifest = {
+        "format": MANIFEST_FORMAT, "id": export.pk, "name": export.name, "version": export.version, "kind": export.kind, "split": export.split,
+        "created": timezone.now().isoformat(), "creator": export.created_by.username if export.created_by_id else None,
+        "config": cfg, "code_version": export.job.code_version or code_version(), "class_filter": sel.class_filter,
+        "review_policy": {"sources": sel.review_policy, "decisions": {c.value: c.label for c in ReviewDecision}},
+        "model": _model_provenance(cfg["sources"], model_name), "wordnet": _wordnet(), "counts": counts,
+        "leakage": {**{k: v for k, v in leak.items() if k != "violations"}, "violations": leak["violations"]},
+        "contamination": {s: _contamination_summary(s) for s in cfg["sources"]},
+        "layouts": {"ninco": "ninco/<class name>/<file> + ninco/metadata.csv", "imagenet-ood": "imagenet-ood/<wnid>/<file> + imagenet-ood/file_list.txt",
+                    "openood": "openood/images/<wnid>/<file> + openood/imglist.txt ('<path> -1')"},
+        "files": files,
+    }
+    digest = px.write_manifest(tmp, manifest)
+    px.finish(tmp, final)
+    with transaction.atomic():
+        ExportMember.objects.bulk_create([ExportMember(export=export, image_id=p.item.image_id, sha256=p.item.sha256, wnid=p.item.wnid, files=p.files)
+                                          for p in good], batch_size=2000, ignore_conflicts=True)
+        problems = sum(1 for p in placed if p.problem)
+        msg = (f"{len(good)} images in {len(per_class)} classes written to {final}"
+               + (f"; {problems} file(s) changed or vanished since ingest were left out (see decisions.csv)" if problems else "")
+               + (f"; leakage overridden: {export.leakage_override}" if leak["violations"] else ""))
+        return _finish(export, status=Export.Status.DONE, message=msg, path=str(final.relative_to(settings.EXPORT_ROOT)),
+                       manifest_sha256=digest, counts=counts, leakage=leak)
+
+
+def _contamination_summary(source_name: str) -> dict:
+    source = Source.objects.get(name=source_name)
+    r = contamination_report(source=source)
+    return {k: r[k] for k in ("sample", "seed", "n", "n_id", "share", "ci_low", "ci_high")}
+
+
+def unit_tests_execute(*, export_id: int, progress: Progress | None = None, on_total: Callable[[int], None] | None = None) -> Export:
+    """Write the 17 NINCO unit tests mirroring the export's ID source; idempotent like exports."""
+    from pipelines import export as px
+    from pipelines.unit_tests import UNIT_TESTS, write_unit_tests
+
+    export = _begin(export_id)
+    if export is None:
+        return Export.objects.get(pk=export_id)
+    cfg = export.config
+    samples, skipped = id_samples_of_source(Source.objects.get(name=cfg["id_source"]))
+    if not samples:
+        return _finish(export, status=Export.Status.FAILED, message=f"ID source {cfg['id_source']} has no readable image to mirror")
+    total = cfg["per_test"] * len(UNIT_TESTS)
+    Job.objects.filter(pk=export.job_id).update(total=total, message="generating")
+    if on_total:
+        on_total(total)
+    final, tmp = _export_dir(export)
+    if final.exists():
+        return _finish(export, status=Export.Status.FAILED, message=f"{final} already exists; exports are never rewritten")
+    px.clear_partial(tmp)
+    done = [0]
+
+    def tick(n: int) -> None:
+        done[0] += n
+        if progress:
+            progress(n)
+        if done[0] % 100 == 0:
+            Job.objects.filter(pk=export.job_id).update(progress=done[0])
+
+    rows = write_unit_tests(tmp, samples=samples, per_test=cfg["per_test"], seed=cfg["seed"], workers=cfg.get("workers", 1), progress=tick)
+    files = px.hash_tree(tmp)
+    counts = {"images": len(rows), "tests": dict(Counter(r.test for r in rows)), "formats": dict(Counter(r.format for r in rows)),
+              "id_samples": len(samples), "id_samples_skipped": len(skipped)}
+    manifest = {
+        "format": MANIFEST_FORMAT, "id": export.pk, "name": export.name, "version": export.version, "kind": export.kind, "split": export.split,
+        "created": timezone.now().isoformat(), "creator": export.created_by.username if export.created_by_id else None,
+        "config": cfg, "code_version": export.job.code_version or code_version(),
+        "recipe": "NINCO appendix G (Bitterwolf et al., ICML 2023); parameters per image in unit_tests.csv", "counts": counts, "files": files,
+    }
+    digest = px.write_manifest(tmp, manifest)
+    px.finish(tmp, final)
+    return _finish(export, status=Export.Status.DONE, message=f"{len(rows)} unit-test images ({len(UNIT_TESTS)} tests) written to {final}",
+                   path=str(final.relative_to(settings.EXPORT_ROOT)), manifest_sha256=digest, counts=counts)
+
+
+def id_samples_of_source(source: Source):
+    """The ID source's good images as unit-test samples (sorted by path), and the refused ones."""
+    from pipelines.unit_tests import IdSample
+
+    samples, skipped = [], []
+    root_real = str(Path(source.root).resolve())
+    for img in Image.objects.filter(source=source, status=Image.Status.OK).order_by("relative_path"):
+        try:
+            path = safe_join(source.root, img.relative_path, root_real=root_real)
+        except UnsafePath as exc:
+            skipped.append((img.relative_path, str(exc)))
+            continue
+        samples.append(IdSample(path=str(path), name=img.relative_path, width=img.width, height=img.height, format=img.format))
+    return samples, skipped
+
+
+def export_run_inline(*, export: Export, progress: Progress | None = None, on_total: Callable[[int], None] | None = None) -> Export:
+    """Run an export in this process (commands without a broker); failures mark it failed and raise."""
+    run = export_execute if export.kind == Export.Kind.DATASET else unit_tests_execute
+    try:
+        return run(export_id=export.pk, progress=progress, on_total=on_total)
+    except Exception as exc:
+        export_fail(export_id=export.pk, error=exc)
+        raise
+
+
+def export_verify(*, path: Path, progress: Progress | None = None):
+    """Verify an export folder (pipelines.export.verify_export) and, when this database knows
+    the export, that its manifest is the one written (a rewritten manifest is caught too)."""
+    from pipelines.export import MANIFEST, file_sha256, verify_export
+
+    v = verify_export(path, progress=progress)
+    if v.manifest is not None:
+        known = Export.objects.filter(pk=v.manifest.get("id"), name=v.manifest.get("name"), version=v.manifest.get("version")).first()
+        if known is not None and known.manifest_sha256:
+            actual = file_sha256(Path(path) / MANIFEST)
+            if actual != known.manifest_sha256:
+                v.problems.append(f"{MANIFEST}: sha256 {actual} differs from the {known.manifest_sha256} recorded when {known.label} was written")
+    return v
+
+
+def export_path(export: Export) -> Path:
+    return Path(settings.EXPORT_ROOT) / export.path

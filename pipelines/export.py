@@ -1,0 +1,397 @@
+"""Writing, checking and streaming exports (no Django, no numpy: the web process streams them).
+
+An export is a folder: ``manifest.json`` (provenance, counts, and the sha256 of every other
+file), ``decisions.csv`` and one sub-folder per layout:
+
+- ``ninco/<readable class name>/<file>`` plus ``ninco/metadata.csv`` (NINCO's one folder per
+  OOD class, named for people);
+- ``imagenet-ood/<wnid>/<original file name>`` plus ``imagenet-ood/file_list.txt`` (ImageNet-OOD's
+  wnid folders);
+- ``openood/images/<wnid>/<file>`` plus ``openood/imglist.txt`` with ``images/... -1`` lines
+  (OpenOOD's evaluator reads ``<path> <label>`` lists; -1 marks OOD).
+
+Image files are hard links to the source files where the filesystem allows (same device, links
+permitted) and byte copies otherwise; every layout after the first links to the export's own
+first copy. Each file's sha256 is computed from the bytes placed and compared with the one
+recorded at ingest: a file that changed since is left out and reported, never exported
+silently. The folder is written under a temporary name and renamed into place at the end, so
+an export is either complete or absent; an existing export folder is never written into.
+"""
+from __future__ import annotations
+
+import csv
+import errno
+import gzip
+import hashlib
+import json
+import os
+import re
+import shutil
+import tarfile
+import unicodedata
+import zipfile
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+LAYOUTS = ("ninco", "imagenet-ood", "openood")
+MANIFEST = "manifest.json"
+MANIFEST_FORMAT = "oodc-export/1"
+BLOCK = 1 << 20
+
+
+class ExportError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class ExportItem:
+    image_id: int
+    src: str  # absolute path of the source file
+    sha256: str  # as recorded at ingest
+    wnid: str
+    class_name: str  # readable class name (NINCO folder)
+    file_name: str  # the original file name
+
+
+@dataclass
+class Placed:
+    """What happened to one item: its files in the export, or why it was left out."""
+
+    item: ExportItem
+    files: dict[str, str] = field(default_factory=dict)  # layout -> path relative to the export
+    method: str = ""  # link | copy
+    problem: str = ""
+
+
+def readable_folder(name: str) -> str:
+    """A folder name people can read: ASCII letters, digits, ``_`` and ``-`` ("sea anemone" ->
+    "sea_anemone")."""
+    text = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode()
+    text = re.sub(r"[^A-Za-z0-9_-]+", "_", text).strip("_-")
+    return text[:100] or "class"
+
+
+def plan_paths(items: Sequence[ExportItem], layouts: Sequence[str]) -> dict[int, dict[str, str]]:
+    """Relative path of every item in every layout. Two classes that would share a readable
+    folder get their wnid appended; two files that would share a name in one folder get the
+    image id appended (the original name stays in decisions.csv)."""
+    unknown = [x for x in layouts if x not in LAYOUTS]
+    if unknown or not layouts:
+        raise ExportError(f"unknown layout(s) {', '.join(unknown) or '(none given)'}; choose from {', '.join(LAYOUTS)}")
+    folders_by_name: dict[str, set[str]] = {}
+    for it in items:
+        folders_by_name.setdefault(readable_folder(it.class_name), set()).add(it.wnid)
+    out: dict[int, dict[str, str]] = {it.image_id: {} for it in items}
+    for layout in layouts:
+        taken: set[str] = set()
+        for it in sorted(items, key=lambda i: (i.wnid, i.file_name, i.image_id)):
+            if layout == "ninco":
+                folder = readable_folder(it.class_name)
+                if len(folders_by_name[folder]) > 1:
+                    folder = f"{folder}_{it.wnid}"
+                base = f"ninco/{folder}"
+            elif layout == "imagenet-ood":
+                base = f"imagenet-ood/{it.wnid}"
+            else:
+                base = f"openood/images/{it.wnid}"
+            name = PurePosixPath(it.file_name).name or f"{it.image_id}"
+            rel = f"{base}/{name}"
+            if rel.lower() in taken:  # case-insensitive filesystems too
+                p = PurePosixPath(name)
+                rel = f"{base}/{p.stem}__{it.image_id}{p.suffix}"
+            taken.add(rel.lower())
+            out[it.image_id][layout] = rel
+    return out
+
+
+def _copy_hashing(src: str, dst: Path) -> str:
+    h = hashlib.sha256()
+    with open(src, "rb") as fi, open(dst, "xb") as fo:
+        for block in iter(lambda: fi.read(BLOCK), b""):
+            h.update(block)
+            fo.write(block)
+    return h.hexdigest()
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(BLOCK), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def place(src: str, dst: Path, *, link: bool) -> tuple[str, str]:
+    """Put ``src`` at ``dst``: a hard link when ``link`` and the filesystem allow, else a copy.
+    Returns (method, sha256 of the bytes now at ``dst``)."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    if link:
+        try:
+            os.link(src, dst)
+            return "link", file_sha256(dst)
+        except OSError as exc:
+            if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EACCES):
+                raise
+    return "copy", _copy_hashing(src, dst)
+
+
+def place_items(root: Path, items: Sequence[ExportItem], paths: dict[int, dict[str, str]], *, link: bool = True,
+                progress: Callable[[int], None] | None = None) -> list[Placed]:
+    """Place every item's file(s) under ``root`` (see ``plan_paths``); never raises for one bad
+    file: it is reported on its ``Placed`` and left out."""
+    placed = []
+    for it in items:
+        p = Placed(item=it)
+        targets = paths[it.image_id]
+        first: Path | None = None
+        try:
+            for layout, rel in targets.items():
+                dst = root / rel
+                if first is None:
+                    p.method, digest = place(it.src, dst, link=link)
+                    if digest != it.sha256:
+                        dst.unlink()
+                        p.problem = f"changed_since_ingest: {it.src} has sha256 {digest[:12]}..., ingest recorded {it.sha256[:12]}...; re-ingest the source"
+                        break
+                    first = dst
+                else:
+                    place(str(first), dst, link=True)
+                p.files[layout] = rel
+        except FileNotFoundError:
+            p.problem = f"missing: {it.src} no longer exists; re-ingest the source"
+        except OSError as exc:
+            p.problem = f"unreadable: {it.src}: {exc.strerror or exc}"
+        if p.problem:
+            for rel in p.files.values():
+                (root / rel).unlink(missing_ok=True)
+            p.files = {}
+        placed.append(p)
+        if progress:
+            progress(1)
+    return placed
+
+
+def write_csv(path: Path, header: Sequence[str], rows: Iterable[Sequence]) -> None:
+    with open(path, "x", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(header)
+        w.writerows(rows)
+
+
+def write_layout_lists(root: Path, placed: Sequence[Placed], layouts: Sequence[str]) -> None:
+    """The per-layout listings: NINCO's metadata.csv, ImageNet-OOD's file list, OpenOOD's imglist."""
+    ok = sorted((p for p in placed if not p.problem), key=lambda p: (p.item.wnid, p.files.get(layouts[0], "")))
+    if "ninco" in layouts:
+        write_csv(root / "ninco" / "metadata.csv", ["file", "class_folder", "class_name", "wnid", "original_file", "sha256", "image_id"],
+                  ([p.files["ninco"].removeprefix("ninco/"), p.files["ninco"].split("/")[1], p.item.class_name, p.item.wnid,
+                    p.item.file_name, p.item.sha256, p.item.image_id] for p in ok))
+    if "imagenet-ood" in layouts:
+        (root / "imagenet-ood").mkdir(exist_ok=True)
+        with open(root / "imagenet-ood" / "file_list.txt", "x", encoding="utf-8") as fh:
+            for p in ok:
+                fh.write(p.files["imagenet-ood"].removeprefix("imagenet-ood/") + "\n")
+    if "openood" in layouts:
+        (root / "openood").mkdir(exist_ok=True)
+        with open(root / "openood" / "imglist.txt", "x", encoding="utf-8") as fh:
+            for p in ok:
+                fh.write(p.files["openood"].removeprefix("openood/") + " -1\n")
+
+
+def hash_tree(root: Path, *, known: dict[str, str] | None = None, skip: Iterable[str] = (MANIFEST,)) -> dict[str, str]:
+    """sha256 of every regular file under ``root`` (POSIX relative paths, sorted); ``known``
+    digests are trusted instead of re-reading those files."""
+    known, skip = known or {}, set(skip)
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for fn in sorted(filenames):
+            rel = Path(dirpath, fn).relative_to(root).as_posix()
+            if rel in skip:
+                continue
+            out[rel] = known.get(rel) or file_sha256(Path(dirpath, fn))
+    return dict(sorted(out.items()))
+
+
+def write_manifest(root: Path, manifest: dict) -> str:
+    """Write ``manifest.json`` (sorted keys, UTF-8) and return its own sha256."""
+    data = json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False).encode("utf-8") + b"\n"
+    with open(root / MANIFEST, "xb") as fh:
+        fh.write(data)
+    return hashlib.sha256(data).hexdigest()
+
+
+def finish(tmp: Path, final: Path) -> None:
+    """Move a completed temporary export folder into place; never over an existing one."""
+    if final.exists():
+        raise ExportError(f"{final} already exists; exports are never rewritten (a new export gets a new version)")
+    final.parent.mkdir(parents=True, exist_ok=True)
+    os.rename(tmp, final)
+
+
+def clear_partial(tmp: Path) -> None:
+    if tmp.exists():
+        shutil.rmtree(tmp)
+
+
+# -- verification ------------------------------------------------------------------------------
+
+
+@dataclass
+class Verification:
+    path: Path
+    manifest: dict | None = None
+    checked: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def read_manifest(root: Path) -> dict:
+    path = Path(root) / MANIFEST
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ExportError(f"{path}: no manifest.json; is {root} an export folder?") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ExportError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT or not isinstance(data.get("files"), dict):
+        raise ExportError(f"{path}: not an export manifest (expected format {MANIFEST_FORMAT!r} with a 'files' table)")
+    return data
+
+
+def safe_member(name: str) -> bool:
+    p = PurePosixPath(name)
+    return bool(p.parts) and not p.is_absolute() and ".." not in p.parts and "\x00" not in name and name != MANIFEST
+
+
+def verify_export(root: str | os.PathLike, *, progress: Callable[[int], None] | None = None) -> Verification:
+    """Re-hash every file the manifest lists; report changed, missing and unlisted files, and
+    counts that disagree with the listing. Never raises for a damaged export."""
+    root = Path(root)
+    v = Verification(path=root)
+    try:
+        v.manifest = read_manifest(root)
+    except ExportError as exc:
+        v.problems.append(str(exc))
+        return v
+    files: dict[str, str] = v.manifest["files"]
+    for name, expected in sorted(files.items()):
+        if not safe_member(name):
+            v.problems.append(f"{name}: the manifest names a path outside the export")
+            continue
+        path = root / name
+        try:
+            if path.is_symlink() or not path.is_file():
+                v.problems.append(f"{name}: missing (or not a regular file)")
+                continue
+            actual = file_sha256(path)
+        except OSError as exc:
+            v.problems.append(f"{name}: unreadable ({exc.strerror or exc})")
+            continue
+        v.checked += 1
+        if actual != expected:
+            v.problems.append(f"{name}: sha256 {actual} does not match the manifest's {expected}")
+        if progress:
+            progress(1)
+    for name in hash_tree_names(root):
+        if name not in files:
+            v.problems.append(f"{name}: not listed in the manifest")
+    counted = v.manifest.get("counts", {}).get("images")
+    if counted is not None:
+        per_layout = v.manifest.get("counts", {}).get("files_per_layout", {})
+        for layout, n in per_layout.items():
+            actual = sum(1 for name in files if name.startswith(f"{layout}/") and _is_image_entry(layout, name))
+            if actual != n:
+                v.problems.append(f"{layout}/: {actual} image files listed, the manifest counts {n}")
+    return v
+
+
+def _is_image_entry(layout: str, name: str) -> bool:
+    listing = {"ninco": "ninco/metadata.csv", "imagenet-ood": "imagenet-ood/file_list.txt", "openood": "openood/imglist.txt"}
+    return name != listing.get(layout)
+
+
+def hash_tree_names(root: Path) -> list[str]:
+    names = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for fn in sorted(filenames):
+            rel = Path(dirpath, fn).relative_to(root).as_posix()
+            if rel != MANIFEST:
+                names.append(rel)
+    return names
+
+
+# -- streaming archives ------------------------------------------------------------------------
+
+
+class _Sink:
+    """A write-only buffer the archive writers fill and the generator drains."""
+
+    def __init__(self):
+        self.parts: list[bytes] = []
+
+    def write(self, data) -> int:
+        self.parts.append(bytes(data))
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+    def drain(self) -> bytes:
+        data = b"".join(self.parts)
+        self.parts.clear()
+        return data
+
+
+def archive_members(root: Path, manifest: dict, *, layout: str | None = None) -> list[str]:
+    """The files a download carries, manifest first: every listed file, or one layout's files
+    with the manifest and decisions.csv."""
+    names = [n for n in sorted(manifest["files"]) if safe_member(n)]
+    if layout:
+        names = [n for n in names if n.startswith(f"{layout}/") or "/" not in n]
+    return [MANIFEST, *names]
+
+
+def iter_tar_gz(root: Path, members: Sequence[str], *, prefix: str, level: int = 1) -> Iterator[bytes]:
+    """Stream ``members`` of ``root`` as a .tar.gz, one file at a time (gzip level 1 by default:
+    photos do not compress, so a higher level only costs time)."""
+    sink = _Sink()
+    gz = gzip.GzipFile(fileobj=sink, mode="wb", compresslevel=level, mtime=0)
+    with tarfile.open(fileobj=gz, mode="w|", format=tarfile.PAX_FORMAT) as tar:
+        for name in members:
+            path = root / name
+            info = tar.gettarinfo(str(path), arcname=f"{prefix}/{name}")
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            with open(path, "rb") as fh:
+                tar.addfile(info, fh)
+            data = sink.drain()
+            if data:
+                yield data
+    gz.close()
+    yield sink.drain()
+
+
+def iter_zip(root: Path, members: Sequence[str], *, prefix: str) -> Iterator[bytes]:
+    """Stream ``members`` of ``root`` as a .zip (stored, not deflated; ZIP64 where needed),
+    written block by block into an unseekable stream."""
+    sink = _Sink()
+    with zipfile.ZipFile(sink, mode="w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
+        for name in members:
+            path = root / name
+            info = zipfile.ZipInfo.from_file(path, arcname=f"{prefix}/{name}")
+            info.compress_type = zipfile.ZIP_STORED
+            with open(path, "rb") as fi, zf.open(info, "w", force_zip64=info.file_size > 0x7FFF0000) as fo:
+                for block in iter(lambda: fi.read(BLOCK), b""):
+                    fo.write(block)
+                    data = sink.drain()
+                    if data:
+                        yield data
+            data = sink.drain()
+            if data:
+                yield data
+    yield sink.drain()

@@ -1,0 +1,349 @@
+"""The 17 synthetic OOD unit tests of NINCO (Bitterwolf et al., ICML 2023, appendix G).
+
+Every picture is a float array in [0, 1] (height x width x 3), clipped where a recipe can leave
+the range. Sizes and file formats mirror random samples of ID images (NINCO mirrored ImageNet
+samples); the two pixel-permutation tests shuffle the pixels of those ID images. Each picture
+has its own random generator seeded by (seed, test, index), so a set is reproducible picture by
+picture and can be written in any order or in parallel.
+
+Recipes (REFERENCE.md, "OOD unit tests"; parameters in ``*_SIGMAS``/``STRIPE_COUNTS`` below):
+uniform / Gaussian / Rademacher noise per channel and pixel; pixel permutation of an ID image;
+black, white, grey (one value), monochrome (one colour); tricolour and primary tricolour
+(three equal stripes, orientation by coin flip); horizontal / vertical stripes (a count from
+STRIPE_COUNTS, a random colour each); smooth noise (uniform noise, Gaussian filter, scaled to
+[0, 1] over all channels) and smooth noise+ (each channel to its own [0, 1]); smooth colour
+(filtered noise scaled per channel so that c - delta / c + delta are its 2.5th / 97.5th
+percentiles); smooth pixel permutation (a filtered pixel permutation); blobs (Bernoulli(0.7)
+per channel and pixel, filtered, values below 0.75 set to 0).
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from PIL import Image as PILImage
+
+GAUSSIAN_SIGMAS = (0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5)
+SMOOTH_SIGMAS = (10, 15, 25, 40, 60, 85)
+SMOOTH_PERMUTATION_SIGMAS = (1, 1.5, 2, 3, 4, 6, 8)
+BLOB_SIGMAS = (1.5, 2, 2.5, 3, 3.5, 4)
+STRIPE_COUNTS = (4, 5, 7, 10, 15, 20)
+BLOB_ONE_PROBABILITY = 0.7
+BLOB_CUTOFF = 0.75
+SMOOTH_COLOUR_DELTA = (0.1, 0.3)
+
+# File formats the pictures are written in: an ID sample's format where it is one of these,
+# PNG otherwise (GIF's palette or TIFF's variety would change the recipe's pixels).
+WRITE_FORMATS = {"JPEG": ".jpg", "PNG": ".png", "WEBP": ".webp"}
+JPEG_QUALITY = 95
+
+
+@dataclass(frozen=True)
+class IdSample:
+    """An ID image whose size and format a unit-test picture mirrors."""
+
+    path: str  # readable file (absolute)
+    name: str  # how the manifest names it (relative to its root)
+    width: int
+    height: int
+    format: str
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    make: Callable[..., tuple[np.ndarray, dict]]
+    needs_id_pixels: bool = False
+
+
+RECIPES: dict[str, Recipe] = {}
+
+
+def recipe(name: str, *, needs_id_pixels: bool = False):
+    """Register a unit-test recipe: ``make(rng, height, width, id_pixels) -> (array, params)``."""
+
+    def register(fn):
+        if name in RECIPES:
+            raise ValueError(f"unit test {name!r} registered twice")
+        RECIPES[name] = Recipe(name=name, make=fn, needs_id_pixels=needs_id_pixels)
+        return fn
+
+    return register
+
+
+def blur(x: np.ndarray, sigma: float) -> np.ndarray:
+    """Gaussian filter of standard deviation ``sigma`` pixels over height and width, each
+    channel on its own (scipy.ndimage, reflecting at the borders)."""
+    from scipy.ndimage import gaussian_filter
+
+    return gaussian_filter(x, sigma=(sigma, sigma, 0), mode="reflect")
+
+
+def _colour(rng) -> np.ndarray:
+    return rng.uniform(0.0, 1.0, size=3)
+
+
+def _stripes(colours: np.ndarray, h: int, w: int, *, vertical: bool) -> np.ndarray:
+    """Equal stripes (as equal as the pixel count allows), one colour each."""
+    n = len(colours)
+    length = w if vertical else h
+    band = np.minimum((np.arange(length) * n) // length, n - 1)
+    line = colours[band]  # (length, 3)
+    return np.broadcast_to(line[None, :, :] if vertical else line[:, None, :], (h, w, 3)).copy()
+
+
+def _permuted(rng, id_pixels: np.ndarray) -> np.ndarray:
+    h, w, _ = id_pixels.shape
+    flat = id_pixels.reshape(h * w, 3)
+    return flat[rng.permutation(h * w)].reshape(h, w, 3)
+
+
+@recipe("uniform_noise")
+def _uniform_noise(rng, h, w, id_pixels=None):
+    return rng.uniform(0.0, 1.0, size=(h, w, 3)), {}
+
+
+@recipe("gaussian_noise")
+def _gaussian_noise(rng, h, w, id_pixels=None):
+    sigma = float(rng.choice(GAUSSIAN_SIGMAS))
+    return np.clip(rng.normal(0.5, sigma, size=(h, w, 3)), 0.0, 1.0), {"sigma": sigma}
+
+
+@recipe("rademacher_noise")
+def _rademacher_noise(rng, h, w, id_pixels=None):
+    return rng.integers(0, 2, size=(h, w, 3)).astype(np.float64), {}
+
+
+@recipe("pixel_permutation", needs_id_pixels=True)
+def _pixel_permutation(rng, h, w, id_pixels=None):
+    return _permuted(rng, id_pixels), {}
+
+
+@recipe("black")
+def _black(rng, h, w, id_pixels=None):
+    return np.zeros((h, w, 3)), {}
+
+
+@recipe("white")
+def _white(rng, h, w, id_pixels=None):
+    return np.ones((h, w, 3)), {}
+
+
+@recipe("grey")
+def _grey(rng, h, w, id_pixels=None):
+    value = float(rng.uniform(0.0, 1.0))
+    return np.full((h, w, 3), value), {"value": round(value, 6)}
+
+
+@recipe("monochrome")
+def _monochrome(rng, h, w, id_pixels=None):
+    c = _colour(rng)
+    return np.broadcast_to(c, (h, w, 3)).copy(), {"colour": [round(float(v), 6) for v in c]}
+
+
+@recipe("tricolour")
+def _tricolour(rng, h, w, id_pixels=None):
+    vertical = bool(rng.integers(0, 2))
+    colours = rng.uniform(0.0, 1.0, size=(3, 3))
+    return _stripes(colours, h, w, vertical=vertical), {"vertical": vertical, "colours": np.round(colours, 6).tolist()}
+
+
+@recipe("primary_tricolour")
+def _primary_tricolour(rng, h, w, id_pixels=None):
+    vertical = bool(rng.integers(0, 2))
+    colours = rng.integers(0, 2, size=(3, 3)).astype(np.float64)
+    return _stripes(colours, h, w, vertical=vertical), {"vertical": vertical, "colours": colours.astype(int).tolist()}
+
+
+@recipe("horizontal_stripes")
+def _horizontal_stripes(rng, h, w, id_pixels=None):
+    n = int(rng.choice(STRIPE_COUNTS))
+    return _stripes(rng.uniform(0.0, 1.0, size=(n, 3)), h, w, vertical=False), {"stripes": n}
+
+
+@recipe("vertical_stripes")
+def _vertical_stripes(rng, h, w, id_pixels=None):
+    n = int(rng.choice(STRIPE_COUNTS))
+    return _stripes(rng.uniform(0.0, 1.0, size=(n, 3)), h, w, vertical=True), {"stripes": n}
+
+
+def _rescale(x: np.ndarray, axis=None) -> np.ndarray:
+    lo = x.min(axis=axis, keepdims=axis is not None)
+    hi = x.max(axis=axis, keepdims=axis is not None)
+    return (x - lo) / np.maximum(hi - lo, 1e-12)
+
+
+@recipe("smooth_noise")
+def _smooth_noise(rng, h, w, id_pixels=None):
+    sigma = float(rng.choice(SMOOTH_SIGMAS))
+    return _rescale(blur(rng.uniform(0.0, 1.0, size=(h, w, 3)), sigma)), {"sigma": sigma}
+
+
+@recipe("smooth_noise_plus")
+def _smooth_noise_plus(rng, h, w, id_pixels=None):
+    sigma = float(rng.choice(SMOOTH_SIGMAS))
+    return _rescale(blur(rng.uniform(0.0, 1.0, size=(h, w, 3)), sigma), axis=(0, 1)), {"sigma": sigma}
+
+
+@recipe("smooth_colour")
+def _smooth_colour(rng, h, w, id_pixels=None):
+    sigma = float(rng.choice(SMOOTH_SIGMAS))
+    delta = float(rng.uniform(*SMOOTH_COLOUR_DELTA))
+    c = _colour(rng)
+    x = blur(rng.uniform(0.0, 1.0, size=(h, w, 3)), sigma)
+    lo, hi = np.percentile(x, [2.5, 97.5], axis=(0, 1))
+    x = (c - delta) + (x - lo) * (2 * delta) / np.maximum(hi - lo, 1e-12)
+    return np.clip(x, 0.0, 1.0), {"sigma": sigma, "delta": round(delta, 6), "colour": [round(float(v), 6) for v in c]}
+
+
+@recipe("smooth_pixel_permutation", needs_id_pixels=True)
+def _smooth_pixel_permutation(rng, h, w, id_pixels=None):
+    sigma = float(rng.choice(SMOOTH_PERMUTATION_SIGMAS))
+    return np.clip(blur(_permuted(rng, id_pixels), sigma), 0.0, 1.0), {"sigma": sigma}
+
+
+@recipe("blobs")
+def _blobs(rng, h, w, id_pixels=None):
+    sigma = float(rng.choice(BLOB_SIGMAS))
+    x = blur((rng.uniform(0.0, 1.0, size=(h, w, 3)) < BLOB_ONE_PROBABILITY).astype(np.float64), sigma)
+    x[x < BLOB_CUTOFF] = 0.0
+    return np.clip(x, 0.0, 1.0), {"sigma": sigma}
+
+
+UNIT_TESTS: tuple[str, ...] = tuple(RECIPES)
+
+
+def rng_for(seed: int, test: str, index: int) -> np.random.Generator:
+    """The generator of one picture: independent of every other picture and of the order."""
+    return np.random.default_rng([seed, UNIT_TESTS.index(test), index])
+
+
+def id_pixels_of(path: str) -> np.ndarray:
+    """An ID image as a float RGB array in [0, 1] (EXIF orientation applied)."""
+    from pipelines.images import load_rgb
+
+    return np.asarray(load_rgb(path), dtype=np.float64) / 255.0
+
+
+def make_picture(test: str, *, seed: int, index: int, samples: Sequence[IdSample]) -> tuple[np.ndarray, IdSample, dict]:
+    """One picture of ``test``: (array, the ID sample it mirrors, the recipe's parameters)."""
+    if test not in RECIPES:
+        raise KeyError(f"unknown unit test {test!r}; known: {', '.join(UNIT_TESTS)}")
+    if not samples:
+        raise ValueError("unit tests need at least one ID image to mirror (sizes, formats, pixel permutations)")
+    rng = rng_for(seed, test, index)
+    sample = samples[int(rng.integers(len(samples)))]
+    r = RECIPES[test]
+    id_pixels = id_pixels_of(sample.path) if r.needs_id_pixels else None
+    h, w = (id_pixels.shape[:2] if id_pixels is not None else (sample.height, sample.width))
+    array, params = r.make(rng, h, w, id_pixels)
+    return array, sample, params
+
+
+def to_uint8(array: np.ndarray) -> np.ndarray:
+    return np.round(np.clip(array, 0.0, 1.0) * 255.0).astype(np.uint8)
+
+
+def save_picture(array: np.ndarray, path_stem: Path, fmt: str) -> Path:
+    """Write ``array`` in ``fmt`` (JPEG quality 95 without chroma subsampling, lossless PNG or
+    WebP; anything else as PNG). Returns the file written."""
+    fmt = fmt.upper() if fmt.upper() in WRITE_FORMATS else "PNG"
+    path = path_stem.with_suffix(WRITE_FORMATS[fmt])
+    im = PILImage.fromarray(to_uint8(array), mode="RGB")
+    options = {"JPEG": {"quality": JPEG_QUALITY, "subsampling": 0}, "WEBP": {"lossless": True}, "PNG": {}}[fmt]
+    tmp = path.with_name(path.name + ".part")
+    im.save(tmp, format=fmt, **options)
+    os.replace(tmp, path)
+    return path
+
+
+@dataclass
+class UnitTestRow:
+    file: str
+    test: str
+    index: int
+    width: int
+    height: int
+    format: str
+    id_sample: str
+    params: dict = field(default_factory=dict)
+
+
+def _write_one(args) -> UnitTestRow:
+    test, index, seed, samples, out = args
+    array, sample, params = make_picture(test, seed=seed, index=index, samples=samples)
+    folder = Path(out) / test
+    path = save_picture(array, folder / f"{test}_{index:04d}", sample.format)
+    return UnitTestRow(file=f"{test}/{path.name}", test=test, index=index, width=array.shape[1], height=array.shape[0],
+                       format=path.suffix.lstrip(".").upper().replace("JPG", "JPEG"), id_sample=sample.name, params=params)
+
+
+def write_unit_tests(out: Path, *, samples: Sequence[IdSample], per_test: int = 400, seed: int = 0,
+                     tests: Sequence[str] | None = None, workers: int = 1,
+                     progress: Callable[[int], None] | None = None) -> list[UnitTestRow]:
+    """Write ``per_test`` pictures of each test into ``out/<test>/`` and ``out/unit_tests.csv``
+    (file, test, index, size, format, the ID sample mirrored, the recipe's parameters).
+    Pictures already written are written again identically (same seed, same bytes)."""
+    tests = list(tests or UNIT_TESTS)
+    unknown = [t for t in tests if t not in RECIPES]
+    if unknown:
+        raise KeyError(f"unknown unit test(s) {', '.join(unknown)}; known: {', '.join(UNIT_TESTS)}")
+    if per_test < 1:
+        raise ValueError(f"--per-test must be at least 1 (got {per_test})")
+    if not samples:
+        raise ValueError("unit tests need at least one ID image to mirror (sizes, formats, pixel permutations)")
+    out = Path(out)
+    for t in tests:
+        (out / t).mkdir(parents=True, exist_ok=True)
+    jobs = [(t, i, seed, list(samples), str(out)) for t in tests for i in range(per_test)]
+    rows: list[UnitTestRow] = []
+    if workers > 1:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            for row in pool.map(_write_one, jobs, chunksize=8):
+                rows.append(row)
+                if progress:
+                    progress(1)
+    else:
+        for job in jobs:
+            rows.append(_write_one(job))
+            if progress:
+                progress(1)
+    with open(out / "unit_tests.csv", "w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(["file", "test", "index", "width", "height", "format", "id_sample", "params"])
+        for r in rows:
+            w.writerow([r.file, r.test, r.index, r.width, r.height, r.format, r.id_sample, json.dumps(r.params, sort_keys=True)])
+    return rows
+
+
+def id_samples_from_folder(root: Path, *, max_pixels: int | None = None) -> tuple[list[IdSample], list[tuple[str, str]]]:
+    """Every readable image under ``root`` (recursively, symlinks escaping it refused) as ID
+    samples, sorted by path; plus (file, problem) for the files that were refused."""
+    from pipelines.images import DEFAULT_MAX_PIXELS, inspect_image
+    from pipelines.sources import UnsafePath, safe_join
+
+    root = Path(root).resolve()
+    if not root.is_dir():
+        raise FileNotFoundError(f"--id-images {root}: not a folder")
+    samples, refused = [], []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for fn in sorted(filenames):
+            rel = os.path.relpath(os.path.join(dirpath, fn), root)
+            try:
+                path = safe_join(str(root), rel)
+            except UnsafePath as exc:
+                refused.append((rel, str(exc)))
+                continue
+            info = inspect_image(path, max_pixels=max_pixels or DEFAULT_MAX_PIXELS)
+            if not info.ok:
+                refused.append((rel, f"{info.error_code}: {info.error}"))
+                continue
+            samples.append(IdSample(path=str(path), name=rel, width=info.width, height=info.height, format=info.format))
+    return samples, refused
