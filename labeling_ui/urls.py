@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import review_views, views
+from . import export_views, review_views, views
 
 app_name = "labeling_ui"
 urlpatterns = [
@@ -21,4 +21,8 @@ urlpatterns = [
     path("curate/reviews/source/<int:source_id>/", review_views.source_settings, name="review_source_settings"),
     path("curate/adjudicate/", review_views.adjudicate, name="adjudicate"),
     path("curate/classes/", review_views.classes, name="review_classes"),
+    path("curate/contamination/<int:source_id>/", export_views.contamination, name="contamination"),
+    # exports
+    path("exports/", export_views.exports, name="exports"),
+    path("exports/<int:export_id>/download.<str:fmt>", export_views.download, name="export_download"),
 ]

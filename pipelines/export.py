@@ -4,7 +4,7 @@ An export is a folder: ``manifest.json`` (provenance, counts, and the sha256 of 
 file), ``decisions.csv`` and one sub-folder per layout:
 
 - ``ninco/<readable class name>/<file>`` plus ``ninco/metadata.csv`` (NINCO's one folder per
-  OOD class, named for people);
+  OOD class, named for people) and ``ninco_class_map.csv`` (folder -> wnid, for re-ingest);
 - ``imagenet-ood/<wnid>/<original file name>`` plus ``imagenet-ood/file_list.txt`` (ImageNet-OOD's
   wnid folders);
 - ``openood/images/<wnid>/<file>`` plus ``openood/imglist.txt`` with ``images/... -1`` lines
@@ -186,6 +186,8 @@ def write_layout_lists(root: Path, placed: Sequence[Placed], layouts: Sequence[s
         write_csv(root / "ninco" / "metadata.csv", ["file", "class_folder", "class_name", "wnid", "original_file", "sha256", "image_id"],
                   ([p.files["ninco"].removeprefix("ninco/"), p.files["ninco"].split("/")[1], p.item.class_name, p.item.wnid,
                     p.item.file_name, p.item.sha256, p.item.image_id] for p in ok))
+        # folder -> wnid, the class map `add_source --class-map` reads to re-ingest the NINCO layout
+        write_csv(root / "ninco_class_map.csv", ["folder", "wnid"], sorted({(p.files["ninco"].split("/")[1], p.item.wnid) for p in ok}))
     if "imagenet-ood" in layouts:
         (root / "imagenet-ood").mkdir(exist_ok=True)
         with open(root / "imagenet-ood" / "file_list.txt", "x", encoding="utf-8") as fh:

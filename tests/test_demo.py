@@ -60,8 +60,18 @@ def test_demo_ingests_the_bundled_data_and_prints_accounts(demo_server):
     # the class filter step ran on the candidates and wrote its CSV
     assert "Class filter run #1: 19 candidates (source:demo-candidates)" in out and "keep 8   flag 5   remove 6" in out
     assert (data / "demo" / "class_filter_decisions.csv").read_text().count("\n") == 20
-    # the review queue is built and nobody has reviewed anything yet
-    assert "6/7 Review queue (reviewed by nobody yet)" in out and "demo-candidates: 148 images to review" in out
+    # the review queue is built; the demo's stand-in reviews all but one class from the answer key
+    assert "6/9 Review queue" in out and "demo-candidates: 148 images to review" in out
+    assert "ood 139 (class folder(s) n09270735 left for you to review)" in out and "with ID objects: 0/139" in out
+    # ... and ends with an export of the clean images and a small unit-test set, both verifiable
+    assert "115 images in 6 classes; excluded: class_visual_flag_unresolved 24, review_open 9" in out
+    export = data / "exports" / "demo-clean" / "v1"
+    assert f"Wrote {export}" in out and "170 unit-test images (17 tests) written to" in out
+    for folder in (export, data / "exports" / "demo-unit-tests" / "v1"):
+        check = subprocess.run([sys.executable, "manage.py", "verify_export", str(folder)], capture_output=True, text=True,
+                               env={**{k: v for k, v in os.environ.items() if k != "DATABASE_URL"}, "OODC_DATA_DIR": str(data),
+                                    "NLTK_DATA": str(REPO / "var" / "nltk_data")}, cwd=REPO, timeout=120)
+        assert check.returncode == 0 and "OK:" in check.stdout, check.stderr
     assert "annotator2  password: annotator2-demo" in out and "/review/ (log in as annotator or annotator2)" in out
 
 
@@ -124,7 +134,18 @@ def test_curator_logs_in_and_sees_the_sources(demo_server, tmp_path):
         card.locator("input[name=note]").fill("checkerboards are not crosswords")
         card.locator("button[value=accept]").click()
         page.wait_for_selector("#no-flags")
-        # an annotator finds the demo queue untouched and reviews one image with the keyboard
+        # the curator finds the demo export and downloads it
+        page.goto(f"{url}/exports/")
+        row = page.locator("#exports tr[data-export=demo-clean-v1]")
+        assert "Done" in row.inner_text() or "done" in row.inner_text()
+        with page.expect_download() as dl:
+            row.locator("a", has_text=".zip").first.click()
+        import zipfile
+
+        with zipfile.ZipFile(dl.value.path()) as zf:
+            assert "demo-clean-v1/manifest.json" in zf.namelist() and len(zf.namelist()) > 300
+        page.screenshot(path=str(shots / "exports_1366x768.png"), full_page=True)
+        # an annotator finds the class left for people and reviews one image with the keyboard
         ann = browser.new_context(viewport={"width": 1920, "height": 1080}).new_page()
         ann.goto(f"{url}/accounts/login/?next=/review/")
         ann.fill("#id_username", "annotator")

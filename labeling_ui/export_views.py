@@ -1,0 +1,66 @@
+"""Exports for people: the list of exports with their downloads (streamed .tar.gz / .zip,
+never built in memory), and a source's contamination report. Curators and researchers only."""
+from __future__ import annotations
+
+from django.http import Http404, HttpResponse, StreamingHttpResponse
+from django.shortcuts import get_object_or_404, render
+from django.views.decorators.http import require_GET
+
+from curation import selectors
+from curation.models import Export, Source
+from curation.roles import CURATOR, RESEARCHER
+from curation.services.exports import export_path
+from labeling_ui.review_views import _roles, role_required
+from pipelines.export import LAYOUTS, MANIFEST, ExportError, archive_members, file_sha256, iter_tar_gz, iter_zip, read_manifest
+
+FORMATS = {"tar.gz": ("application/gzip", iter_tar_gz), "zip": ("application/zip", iter_zip)}
+
+
+@require_GET
+@role_required(CURATOR, RESEARCHER)
+def exports(request):
+    return render(request, "labeling_ui/exports.html", {"exports": selectors.export_list(), "layouts": LAYOUTS,
+                                                        "sources": Source.objects.filter(role=Source.Role.CANDIDATE).order_by("name"),
+                                                        "roles": sorted(_roles(request))})
+
+
+@require_GET
+@role_required(CURATOR, RESEARCHER)
+def download(request, export_id: int, fmt: str):
+    export = get_object_or_404(Export, pk=export_id)
+    if fmt not in FORMATS:
+        raise Http404(f"unknown archive format {fmt!r}; use tar.gz or zip")
+    if export.status != Export.Status.DONE:
+        return HttpResponse(f"{export.label} is {export.status}, not downloadable", status=409, content_type="text/plain")
+    layout = request.GET.get("layout") or None
+    if layout and layout not in export.config.get("layouts", []):
+        raise Http404(f"{export.label} has no {layout} layout")
+    root = export_path(export)
+    try:
+        manifest = read_manifest(root)
+        intact = file_sha256(root / MANIFEST) == export.manifest_sha256
+    except (ExportError, OSError) as exc:
+        return HttpResponse(f"{export.label} cannot be read from {root}: {exc}", status=410, content_type="text/plain")
+    if not intact:
+        return HttpResponse(f"{export.label}: manifest.json is not the one written; run `python manage.py verify_export {root}`",
+                            status=409, content_type="text/plain")
+    content_type, writer = FORMATS[fmt]
+    prefix = export.label + (f"-{layout}" if layout else "")
+    response = StreamingHttpResponse(writer(root, archive_members(root, manifest, layout=layout), prefix=prefix), content_type=content_type)
+    response["Content-Disposition"] = f'attachment; filename="{prefix}.{fmt}"'
+    response["Cache-Control"] = "private, no-store"
+    response["X-Accel-Buffering"] = "no"
+    return response
+
+
+@require_GET
+@role_required(CURATOR, RESEARCHER)
+def contamination(request, source_id: int):
+    source = get_object_or_404(Source, pk=source_id, role=Source.Role.CANDIDATE)
+    try:
+        sample = max(1, min(100_000, int(request.GET.get("sample", 400))))
+        seed = int(request.GET.get("seed", 0))
+    except ValueError:
+        sample, seed = 400, 0
+    return render(request, "labeling_ui/contamination.html", {"source": source, "r": selectors.contamination_report(source=source, sample=sample, seed=seed),
+                                                            "roles": sorted(_roles(request))})
