@@ -366,10 +366,11 @@ def iter_tar_gz(root: Path, members: Sequence[str], *, prefix: str, level: int =
     with tarfile.open(fileobj=gz, mode="w|", format=tarfile.PAX_FORMAT) as tar:
         for name in members:
             path = root / name
-            info = tar.gettarinfo(str(path), arcname=f"{prefix}/{name}")
-            info.uid = info.gid = 0
-            info.uname = info.gname = ""
             with open(path, "rb") as fh:
+                st = os.fstat(fh.fileno())
+                # built by hand: TarInfo from gettarinfo looks up user and group names per file
+                info = tarfile.TarInfo(f"{prefix}/{name}")
+                info.size, info.mtime, info.mode = st.st_size, int(st.st_mtime), 0o644
                 tar.addfile(info, fh)
             data = sink.drain()
             if data:

@@ -236,9 +236,14 @@ def test_unchecked_images_block_and_changed_files_are_left_out(tmp_path):
     # a source file edited after review is left out, named, and the rest exported
     changed = Image.objects.get(pk=clean[1])
     (Path(source.root) / changed.relative_path).write_bytes(b"\xff\xd8 edited")
+    # and a file replaced by a link out of its source is refused, not followed
+    escaped = Image.objects.get(pk=clean[2])
+    (Path(source.root) / escaped.relative_path).unlink()
+    (Path(source.root) / escaped.relative_path).symlink_to("/etc/hostname")
     export, out = run_export(name="chk", sources=[source.name])
-    assert export.status == Export.Status.DONE and export.counts["images"] == len(clean) - 1
+    assert export.status == Export.Status.DONE and export.counts["images"] == len(clean) - 2
     assert export.counts["excluded"]["changed_since_ingest"] == 1 and "changed or vanished since ingest" in export.message
+    assert export.counts["excluded"]["unsafe_path"] == 1
     row = next(r for r in csv.DictReader(open(Path(settings.EXPORT_ROOT) / "chk" / "v2" / "decisions.csv")) if int(r["image_id"]) == changed.pk)
     assert row["exported"] == "no" and row["excluded_reason"] == "changed_since_ingest"
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import random
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -161,7 +161,7 @@ def export_select(*, config: dict) -> Selection:
                           for k, r in base.items() if k is not None},
             "final_label": "ood when every review said ood, or a curator adjudicated ood",
         }
-        items = (ReviewItem.objects.filter(source=source).select_related("image", "candidate_class", "image__source")
+        items = (ReviewItem.objects.filter(source=source).select_related("image", "candidate_class", "source", "decided_by")
                  .order_by("candidate_class__wnid", "image__relative_path"))
         if wnids:
             items = items.filter(candidate_class__wnid__in=wnids)
@@ -320,7 +320,10 @@ def export_fail(*, export_id: int, error: BaseException | str) -> None:
     export = Export.objects.filter(pk=export_id).first()
     if export is None or export.status in (Export.Status.DONE, Export.Status.BLOCKED):
         return
+    from pipelines.export import clear_partial
+
     job_fail(job_id=export.job_id, error=error)
+    clear_partial(_export_dir(export)[1])  # a failed export leaves no half-written folder
     Export.objects.filter(pk=export_id).update(status=Export.Status.FAILED, finished_at=timezone.now(),
                                                message=Job.objects.get(pk=export.job_id).message)
 
@@ -410,9 +413,16 @@ def export_execute(*, export_id: int, progress: Progress | None = None, on_total
     px.clear_partial(tmp)
     tmp.mkdir(parents=True)
     Job.objects.filter(pk=export.job_id).update(message="writing files")
-    items = [px.ExportItem(image_id=it.image_id, src=str(safe_join(it.source.root, it.image.relative_path)), sha256=it.image.sha256,
-                           wnid=it.candidate_class.wnid, class_name=_class_name(it.candidate_class), file_name=it.image.relative_path.rsplit("/", 1)[-1])
-             for it in sel.items]
+    roots = {it.source_id: (it.source.root, str(Path(it.source.root).resolve())) for it in sel.items}
+    items, refused = [], []
+    for it in sel.items:
+        item = px.ExportItem(image_id=it.image_id, src="", sha256=it.image.sha256, wnid=it.candidate_class.wnid,
+                             class_name=_class_name(it.candidate_class), file_name=it.image.relative_path.rsplit("/", 1)[-1])
+        root, root_real = roots[it.source_id]
+        try:
+            items.append(replace(item, src=str(safe_join(root, it.image.relative_path, root_real=root_real))))
+        except UnsafePath as exc:  # the file became a link out of its source after ingest
+            refused.append(px.Placed(item=item, problem=f"unsafe_path: {exc}"))
     paths = px.plan_paths(items, cfg["layouts"])
     done = [0]
 
@@ -423,7 +433,7 @@ def export_execute(*, export_id: int, progress: Progress | None = None, on_total
         if done[0] % 500 == 0:
             Job.objects.filter(pk=export.job_id).update(progress=done[0])
 
-    placed = px.place_items(tmp, items, paths, link=cfg.get("link", True), progress=tick)
+    placed = px.place_items(tmp, items, paths, link=cfg.get("link", True), progress=tick) + refused
     by_image = {p.item.image_id: p for p in placed}
     good = [p for p in placed if not p.problem]
     px.write_layout_lists(tmp, placed, cfg["layouts"])
@@ -457,7 +467,7 @@ def export_execute(*, export_id: int, progress: Progress | None = None, on_total
                                           for p in good], batch_size=2000, ignore_conflicts=True)
         problems = sum(1 for p in placed if p.problem)
         msg = (f"{len(good)} images in {len(per_class)} classes written to {final}"
-               + (f"; {problems} file(s) changed or vanished since ingest were left out (see decisions.csv)" if problems else "")
+               + (f"; {problems} file(s) changed or vanished since ingest (or now outside their source) were left out (see decisions.csv)" if problems else "")
                + (f"; leakage overridden: {export.leakage_override}" if leak["violations"] else ""))
         return _finish(export, status=Export.Status.DONE, message=msg, path=str(final.relative_to(settings.EXPORT_ROOT)),
                        manifest_sha256=digest, counts=counts, leakage=leak)

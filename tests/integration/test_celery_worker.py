@@ -190,3 +190,33 @@ def test_two_workers_share_an_extraction_job_and_process_every_image_once(servic
     assert all("curation.extract.chunk" in text and "succeeded" in text for text in logs.values()), "both workers took chunks"
     # prefork children are daemonic: they decode with threads, not DataLoader processes
     assert all("decoding with 1 threads instead of DataLoader workers" in text for text in logs.values())
+
+
+def test_export_queued_by_the_command_is_written_by_a_worker(services_env, workers, tmp_path, role_groups, settings):
+    """The export runs on a real worker (PostgreSQL, Redis), and the folder it writes verifies."""
+    from django.contrib.auth.models import Group, User
+
+    from curation.models import Export
+    from curation.services.review import review_cache_clear
+    from tests.review_data import queue_with_rows
+    from tests.test_exports import random_features, review_all
+
+    services_env.update({"OODC_EXPORT_ROOT": str(tmp_path / "exports"), "OODC_FEATURE_STORE": str(tmp_path / "features")})
+    settings.FEATURE_STORE = tmp_path / "features"
+    review_cache_clear()
+    source = queue_with_rows(tmp_path, n=12, name="wpool")
+    random_features(source)
+    annotator = User.objects.create_user("wann")
+    annotator.groups.add(Group.objects.get(name="annotator"))
+    decided = review_all(annotator, lambda img: ("ood", []))
+    workers.start("w1")
+    proc = subprocess.run([sys.executable, "manage.py", "export", "--name", "queued", "--source", "wpool", "--queue"],
+                          cwd=REPO, env=services_env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr + workers.logs()
+    export = Export.objects.get(name="queued")
+    assert export.status == "done" and export.counts["images"] == len(decided)
+    assert "curation.export.run" in workers.logs()  # written by the worker, not the command
+    check = subprocess.run([sys.executable, "manage.py", "verify_export", str(tmp_path / "exports" / "queued" / "v1")],
+                           cwd=REPO, env=services_env, capture_output=True, text=True, timeout=120)
+    assert check.returncode == 0 and f"{3 * len(decided) + 5} files match" in check.stdout, check.stderr
+    review_cache_clear()
