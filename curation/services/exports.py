@@ -281,6 +281,27 @@ def export_leakage(*, items: list[ReviewItem], split: str, model_name: str, thre
 # -- execution ---------------------------------------------------------------------------------
 
 
+def _ticker(export: Export, progress: Progress | None, *, every: int) -> Progress:
+    """A progress callback feeding the command's bar and, every ``every`` items, the Job row."""
+    done = [0]
+
+    def tick(n: int) -> None:
+        done[0] += n
+        if progress:
+            progress(n)
+        if done[0] % every < n:
+            Job.objects.filter(pk=export.job_id).update(progress=done[0])
+
+    return tick
+
+
+def _manifest_head(export: Export) -> dict:
+    return {"format": MANIFEST_FORMAT, "id": export.pk, "name": export.name, "version": export.version, "kind": export.kind,
+            "split": export.split, "created": timezone.now().isoformat(),
+            "creator": export.created_by.username if export.created_by_id else None,
+            "config": export.config, "code_version": export.job.code_version or code_version()}
+
+
 def _export_dir(export: Export) -> tuple[Path, Path]:
     final = Path(settings.EXPORT_ROOT) / export.name / f"v{export.version}"
     return final, final.with_name(f".v{export.version}.partial")
@@ -424,15 +445,7 @@ def export_execute(*, export_id: int, progress: Progress | None = None, on_total
         except UnsafePath as exc:  # the file became a link out of its source after ingest
             refused.append(px.Placed(item=item, problem=f"unsafe_path: {exc}"))
     paths = px.plan_paths(items, cfg["layouts"])
-    done = [0]
-
-    def tick(n: int) -> None:
-        done[0] += n
-        if progress:
-            progress(n)
-        if done[0] % 500 == 0:
-            Job.objects.filter(pk=export.job_id).update(progress=done[0])
-
+    tick = _ticker(export, progress, every=500)
     placed = px.place_items(tmp, items, paths, link=cfg.get("link", True), progress=tick) + refused
     by_image = {p.item.image_id: p for p in placed}
     good = [p for p in placed if not p.problem]
@@ -449,9 +462,7 @@ def export_execute(*, export_id: int, progress: Progress | None = None, on_total
     known = {rel: p.item.sha256 for p in good for rel in p.files.values()}
     files = px.hash_tree(tmp, known=known)
     manifest = {
-        "format": MANIFEST_FORMAT, "id": export.pk, "name": export.name, "version": export.version, "kind": export.kind, "split": export.split,
-        "created": timezone.now().isoformat(), "creator": export.created_by.username if export.created_by_id else None,
-        "config": cfg, "code_version": export.job.code_version or code_version(), "class_filter": sel.class_filter,
+        **_manifest_head(export), "class_filter": sel.class_filter,
         "review_policy": {"sources": sel.review_policy, "decisions": {c.value: c.label for c in ReviewDecision}},
         "model": _model_provenance(cfg["sources"], model_name), "wordnet": _wordnet(), "counts": counts,
         "leakage": {**{k: v for k, v in leak.items() if k != "violations"}, "violations": leak["violations"]},
@@ -499,23 +510,14 @@ def unit_tests_execute(*, export_id: int, progress: Progress | None = None, on_t
     if final.exists():
         return _finish(export, status=Export.Status.FAILED, message=f"{final} already exists; exports are never rewritten")
     px.clear_partial(tmp)
-    done = [0]
-
-    def tick(n: int) -> None:
-        done[0] += n
-        if progress:
-            progress(n)
-        if done[0] % 100 == 0:
-            Job.objects.filter(pk=export.job_id).update(progress=done[0])
-
+    tmp.mkdir(parents=True)
+    tick = _ticker(export, progress, every=100)
     rows = write_unit_tests(tmp, samples=samples, per_test=cfg["per_test"], seed=cfg["seed"], workers=cfg.get("workers", 1), progress=tick)
     files = px.hash_tree(tmp)
     counts = {"images": len(rows), "tests": dict(Counter(r.test for r in rows)), "formats": dict(Counter(r.format for r in rows)),
               "id_samples": len(samples), "id_samples_skipped": len(skipped)}
     manifest = {
-        "format": MANIFEST_FORMAT, "id": export.pk, "name": export.name, "version": export.version, "kind": export.kind, "split": export.split,
-        "created": timezone.now().isoformat(), "creator": export.created_by.username if export.created_by_id else None,
-        "config": cfg, "code_version": export.job.code_version or code_version(),
+        **_manifest_head(export),
         "recipe": "NINCO appendix G (Bitterwolf et al., ICML 2023); parameters per image in unit_tests.csv", "counts": counts, "files": files,
     }
     digest = px.write_manifest(tmp, manifest)
