@@ -11,7 +11,8 @@ from curation.models import Export, Source
 from curation.roles import CURATOR, RESEARCHER
 from curation.services.exports import export_path
 from labeling_ui.review_views import _roles, role_required
-from pipelines.export import LAYOUTS, MANIFEST, ExportError, archive_members, file_sha256, iter_tar_gz, iter_zip, read_manifest
+from pipelines.export import LAYOUTS, MANIFEST, ExportError, archive_members, iter_tar_gz, iter_zip, read_manifest
+from pipelines.images import sha256_file
 
 FORMATS = {"tar.gz": ("application/gzip", iter_tar_gz), "zip": ("application/zip", iter_zip)}
 
@@ -38,7 +39,7 @@ def download(request, export_id: int, fmt: str):
     root = export_path(export)
     try:
         manifest = read_manifest(root)
-        intact = file_sha256(root / MANIFEST) == export.manifest_sha256
+        intact = sha256_file(root / MANIFEST) == export.manifest_sha256
     except (ExportError, OSError) as exc:
         return HttpResponse(f"{export.label} cannot be read from {root}: {exc}", status=410, content_type="text/plain")
     if not intact:

@@ -1,4 +1,4 @@
-"""Writing, checking and streaming exports (no Django, no numpy: the web process streams them).
+"""Writing, checking and streaming exports (no Django and nothing heavy: the web process streams them).
 
 An export is a folder: ``manifest.json`` (provenance, counts, and the sha256 of every other
 file), ``decisions.csv`` and one sub-folder per layout:
@@ -33,6 +33,8 @@ import zipfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+
+from pipelines.images import sha256_file
 
 LAYOUTS = ("ninco", "imagenet-ood", "openood")
 MANIFEST = "manifest.json"
@@ -114,14 +116,6 @@ def _copy_hashing(src: str, dst: Path) -> str:
     return h.hexdigest()
 
 
-def file_sha256(path: str | os.PathLike) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(BLOCK), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def place(src: str, dst: Path, *, link: bool) -> tuple[str, str]:
     """Put ``src`` at ``dst``: a hard link when ``link`` and the filesystem allow, else a copy.
     Returns (method, sha256 of the bytes now at ``dst``)."""
@@ -129,7 +123,7 @@ def place(src: str, dst: Path, *, link: bool) -> tuple[str, str]:
     if link:
         try:
             os.link(src, dst)
-            return "link", file_sha256(dst)
+            return "link", sha256_file(dst)
         except OSError as exc:
             if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EACCES):
                 raise
@@ -200,19 +194,11 @@ def write_layout_lists(root: Path, placed: Sequence[Placed], layouts: Sequence[s
                 fh.write(p.files["openood"].removeprefix("openood/") + " -1\n")
 
 
-def hash_tree(root: Path, *, known: dict[str, str] | None = None, skip: Iterable[str] = (MANIFEST,)) -> dict[str, str]:
-    """sha256 of every regular file under ``root`` (POSIX relative paths, sorted); ``known``
-    digests are trusted instead of re-reading those files."""
-    known, skip = known or {}, set(skip)
-    out = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames.sort()
-        for fn in sorted(filenames):
-            rel = Path(dirpath, fn).relative_to(root).as_posix()
-            if rel in skip:
-                continue
-            out[rel] = known.get(rel) or file_sha256(Path(dirpath, fn))
-    return dict(sorted(out.items()))
+def hash_tree(root: Path, *, known: dict[str, str] | None = None) -> dict[str, str]:
+    """sha256 of every regular file under ``root`` but the manifest (POSIX relative paths,
+    sorted); ``known`` digests are trusted instead of re-reading those files."""
+    known = known or {}
+    return {rel: known.get(rel) or sha256_file(root / rel) for rel in sorted(hash_tree_names(root))}
 
 
 def write_manifest(root: Path, manifest: dict) -> str:
@@ -289,7 +275,7 @@ def verify_export(root: str | os.PathLike, *, progress: Callable[[int], None] | 
             if path.is_symlink() or not path.is_file():
                 v.problems.append(f"{name}: missing (or not a regular file)")
                 continue
-            actual = file_sha256(path)
+            actual = sha256_file(path)
         except OSError as exc:
             v.problems.append(f"{name}: unreadable ({exc.strerror or exc})")
             continue

@@ -555,13 +555,14 @@ def export_run_inline(*, export: Export, progress: Progress | None = None, on_to
 def export_verify(*, path: Path, progress: Progress | None = None):
     """Verify an export folder (pipelines.export.verify_export) and, when this database knows
     the export, that its manifest is the one written (a rewritten manifest is caught too)."""
-    from pipelines.export import MANIFEST, file_sha256, verify_export
+    from pipelines.export import MANIFEST, verify_export
+    from pipelines.images import sha256_file
 
     v = verify_export(path, progress=progress)
     if v.manifest is not None:
         known = Export.objects.filter(pk=v.manifest.get("id"), name=v.manifest.get("name"), version=v.manifest.get("version")).first()
         if known is not None and known.manifest_sha256:
-            actual = file_sha256(Path(path) / MANIFEST)
+            actual = sha256_file(Path(path) / MANIFEST)
             if actual != known.manifest_sha256:
                 v.problems.append(f"{MANIFEST}: sha256 {actual} differs from the {known.manifest_sha256} recorded when {known.label} was written")
     return v
