@@ -37,7 +37,8 @@ class ImageResult:
 @dataclass
 class Extraction:
     results: list[ImageResult]  # one per input path, in input order
-    features: np.ndarray  # float16 [n_ok, feature_dim]
+    features: np.ndarray  # float16 [n_ok, feature_dim] (float32 with keep_logits)
+    logits: np.ndarray | None = None  # float32 [n_ok, classes], only with keep_logits
 
 
 class _Files:
@@ -95,7 +96,7 @@ def default_loader_workers() -> int:
 
 def extract(
     lm: LoadedModel, paths: Sequence[str], *, batch_size: int = 32, num_workers: int | None = None, topk: int = 5,
-    max_pixels: int = DEFAULT_MAX_PIXELS, progress: Callable[[int], None] | None = None,
+    max_pixels: int = DEFAULT_MAX_PIXELS, progress: Callable[[int], None] | None = None, keep_logits: bool = False,
 ) -> Extraction:
     """Run ``lm`` over ``paths``; decoding and transforms run in DataLoader workers while the
     model computes, JPEGs decode at reduced size (``draft``), and on a GPU the forward pass
@@ -128,6 +129,8 @@ def extract(
         autocast = contextlib.nullcontext()
     k = min(topk, len(lm.wnids))
     chunks: list[np.ndarray] = []
+    logit_chunks: list[np.ndarray] = []
+    feat_dtype = np.float32 if keep_logits else np.float16
     row = 0
     model = lm.model
     with torch.inference_mode():
@@ -144,7 +147,9 @@ def extract(
                 top_p, top_i = probs.topk(k, dim=1)
                 max_logit = logits.max(dim=1).values
                 energy = torch.logsumexp(logits, dim=1)
-                feats = pre.float().cpu().numpy().astype(np.float16)
+                feats = pre.float().cpu().numpy().astype(feat_dtype)
+                if keep_logits:
+                    logit_chunks.append(logits.cpu().numpy())
                 top_p, top_i = top_p.cpu().numpy(), top_i.cpu().numpy()
                 max_logit, energy = max_logit.cpu().numpy(), energy.cpu().numpy()
                 for j, i in enumerate(idx):
@@ -156,5 +161,8 @@ def extract(
                 chunks.append(feats)
             if progress:
                 progress(len(idx) + len(bad))
-    features = np.concatenate(chunks) if chunks else np.zeros((0, lm.feature_dim), dtype=np.float16)
-    return Extraction(results=results, features=features)  # type: ignore[arg-type]
+    features = np.concatenate(chunks) if chunks else np.zeros((0, lm.feature_dim), dtype=feat_dtype)
+    all_logits = None
+    if keep_logits:
+        all_logits = np.concatenate(logit_chunks) if logit_chunks else np.zeros((0, len(lm.wnids)), dtype=np.float32)
+    return Extraction(results=results, features=features, logits=all_logits)  # type: ignore[arg-type]

@@ -1,0 +1,166 @@
+"""OOD detectors: one registered class per method (OpenOOD's one-class-per-method shape).
+
+Every detector scores images so that higher means "more in-distribution". It sees a model's
+outputs as plain arrays (``Outputs``: penultimate features, logits, labels for the fit set) and,
+when it needs it, the model's last linear layer (``Head``: logits = features @ weight.T + bias).
+``fit`` learns ID statistics from the ID fit set; ``score`` scores any set. Input-level methods
+(ODIN) are computed during feature extraction and read from ``Outputs.extra``.
+
+Adding a method is one file in this package with one decorated class::
+
+    @register_detector
+    class MyScore(Detector):
+        name = "my_score"
+        label = "My score"
+        paper = "Someone et al., Venue Year"
+
+        def score(self, data):
+            return data.logits.max(axis=1)
+
+Formulas follow NINCO's appendix C and the original papers, as restated in REFERENCE.md
+(Detectors); each module cites its paper.
+"""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import numpy as np
+
+
+class DetectorError(ValueError):
+    """A detector cannot be fitted or applied to these data; the message says why and what to do."""
+
+
+@dataclass
+class Outputs:
+    """A model's outputs on one image set."""
+
+    features: np.ndarray  # float32 [n, d] penultimate ("pre-logits") features
+    logits: np.ndarray  # float32 [n, C]
+    labels: np.ndarray | None = None  # int [n] class index (fit / ID test sets), -1 where unknown
+    extra: dict[str, np.ndarray] = field(default_factory=dict)  # input-level scores, e.g. "odin"
+
+    def __post_init__(self):
+        self.features = np.asarray(self.features, dtype=np.float32)
+        self.logits = np.asarray(self.logits, dtype=np.float32)
+        if self.features.ndim != 2 or self.logits.ndim != 2 or len(self.features) != len(self.logits):
+            raise DetectorError(f"features {self.features.shape} and logits {self.logits.shape} must be [n, d] and [n, C] for the same n")
+        if self.labels is not None:
+            self.labels = np.asarray(self.labels, dtype=np.int64)
+            if self.labels.shape != (len(self.features),):
+                raise DetectorError(f"labels {self.labels.shape} do not match {len(self.features)} images")
+
+    def __len__(self) -> int:
+        return len(self.features)
+
+
+@dataclass
+class Head:
+    """The classifier's last layer: logits = features @ weight.T + bias."""
+
+    weight: np.ndarray  # [C, d]
+    bias: np.ndarray  # [C]
+
+    def __post_init__(self):
+        self.weight = np.asarray(self.weight, dtype=np.float64)
+        self.bias = np.asarray(self.bias, dtype=np.float64)
+        if self.weight.ndim != 2 or self.bias.shape != (self.weight.shape[0],):
+            raise DetectorError(f"head weight {self.weight.shape} / bias {self.bias.shape} are not [C, d] / [C]")
+
+    def logits(self, features: np.ndarray) -> np.ndarray:
+        return features.astype(np.float64) @ self.weight.T + self.bias
+
+
+class Detector:
+    name: ClassVar[str] = ""
+    label: ClassVar[str] = ""
+    paper: ClassVar[str] = ""
+    needs_fit: ClassVar[bool] = False  # learns statistics from the ID fit set
+    needs_head: ClassVar[bool] = False  # needs the classifier's weight and bias
+    input_level: ClassVar[str | None] = None  # key of Outputs.extra filled during extraction
+    defaults: ClassVar[dict] = {}
+
+    def __init__(self, **params):
+        unknown = set(params) - set(self.defaults)
+        if unknown:
+            raise DetectorError(f"{self.name}: unknown parameter(s) {', '.join(sorted(unknown))}; it takes {sorted(self.defaults) or 'none'}")
+        self.params = {**self.defaults, **params}
+        self.notes: list[str] = []  # adjustments made while fitting, shown with the results
+
+    def fit(self, fit: Outputs, head: Head | None = None) -> "Detector":
+        return self
+
+    def score(self, data: Outputs) -> np.ndarray:
+        raise NotImplementedError
+
+
+DETECTORS: dict[str, type[Detector]] = {}
+
+
+def register_detector(cls: type[Detector]) -> type[Detector]:
+    if not cls.name or cls.name in DETECTORS:
+        raise ValueError(f"detector name {cls.name!r} is empty or registered twice")
+    DETECTORS[cls.name] = cls
+    return cls
+
+
+# The order tables list them in (NINCO's tables: output-based first, then feature-based).
+PREFERRED_ORDER = ("msp", "maxlogit", "energy", "entropy", "kl_matching", "mahalanobis", "relative_mahalanobis", "vim", "knn",
+                   "react", "ash", "cosine", "mcm", "odin")
+
+
+def detector_names() -> list[str]:
+    """Every registered detector, in table order (unknown newcomers last, alphabetically)."""
+    rank = {n: i for i, n in enumerate(PREFERRED_ORDER)}
+    return sorted(DETECTORS, key=lambda n: (rank.get(n, len(rank)), n))
+
+
+def get_detector(name: str, **params) -> Detector:
+    if name not in DETECTORS:
+        raise DetectorError(f"unknown detector {name!r}; registered: {', '.join(DETECTORS)}")
+    return DETECTORS[name](**params)
+
+
+# -- shared maths ---------------------------------------------------------------------------------
+
+
+def logsumexp(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float64)
+    m = x.max(axis=1, keepdims=True)
+    return (m + np.log(np.exp(x - m).sum(axis=1, keepdims=True)))[:, 0]
+
+
+def softmax(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float64)
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def class_means(fit: Outputs, what: str) -> tuple[np.ndarray, np.ndarray]:
+    """(class indices, class-mean features) over the fit set's labelled images."""
+    if fit.labels is None or not np.any(fit.labels >= 0):
+        raise DetectorError(f"{what} needs class labels on the ID fit set (images in wnid folders of ID classes, or 'labels' in the .npz)")
+    keep = fit.labels >= 0
+    classes, inverse = np.unique(fit.labels[keep], return_inverse=True)
+    feats = fit.features[keep].astype(np.float64)
+    sums = np.zeros((len(classes), feats.shape[1]))
+    np.add.at(sums, inverse, feats)
+    return classes, sums / np.bincount(inverse)[:, None]
+
+
+def require_head(head: Head | None, what: str) -> Head:
+    if head is None:
+        raise DetectorError(f"{what} needs the classifier's last layer (weight and bias); import 'weight' and 'bias' with the .npz "
+                            "or evaluate a model this toolkit can load")
+    return head
+
+
+def _load_all() -> None:
+    for mod in sorted(m.name for m in pkgutil.iter_modules(__path__)):
+        importlib.import_module(f"{__name__}.{mod}")
+
+
+_load_all()

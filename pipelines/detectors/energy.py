@@ -1,0 +1,13 @@
+from . import Detector, logsumexp, register_detector
+
+
+@register_detector
+class Energy(Detector):
+    """Negative free energy, log sum_c exp(o_c) (Liu et al., NeurIPS 2020; temperature 1)."""
+
+    name = "energy"
+    label = "Energy"
+    paper = "Liu et al., NeurIPS 2020"
+
+    def score(self, data):
+        return logsumexp(data.logits)

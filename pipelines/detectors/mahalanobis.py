@@ -1,0 +1,37 @@
+import numpy as np
+
+from . import Detector, class_means, register_detector
+
+
+def shared_precision(features: np.ndarray, centred: np.ndarray) -> np.ndarray:
+    """Pseudo-inverse of the covariance of already centred features (pinv copes with d > n)."""
+    cov = centred.T @ centred / max(len(features), 1)
+    return np.linalg.pinv(cov, hermitian=True)
+
+
+def min_distances(x: np.ndarray, means: np.ndarray, precision: np.ndarray) -> np.ndarray:
+    """[n, K] squared Mahalanobis distances (x - mu_k)^T P (x - mu_k), without an n*K*d tensor."""
+    xp = x @ precision
+    return (np.sum(xp * x, axis=1)[:, None] - 2.0 * xp @ means.T + np.sum((means @ precision) * means, axis=1)[None, :])
+
+
+@register_detector
+class Mahalanobis(Detector):
+    """Mahalanobis distance to the closest class mean under one shared covariance (Lee et al.,
+    NeurIPS 2018; NINCO app. C, on the penultimate features, no input preprocessing)."""
+
+    name = "mahalanobis"
+    label = "Mahalanobis"
+    paper = "Lee et al., NeurIPS 2018"
+    needs_fit = True
+
+    def fit(self, fit, head=None):
+        classes, self.means = class_means(fit, "Mahalanobis")
+        keep = fit.labels >= 0
+        feats = fit.features[keep].astype(np.float64)
+        index = np.searchsorted(classes, fit.labels[keep])
+        self.precision = shared_precision(feats, feats - self.means[index])
+        return self
+
+    def score(self, data):
+        return -min_distances(data.features.astype(np.float64), self.means, self.precision).min(axis=1)

@@ -1,0 +1,13 @@
+from . import Detector, register_detector
+
+
+@register_detector
+class MaxLogit(Detector):
+    """Maximum logit (Hendrycks et al., "Scaling out-of-distribution detection", ICML 2022)."""
+
+    name = "maxlogit"
+    label = "MaxLogit"
+    paper = "Hendrycks et al., ICML 2022"
+
+    def score(self, data):
+        return data.logits.astype("float64").max(axis=1)

@@ -1,0 +1,20 @@
+from . import Detector, class_means, register_detector, softmax
+from .cosine import cosines
+
+
+@register_detector
+class MCM(Detector):
+    """MCM / RCos (Ming et al., NeurIPS 2022; NINCO app. C): the maximum of the softmax over the
+    cosines to the class means (temperature 1)."""
+
+    name = "mcm"
+    label = "MCM / RCos"
+    paper = "Ming et al., NeurIPS 2022"
+    needs_fit = True
+
+    def fit(self, fit, head=None):
+        _, self.means = class_means(fit, "MCM")
+        return self
+
+    def score(self, data):
+        return softmax(cosines(data.features, self.means)).max(axis=1)

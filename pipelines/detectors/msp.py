@@ -1,0 +1,13 @@
+from . import Detector, register_detector, softmax
+
+
+@register_detector
+class MSP(Detector):
+    """Maximum softmax probability (Hendrycks & Gimpel, ICLR 2017)."""
+
+    name = "msp"
+    label = "MSP"
+    paper = "Hendrycks & Gimpel, ICLR 2017"
+
+    def score(self, data):
+        return softmax(data.logits).max(axis=1)

@@ -1,0 +1,31 @@
+import numpy as np
+
+from . import Detector, class_means, register_detector
+from .mahalanobis import min_distances, shared_precision
+
+
+@register_detector
+class RelativeMahalanobis(Detector):
+    """Relative Mahalanobis (Ren et al., 2021): the class-conditional distance minus the distance
+    to one global Gaussian fitted on all ID fit features; score = -min_c (MD_c - MD_0)."""
+
+    name = "relative_mahalanobis"
+    label = "Relative Mahalanobis"
+    paper = "Ren et al., arXiv:2106.09022, 2021"
+    needs_fit = True
+
+    def fit(self, fit, head=None):
+        classes, self.means = class_means(fit, "Relative Mahalanobis")
+        keep = fit.labels >= 0
+        feats = fit.features[keep].astype(np.float64)
+        index = np.searchsorted(classes, fit.labels[keep])
+        self.precision = shared_precision(feats, feats - self.means[index])
+        self.global_mean = feats.mean(axis=0, keepdims=True)
+        self.global_precision = shared_precision(feats, feats - self.global_mean)
+        return self
+
+    def score(self, data):
+        x = data.features.astype(np.float64)
+        md = min_distances(x, self.means, self.precision).min(axis=1)
+        md0 = min_distances(x, self.global_mean, self.global_precision)[:, 0]
+        return -(md - md0)

@@ -1,0 +1,53 @@
+import numpy as np
+
+from . import Detector, DetectorError, logsumexp, register_detector, require_head
+
+
+def principal_dim(d: int) -> int:
+    """ViM's rule for the principal space (Wang et al., CVPR 2022; NINCO app. C)."""
+    if d >= 2048:
+        return 1000
+    if d >= 768:
+        return 512
+    return d // 2
+
+
+@register_detector
+class ViM(Detector):
+    """Virtual-logit matching (Wang et al., CVPR 2022). Features are offset by the origin
+    u = -pinv(W) b; the principal space is spanned by the top-D eigenvectors of the offset fit
+    features' (uncentred) covariance; the residual norm scaled by alpha = sum of max logits /
+    sum of residual norms over the fit set is a virtual logit o_0, and the paper's score is
+    -softmax(o_0, o_1..o_C)_0 = -sigmoid(o_0 - logsumexp(o)). We return logsumexp(o) - o_0,
+    which orders images identically without the sigmoid's saturation into ties."""
+
+    name = "vim"
+    label = "ViM"
+    paper = "Wang et al., CVPR 2022"
+    needs_fit = True
+    needs_head = True
+    defaults = {"dim": None}  # None: the paper's rule from the feature dimension
+
+    def fit(self, fit, head=None):
+        head = require_head(head, "ViM")
+        d = fit.features.shape[1]
+        D = int(self.params["dim"] or principal_dim(d))
+        if not 0 < D < d:
+            raise DetectorError(f"ViM: principal dimension {D} must be between 1 and the feature dimension {d} - 1")
+        if len(fit) <= D:
+            raise DetectorError(f"ViM: the ID fit set has {len(fit)} images but the principal space has D={D} dimensions "
+                                f"(the paper's rule for {d}-d features); it needs more fit images than D")
+        self.u = -np.linalg.pinv(head.weight) @ head.bias
+        x = fit.features.astype(np.float64) - self.u
+        eigval, eigvec = np.linalg.eigh(x.T @ x / len(x))
+        order = np.argsort(eigval)[::-1]
+        self.residual_space = np.ascontiguousarray(eigvec[:, order[D:]])
+        residual = np.linalg.norm(x @ self.residual_space, axis=1)
+        self.alpha = float(fit.logits.astype(np.float64).max(axis=1).sum() / max(residual.sum(), 1e-12))
+        self.head, self.dim = head, D
+        return self
+
+    def score(self, data):
+        x = data.features.astype(np.float64) - self.u
+        virtual = self.alpha * np.linalg.norm(x @ self.residual_space, axis=1)
+        return logsumexp(data.logits) - virtual

@@ -1,0 +1,162 @@
+"""OOD detectors on synthetic features whose answer is known, and a contract every registered
+detector must meet."""
+import numpy as np
+import pytest
+
+from pipelines.detectors import DETECTORS, DetectorError, Head, Outputs, detector_names, get_detector
+from pipelines.detectors.odin import odin_key
+from pipelines.detectors.vim import principal_dim
+from pipelines.metrics import ood_metrics
+
+C, D = 5, 40
+
+
+def _head():
+    w = np.zeros((C, D))
+    for c in range(C):
+        w[c, c * 6:(c + 1) * 6] = 1.0
+    return Head(weight=w, bias=np.zeros(C))
+
+
+def _id(rng, n, head):
+    labels = rng.integers(0, C, n)
+    x = np.abs(rng.normal(0.5, 0.3, (n, D)))
+    for i, c in enumerate(labels):
+        x[i, c * 6:(c + 1) * 6] += 3.0
+    return Outputs(features=x, logits=head.logits(x), labels=labels)
+
+
+def _far_ood(rng, n, head):
+    x = np.abs(rng.normal(0.5, 0.3, (n, D)))  # no class block: flat logits, far from every class mean
+    return Outputs(features=x, logits=head.logits(x))
+
+
+def _with_odin(out, value):
+    out.extra[odin_key(2.0, 1e-5)] = value
+    return out
+
+
+@pytest.mark.parametrize("name", detector_names())
+def test_every_registered_detector_meets_the_contract(name):
+    rng = np.random.default_rng(0)
+    head = _head()
+    fit, test, ood = _id(rng, 400, head), _id(rng, 200, head), _far_ood(rng, 150, head)
+    _with_odin(test, rng.uniform(0.6, 1.0, 200))
+    _with_odin(ood, rng.uniform(0.0, 0.4, 150))
+    # KNN: fewer neighbours than the 400 fit images; ASH: this toy's 40 dense activations are
+    # far from a real network's sparse ones, where pruning 90% is the paper's setting
+    params = {"knn": {"k": 50}, "ash": {"percentile": 65.0}}.get(name, {})
+    det = get_detector(name, **params).fit(fit, head)
+    s_id, s_ood = det.score(test), det.score(ood)
+    assert s_id.shape == (200,) and s_ood.shape == (150,)
+    assert np.all(np.isfinite(s_id)) and np.all(np.isfinite(s_ood))
+    # higher = more ID: an easy OOD set is separated almost perfectly
+    assert ood_metrics(s_id, s_ood)["auroc"] > 0.95, name
+    # the same data give the same scores (nothing random at scoring time)
+    np.testing.assert_array_equal(det.score(test), s_id)
+    cls = DETECTORS[name]
+    assert cls.label and cls.paper
+
+
+def _gaussian_case(seed=0):
+    """ID and OOD have the same logits (the head only reads dims 0..4) but OOD is shifted in
+    a dimension the head ignores: logit-based scores cannot tell them apart, Mahalanobis can."""
+    rng = np.random.default_rng(seed)
+    w = np.zeros((C, 16))
+    w[np.arange(C), np.arange(C)] = 4.0
+    head = Head(weight=w, bias=np.zeros(C))
+
+    def make(n, shift):
+        labels = rng.integers(0, C, n)
+        x = rng.normal(0, 0.5, (n, 16))
+        x[np.arange(n), labels] += 1.0
+        x[:, 10] += shift
+        return Outputs(features=x, logits=head.logits(x), labels=labels)
+
+    return head, make(2000, 0.0), make(1000, 0.0), make(1000, 6.0)
+
+
+def test_mahalanobis_separates_gaussians_that_msp_cannot():
+    head, fit, test, ood = _gaussian_case()
+    maha = get_detector("mahalanobis").fit(fit, head)
+    msp = get_detector("msp").fit(fit, head)
+    assert ood_metrics(maha.score(test), maha.score(ood))["auroc"] > 0.999
+    assert ood_metrics(maha.score(test), maha.score(ood))["fpr95_id_positive"] == 0.0
+    assert 0.4 < ood_metrics(msp.score(test), msp.score(ood))["auroc"] < 0.6
+    # Relative Mahalanobis subtracts the distance to one global Gaussian: a shift along a
+    # direction no class uses counts for both and cancels (Ren et al.'s point), so it does not see it
+    rel = get_detector("relative_mahalanobis").fit(fit, head)
+    assert ood_metrics(rel.score(test), rel.score(ood))["auroc"] < 0.6
+    vim = get_detector("vim", dim=5).fit(fit, head)  # the residual space holds dim 10: ViM sees the shift
+    assert ood_metrics(vim.score(test), vim.score(ood))["auroc"] > 0.99
+    energy = get_detector("energy").fit(fit, head)
+    assert 0.4 < ood_metrics(energy.score(test), energy.score(ood))["auroc"] < 0.6
+
+
+def test_mahalanobis_equals_its_formula():
+    head, fit, test, _ = _gaussian_case(1)
+    det = get_detector("mahalanobis").fit(fit, head)
+    mus = np.stack([fit.features[fit.labels == c].mean(0) for c in range(C)]).astype(np.float64)
+    centred = fit.features.astype(np.float64) - mus[fit.labels]
+    prec = np.linalg.inv(centred.T @ centred / len(centred))
+    x = test.features[:5].astype(np.float64)
+    want = [-min((xi - m) @ prec @ (xi - m) for m in mus) for xi in x]
+    np.testing.assert_allclose(det.score(Outputs(features=test.features[:5], logits=test.logits[:5])), want, rtol=1e-6)
+
+
+def test_logit_scores_equal_their_formulas():
+    logits = np.array([[2.0, 1.0, 0.0], [0.0, 0.0, 0.0]])
+    out = Outputs(features=np.zeros((2, 4)), logits=logits)
+    p = np.exp(logits) / np.exp(logits).sum(1, keepdims=True)
+    np.testing.assert_allclose(get_detector("msp").score(out), p.max(1))
+    np.testing.assert_allclose(get_detector("maxlogit").score(out), [2.0, 0.0])
+    np.testing.assert_allclose(get_detector("energy").score(out), np.log(np.exp(logits).sum(1)))
+    np.testing.assert_allclose(get_detector("entropy").score(out), (p * np.log(p)).sum(1))
+
+
+def test_knn_is_the_kth_neighbour_distance():
+    fit = Outputs(features=np.array([[1.0, 0], [0, 1.0], [-1.0, 0]]), logits=np.zeros((3, 2)))
+    det = get_detector("knn", k=2).fit(fit)
+    s = det.score(Outputs(features=np.array([[2.0, 0]]), logits=np.zeros((1, 2))))
+    assert s[0] == pytest.approx(-np.sqrt(2.0), rel=1e-6)  # 2nd nearest of (1,0) is (0,1)
+    det = get_detector("knn", k=1000).fit(fit)
+    assert det.notes and "used k=3" in det.notes[0]
+
+
+def test_react_clips_at_the_fit_percentile():
+    head = Head(weight=np.eye(2), bias=np.zeros(2))
+    fit = Outputs(features=np.arange(200.0).reshape(100, 2), logits=np.zeros((100, 2)))
+    det = get_detector("react").fit(fit, head)
+    assert det.threshold == pytest.approx(np.percentile(np.arange(200.0), 99))
+    big = Outputs(features=np.array([[1e6, 0.0]]), logits=np.zeros((1, 2)))
+    assert det.score(big)[0] == pytest.approx(np.log(np.exp(det.threshold) + 1.0))
+
+
+def test_ash_prunes_and_rescales_as_in_the_paper():
+    head = Head(weight=np.eye(4), bias=np.zeros(4))
+    x = np.array([[4.0, 3.0, 2.0, 1.0]])
+    det = get_detector("ash", percentile=50.0).fit(Outputs(features=x, logits=x), head)
+    kept = np.array([4.0, 3.0, 0.0, 0.0]) * np.exp(10.0 / 7.0)  # s1 = 10, s2 = 7
+    assert det.score(Outputs(features=x, logits=x))[0] == pytest.approx(np.log(np.exp(kept).sum()))
+
+
+def test_vim_dimension_rule_and_a_too_small_fit_set():
+    assert principal_dim(2048) == 1000 and principal_dim(1280) == 512 and principal_dim(768) == 512 and principal_dim(512) == 256
+    head, fit, _, _ = _gaussian_case()
+    small = Outputs(features=fit.features[:6], logits=fit.logits[:6], labels=fit.labels[:6])
+    with pytest.raises(DetectorError, match="needs more fit images than D"):
+        get_detector("vim").fit(small, head)
+
+
+def test_clear_errors():
+    with pytest.raises(DetectorError, match="unknown detector"):
+        get_detector("nope")
+    with pytest.raises(DetectorError, match="unknown parameter"):
+        get_detector("knn", kk=3)
+    out = Outputs(features=np.zeros((2, 3)), logits=np.zeros((2, 2)))
+    with pytest.raises(DetectorError, match="needs class labels"):
+        get_detector("mahalanobis").fit(out)
+    with pytest.raises(DetectorError, match="last layer"):
+        get_detector("vim").fit(out, None)
+    with pytest.raises(DetectorError, match="computed while extracting"):
+        get_detector("odin").score(out)
