@@ -6,11 +6,12 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from curation.models import (AnnotatorScope, Assignment, AuditLog, CandidateClass, ClassDecision, ClassFilterRun, ClassOverride,
-                             ClassVisualSignal, Export, ExportMember, FeatureShard, IdClassSet, Image, ImageEmbedding, Job, JobChunk, Review,
+                             ClassVisualSignal, EvalFeatureSet, EvaluationRun, Export, ExportMember, FeatureShard, IdClassSet, Image, ImageEmbedding, Job, JobChunk, Review,
                              ReviewItem, ReviewSettings, Source)
 from curation.services.audit import audit_record
 from curation.services.class_filter import (ClassDecisionError, ClassFilterError, class_decisions_resolve, class_filter_start,
                                             class_override_pin, class_override_unpin)
+from curation.services.evaluation import EvaluationError, evaluation_create
 from curation.services.exports import ExportRequestError, export_create, unit_tests_create
 from curation.services.image_pipeline import JobAlreadyRunning, PipelineError, dedup_start, extract_start
 from curation.services.ingest import IngestAlreadyRunning, ingest_start
@@ -595,3 +596,109 @@ class ExportMemberAdmin(NoDelete, NoChange, RecordAdmin):
     list_filter = ["export"]
     search_fields = ["sha256", "image__relative_path"]
     list_select_related = ["export", "image"]
+
+
+# -- evaluation runs -----------------------------------------------------------------------------------
+
+
+def _id_set_choices():
+    sets = [(f"source:{name}", f"source {name}") for name in Source.objects.filter(role=Source.Role.ID).order_by("name").values_list("name", flat=True)]
+    sets += [(row.dataset, f"{row.dataset} ({row.model_name}, {row.images} rows)")
+             for row in EvalFeatureSet.objects.filter(dataset__startswith="import:").order_by("dataset")]
+    return sets
+
+
+class EvaluationCreateForm(forms.Form):
+    export = forms.ModelChoiceField(queryset=Export.objects.filter(kind=Export.Kind.DATASET, status=Export.Status.DONE),
+                                    help_text="The clean OOD set to evaluate on")
+    unit_tests = forms.ModelChoiceField(queryset=Export.objects.filter(kind=Export.Kind.UNIT_TESTS, status=Export.Status.DONE),
+                                        required=False, help_text="Optional: an OOD unit-test set (a detector fails a test above 10% FPR)")
+    id_test = forms.ChoiceField(help_text="ID test set: an ID reference source (e.g. ImageNet val in wnid folders) or imported outputs")
+    id_fit = forms.ChoiceField(help_text="ID fit set for detectors with statistics (a train subset); must differ from the test set")
+    models = forms.MultipleChoiceField(widget=forms.CheckboxSelectMultiple, required=False, help_text="Registered models")
+    other_models = forms.CharField(required=False, help_text="More timm model names, comma separated (their weights must be reachable)")
+    methods = forms.MultipleChoiceField(widget=forms.CheckboxSelectMultiple, help_text="Detectors (higher score = more ID)")
+    knn_k = forms.IntegerField(min_value=1, initial=1000, help_text="K for KNN (NINCO: 1000)")
+    odin_temperature = forms.FloatField(initial=2.0, help_text="ODIN temperature (C-OOD: 2)")
+    odin_epsilon = forms.FloatField(initial=1e-5, min_value=0, help_text="ODIN perturbation (C-OOD: 1e-5)")
+    react_percentile = forms.FloatField(initial=99.0, help_text="ReAct clipping percentile of ID fit activations")
+    ash_percentile = forms.FloatField(initial=90.0, help_text="ASH-S pruning percentile")
+    seed = forms.IntegerField(initial=0, help_text="Seed of C-OOD's estimation/test split")
+
+    def __init__(self, *args, **kwargs):
+        from pipelines.detectors import DETECTORS, detector_names
+        from pipelines.models import MODELS
+
+        super().__init__(*args, **kwargs)
+        sets = _id_set_choices()
+        self.fields["id_test"].choices = self.fields["id_fit"].choices = [("", "---------")] + sets
+        self.fields["models"].choices = [(name, f"{name}: {spec.description}") for name, spec in MODELS.items()]
+        self.fields["models"].initial = list(MODELS)[:1]
+        self.fields["methods"].choices = [(n, f"{DETECTORS[n].label} ({DETECTORS[n].paper})") for n in detector_names()]
+        self.fields["methods"].initial = detector_names()
+
+    def clean(self):
+        data = super().clean()
+        data["model_names"] = list(data.get("models") or []) + [m.strip() for m in (data.get("other_models") or "").split(",") if m.strip()]
+        if not data["model_names"]:
+            self.add_error("models", "choose at least one model")
+        return data
+
+
+@admin.register(EvaluationRun)
+class EvaluationRunAdmin(NoDelete, NoChange, RecordAdmin):
+    """Researchers start runs through a form that calls the evaluation service; runs are never edited."""
+
+    list_display = ["__str__", "status", "models_", "methods_", "progress", "created_by", "created_at", "results_page"]
+    list_filter = ["status"]
+    list_select_related = ["export", "job", "created_by"]
+    exclude = ["results"]
+
+    def has_add_permission(self, request):
+        return request.user.has_perm("curation.add_evaluationrun")
+
+    @admin.display(description="models")
+    def models_(self, obj):
+        return ", ".join(obj.model_names)
+
+    @admin.display(description="detectors")
+    def methods_(self, obj):
+        return len(obj.methods)
+
+    @admin.display(description="progress")
+    def progress(self, obj):
+        return f"{obj.job.progress}/{obj.job.total}"
+
+    @admin.display(description="results")
+    def results_page(self, obj):
+        return format_html('<a href="{}">result page</a>', reverse("labeling_ui:evaluation", args=[obj.pk]))
+
+    def add_view(self, request, form_url="", extra_context=None):
+        if not self.has_add_permission(request):
+            from django.core.exceptions import PermissionDenied
+
+            raise PermissionDenied
+        form = EvaluationCreateForm(request.POST or None)
+        if request.method == "POST" and form.is_valid():
+            d = form.cleaned_data
+            params = {k: d[k] for k in ("knn_k", "odin_temperature", "odin_epsilon", "react_percentile", "ash_percentile", "seed")}
+            try:
+                run = evaluation_create(export=d["export"], unit_tests=d["unit_tests"], id_test=d["id_test"], id_fit=d["id_fit"],
+                                        models=d["model_names"], methods=d["methods"], params=params, user=request.user)
+            except EvaluationError as exc:
+                form.add_error(None, str(exc))
+            else:
+                self.message_user(request, f"evaluation #{run.pk} started: the workers compute it; follow it on its result page",
+                                  messages.SUCCESS)
+                return redirect_to(reverse("labeling_ui:evaluation", args=[run.pk]))
+        context = {**self.admin_site.each_context(request), "title": "Start an evaluation run", "form": form, "opts": self.model._meta,
+                   "intro": "Every chosen detector with every chosen model, on the export (and unit tests) against the ID test set, "
+                            "with statistics from the ID fit set. Model outputs are cached per model and image set and reused.",
+                   "submit": "Start evaluation"}
+        return TemplateResponse(request, "admin/curation/export_create.html", context)
+
+
+@admin.register(EvalFeatureSet)
+class EvalFeatureSetAdmin(NoDelete, NoChange, RecordAdmin):
+    list_display = ["dataset", "model_name", "images", "feature_dim", "has_head", "created_at"]
+    list_filter = ["model_name"]

@@ -144,6 +144,9 @@ CELERY_TASK_ROUTES = {
     # default) where only CPU workers run.
     "curation.extract.*": {"queue": os.environ.get("OODC_EXTRACT_QUEUE", "cpu")},
     "curation.gpu.*": {"queue": "gpu"},
+    # Evaluation: model outputs where the models run, detectors and metrics on the cpu workers
+    "curation.evaluate.chunk": {"queue": os.environ.get("OODC_EVAL_QUEUE", os.environ.get("OODC_EXTRACT_QUEUE", "cpu"))},
+    "curation.evaluate.*": {"queue": "cpu"},
 }
 # How long a task may stay unacknowledged before Redis hands it to another worker. A killed
 # worker's chunk comes back after this long; chunks are idempotent, so a shorter value only
@@ -190,3 +193,8 @@ REVIEW_PREFETCH = env_int("OODC_REVIEW_PREFETCH", 2)  # images leased at once: t
 REVIEW_RECLAIM_EVERY = env_int("OODC_REVIEW_RECLAIM_EVERY", 10)  # seconds between expired-lease sweeps per process
 EXPORT_ROOT = Path(os.environ.get("OODC_EXPORT_ROOT", DATA_DIR / "exports"))
 THUMBNAIL_DIR = Path(os.environ.get("OODC_THUMBNAIL_DIR", DATA_DIR / "thumbs"))
+
+# Evaluation runs (issue 7): cached model outputs, plots and results
+EVAL_ROOT = Path(os.environ.get("OODC_EVAL_ROOT", DATA_DIR / "evaluations"))
+EVAL_CHUNK_SIZE = env_int("OODC_EVAL_CHUNK_SIZE", 512)  # images per extraction task
+EVAL_SEVERITY_WINDOW = env_int("OODC_EVAL_SEVERITY_WINDOW", 0)  # 0: |Y_ID| of the model (1000 for ImageNet-1K)

@@ -134,3 +134,46 @@ def unit_tests_task(export_id: int) -> None:
     except Exception as exc:
         export_fail(export_id=export_id, error=exc)
         raise
+
+
+# -- evaluation runs: outputs where the models run (settings' eval queue), the rest on cpu ----------
+
+
+@shared_task(name="curation.evaluate.plan", **TASK_OPTIONS)
+def evaluation_plan_task(job_id: int) -> int:
+    from curation.services import evaluation as ev
+
+    try:
+        indices = ev.evaluation_plan(job_id=job_id)
+    except Exception as exc:
+        ev.evaluation_fail(job_id=job_id, error=exc)
+        raise
+    if not indices:
+        evaluation_finalize_task.delay(job_id)
+    for index in indices:
+        evaluation_chunk_task.delay(job_id, index)
+    return len(indices)
+
+
+@shared_task(name="curation.evaluate.chunk", **TASK_OPTIONS)
+def evaluation_chunk_task(job_id: int, index: int) -> None:
+    from curation.services import evaluation as ev
+
+    try:
+        last = ev.evaluation_process_chunk(job_id=job_id, index=index)
+    except Exception as exc:
+        ev.evaluation_fail(job_id=job_id, error=exc)
+        raise
+    if last:
+        evaluation_finalize_task.delay(job_id)
+
+
+@shared_task(name="curation.evaluate.finalize", **TASK_OPTIONS)
+def evaluation_finalize_task(job_id: int) -> None:
+    from curation.services import evaluation as ev
+
+    try:
+        ev.evaluation_finalize(job_id=job_id)
+    except Exception as exc:
+        ev.evaluation_fail(job_id=job_id, error=exc)
+        raise

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import export_views, review_views, views
+from . import evaluation_views, export_views, review_views, views
 
 app_name = "labeling_ui"
 urlpatterns = [
@@ -24,5 +24,10 @@ urlpatterns = [
     path("curate/contamination/<int:source_id>/", export_views.contamination, name="contamination"),
     # exports
     path("exports/", export_views.exports, name="exports"),
+    path("evaluations/", evaluation_views.evaluations, name="evaluations"),
+    path("evaluations/<int:run_id>/", evaluation_views.evaluation, name="evaluation"),
+    path("evaluations/<int:run_id>/results.csv", evaluation_views.evaluation_csv, name="evaluation_csv"),
+    path("evaluations/<int:run_id>/results.json", evaluation_views.evaluation_json, name="evaluation_json"),
+    path("evaluations/<int:run_id>/plots/<path:rel>", evaluation_views.evaluation_plot, name="evaluation_plot"),
     path("exports/<int:export_id>/download.<str:fmt>", export_views.download, name="export_download"),
 ]

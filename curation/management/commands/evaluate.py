@@ -1,0 +1,105 @@
+from django.core.management.base import BaseCommand, CommandError
+
+from curation.management.progress import InlineBar, wait_for_job
+from curation.models import EvaluationRun, Export
+from curation.services.evaluation import EvaluationError, evaluation_create, evaluation_run_inline
+
+
+def find_export(spec: str, *, kind: str) -> Export:
+    """An export by id, NAME-vN, NAME/vN or NAME (its latest finished version)."""
+    spec = spec.strip()
+    qs = Export.objects.filter(kind=kind)
+    if spec.isdigit():
+        export = qs.filter(pk=int(spec)).first()
+    else:
+        name, sep, version = spec.replace("/v", "-v").rpartition("-v")
+        if sep and version.isdigit():
+            export = qs.filter(name=name, version=int(version)).first()
+        else:
+            export = qs.filter(name=spec, status=Export.Status.DONE).order_by("-version").first()
+    if export is None:
+        known = ", ".join(e.label for e in qs.filter(status=Export.Status.DONE)[:20]) or "none"
+        raise CommandError(f"no {kind} export {spec!r}; finished ones: {known}")
+    return export
+
+
+def _csv(value: str | None) -> list[str]:
+    return [v.strip() for v in (value or "").split(",") if v.strip()]
+
+
+class Command(BaseCommand):
+    help = ("Evaluate OOD detectors x models on a clean export (and optionally an OOD unit-test set): AUROC, AUPR, FPR@95 in "
+            "NINCO's and OpenOOD's conventions, per-class results, unit tests failed, failure detection, mOAA, C-OOD levels.")
+
+    def add_arguments(self, parser):
+        parser.add_argument("--export", required=True, help="the OOD export: id, NAME-vN or NAME (latest version)")
+        parser.add_argument("--unit-tests", default="", help="an OOD unit-test set (export id, NAME-vN or NAME)")
+        parser.add_argument("--id-test", required=True, help="ID test set: source:NAME (an ID reference source) or import:NAME")
+        parser.add_argument("--id-fit", required=True, help="ID fit set for detectors with statistics: source:NAME or import:NAME")
+        parser.add_argument("--models", default="", help="comma-separated model names (default: the default model)")
+        parser.add_argument("--methods", default="", help="comma-separated detectors (default: every registered one)")
+        parser.add_argument("--knn-k", type=int, default=1000, help="K for KNN (default 1000, as NINCO)")
+        parser.add_argument("--odin-temperature", type=float, default=2.0, help="ODIN temperature (default 2, as C-OOD)")
+        parser.add_argument("--odin-epsilon", type=float, default=1e-5, help="ODIN input perturbation (default 1e-5, as C-OOD)")
+        parser.add_argument("--react-percentile", type=float, default=99.0, help="ReAct clipping percentile (default 99)")
+        parser.add_argument("--ash-percentile", type=float, default=90.0, help="ASH-S pruning percentile (default 90)")
+        parser.add_argument("--vim-dim", type=int, default=0, help="ViM principal dimension (default: the paper's rule)")
+        parser.add_argument("--severity-window", type=int, default=0, help="C-OOD window (default |Y_ID| = 1000)")
+        parser.add_argument("--seed", type=int, default=0, help="seed for C-OOD's estimation/test split (default 0)")
+        parser.add_argument("--queue", action="store_true", help="run on the Celery workers and wait, instead of in this process")
+
+    def handle(self, *args, **o):
+        from django.conf import settings
+
+        export = find_export(o["export"], kind=Export.Kind.DATASET)
+        unit = find_export(o["unit_tests"], kind=Export.Kind.UNIT_TESTS) if o["unit_tests"] else None
+        params = {"knn_k": o["knn_k"], "odin_temperature": o["odin_temperature"], "odin_epsilon": o["odin_epsilon"],
+                  "react_percentile": o["react_percentile"], "ash_percentile": o["ash_percentile"], "vim_dim": o["vim_dim"],
+                  "severity_window": o["severity_window"], "seed": o["seed"]}
+        try:
+            run = evaluation_create(export=export, unit_tests=unit, id_test=o["id_test"], id_fit=o["id_fit"],
+                                    models=_csv(o["models"]) or [settings.DEFAULT_MODEL], methods=_csv(o["methods"]) or None,
+                                    params=params, enqueue=o["queue"])
+        except EvaluationError as exc:
+            raise CommandError(str(exc)) from None
+        self.stdout.write(f"evaluation #{run.pk}: {', '.join(run.model_names)} x {len(run.methods)} detectors on {export.label}"
+                          + (f" + {unit.label}" if unit else ""))
+        if o["queue"]:
+            wait_for_job(run.job, desc=f"evaluation #{run.pk}")
+            run.refresh_from_db()
+        else:
+            with InlineBar(f"evaluation #{run.pk}") as bar:
+                try:
+                    run = evaluation_run_inline(run=run, progress=bar.update, on_total=bar.on_total)
+                except Exception as exc:
+                    raise CommandError(f"evaluation #{run.pk} failed: {type(exc).__name__}: {exc}") from None
+        report(self, run)
+        if run.status != EvaluationRun.Status.DONE:
+            raise CommandError(f"evaluation #{run.pk} {run.status}: {run.message}")
+
+
+def pct(x) -> str:
+    return "  -  " if x is None else f"{100 * x:5.1f}"
+
+
+def report(cmd, run: EvaluationRun) -> None:
+    res = run.results or {}
+    for model, r in res.get("models", {}).items():
+        acc = r.get("id_accuracy")
+        cmd.stdout.write(f"  {model}: ID accuracy {pct(acc).strip()}% on {r['id_labelled']} labelled ID test images; "
+                         f"{r['n_ood']} OOD images in {r['ood_classes']} classes; fit set {r['n_fit']}")
+        cmd.stdout.write(f"  {'detector':<22} {'AUROC':>6} {'FPR@95 ID+':>10} {'mean cls':>8} {'FPR@95 OOD+':>11} {'unit fails':>10}")
+        for det, e in r["detectors"].items():
+            label = res.get("detectors", {}).get(det, {}).get("label", det)
+            if e["status"] != "ok":
+                cmd.stdout.write(f"  {label:<22} failed: {e['error']}")
+                continue
+            tests = e.get("unit_tests") or {}
+            fails = f"{len(e.get('unit_tests_failed', []))}/{len(tests)}" if tests else "-"
+            cmd.stdout.write(f"  {label:<22} {pct(e['pooled']['auroc']):>6} {pct(e['pooled']['fpr95_id_positive']):>10} "
+                             f"{pct(e['mean_class']['fpr95_id_positive']):>8} {pct(e['pooled']['fpr95_ood_positive']):>11} {fails:>10}")
+            for note in e.get("notes", []):
+                cmd.stdout.write(f"  {'':<22} note: {note}")
+        if r.get("severity_message"):
+            cmd.stdout.write(f"  C-OOD severity levels: {r['severity_message']}")
+    cmd.stdout.write(f"  {run.message}")

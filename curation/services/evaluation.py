@@ -1,0 +1,667 @@
+"""Evaluation runs: OOD detectors x models on an export (and a unit-test set), against an ID test
+set, with statistics from an ID fit set.
+
+A run is a chunked job like extraction: ``evaluation_plan`` splits the model outputs still
+missing from the cache into chunks (model, image set, slice); ``evaluation_process_chunk``
+computes one (on the ``gpu`` queue where GPU workers serve it) and writes a part file under a
+name fixed by its slice, atomically; ``evaluation_finalize`` (cpu) assembles the parts into the
+cache (``EvalFeatureSet``, one per model x image set x version, reused by later runs), fits and
+scores every detector, writes results and plots. Redelivered tasks find their work done and
+change nothing; a killed worker's chunk is computed again.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from curation.models import EvalFeatureSet, EvaluationRun, Export, Image, Job, JobChunk, Source, SynsetText
+from curation.services.audit import audit_record
+from curation.services.jobs import job_fail, job_mark_running
+from curation.version import code_version
+from pipelines.sources import UnsafePath, safe_join
+
+IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff"}
+ROLES = ("id_test", "id_fit", "ood", "unit_tests")
+
+
+class EvaluationError(ValueError):
+    """A run cannot be created or computed as asked; the message says why and what to do."""
+
+
+# -- image sets ------------------------------------------------------------------------------------
+
+
+@dataclass
+class ImageSet:
+    key: str  # source:NAME, export:NAME-vN, import:NAME
+    kind: str  # source | export | import
+    version: str
+    obj: object  # Source, Export or EvalFeatureSet
+
+
+@dataclass
+class Item:
+    key: str  # stable name of the image inside the set
+    path: str  # absolute path; "" where it may not be read (the reason is in ``error``)
+    wnid: str
+    group: str
+    error: str = ""
+
+
+def _digest(lines) -> str:
+    h = hashlib.sha256()
+    for line in lines:
+        h.update(line.encode("utf-8"))
+        h.update(b"\n")
+    return h.hexdigest()
+
+
+def _source_images(source: Source):
+    return Image.objects.filter(source=source, status=Image.Status.OK).select_related("candidate_class").order_by("relative_path")
+
+
+def resolve_set(spec: str, *, role: str) -> ImageSet:
+    """``source:NAME`` (or a bare source name) for an ID reference source, ``import:NAME`` for
+    imported outputs. Raises EvaluationError naming what is wrong."""
+    spec = (spec or "").strip()
+    if not spec:
+        raise EvaluationError(f"{role}: an ID image set is required (source:NAME of an ID reference source, or import:NAME)")
+    kind, _, name = spec.partition(":") if ":" in spec else ("source", ":", spec)
+    if kind == "import":
+        row = EvalFeatureSet.objects.filter(dataset=f"import:{name}").order_by("-created_at").first()
+        if row is None:
+            known = ", ".join(sorted(d.split(":", 1)[1] for d in EvalFeatureSet.objects.filter(dataset__startswith="import:")
+                                     .values_list("dataset", flat=True))) or "none"
+            raise EvaluationError(f"{role}: no imported outputs named {name!r} (imported: {known}); "
+                                  "add them with: python manage.py import_outputs NAME FILE.npz --model MODEL")
+        return ImageSet(key=row.dataset, kind="import", version=row.version, obj=row)
+    if kind != "source":
+        raise EvaluationError(f"{role}: {spec!r} is neither source:NAME nor import:NAME")
+    source = Source.objects.filter(name=name).first()
+    if source is None:
+        known = ", ".join(Source.objects.filter(role=Source.Role.ID).values_list("name", flat=True)) or "none"
+        raise EvaluationError(f"{role}: unknown source {name!r}; ID reference sources: {known} "
+                              f"(register one with: python manage.py add_source NAME FOLDER --role id)")
+    if source.role != Source.Role.ID:
+        raise EvaluationError(f"{role}: source {name!r} holds OOD candidates; ID test and fit sets must be ID reference sources (--role id)")
+    rows = list(_source_images(source).values_list("relative_path", "sha256"))
+    if not rows:
+        raise EvaluationError(f"{role}: source {name!r} has no readable images (has it been ingested?)")
+    return ImageSet(key=f"source:{name}", kind="source", version=_digest(f"{p}\t{s}" for p, s in rows), obj=source)
+
+
+def export_set(export: Export) -> ImageSet:
+    return ImageSet(key=f"export:{export.label}", kind="export", version=export.manifest_sha256, obj=export)
+
+
+def set_items(image_set: ImageSet) -> list[Item]:
+    """The set's images in a fixed order (the order of every cached array)."""
+    if image_set.kind == "source":
+        source: Source = image_set.obj  # type: ignore[assignment]
+        root_real = os.path.realpath(source.root)
+        items = []
+        for img in _source_images(source):
+            wnid = img.candidate_class.wnid if img.candidate_class else ""
+            try:
+                path, error = str(safe_join(source.root, img.relative_path, root_real=root_real)), ""
+            except UnsafePath as exc:
+                path, error = "", str(exc)
+            items.append(Item(key=img.relative_path, path=path, wnid=wnid, group=wnid, error=error))
+        return items
+    if image_set.kind == "export":
+        export: Export = image_set.obj  # type: ignore[assignment]
+        root = Path(settings.EXPORT_ROOT) / export.path
+        if export.kind == Export.Kind.DATASET:
+            items = []
+            for m in export.members.order_by("wnid", "sha256", "pk"):
+                rel = next(iter(sorted(m.files.values())), "")
+                items.append(Item(key=rel, path=str(root / rel) if rel else "", wnid=m.wnid, group=m.wnid,
+                                  error="" if rel else "no file in the export"))
+            return items
+        from pipelines.export import read_manifest
+
+        files = sorted(f for f in read_manifest(root)["files"] if Path(f).suffix.lower() in IMAGE_SUFFIXES and "/" in f)
+        return [Item(key=f, path=str(root / f), wnid="", group=f.split("/", 1)[0]) for f in files]
+    return []
+
+
+# -- creating a run --------------------------------------------------------------------------------
+
+
+def _method_params(params: dict) -> dict[str, dict]:
+    """Per-detector parameters from the run's settings, checked."""
+    def number(key, default, lo=None, hi=None, kind=float):
+        value = params.get(key, default)
+        try:
+            value = kind(value)
+        except (TypeError, ValueError):
+            raise EvaluationError(f"{key}: {value!r} is not a number") from None
+        if (lo is not None and value < lo) or (hi is not None and value > hi):
+            raise EvaluationError(f"{key}: {value} must be between {lo} and {hi}")
+        return value
+
+    out = {
+        "knn": {"k": number("knn_k", 1000, 1, 10**6, int)},
+        "react": {"percentile": number("react_percentile", 99.0, 50.0, 100.0)},
+        "ash": {"percentile": number("ash_percentile", 90.0, 1.0, 99.9)},
+        "odin": {"temperature": number("odin_temperature", 2.0, 1e-3, 1e5), "epsilon": number("odin_epsilon", 1e-5, 0.0, 1.0)},
+    }
+    if params.get("vim_dim"):
+        out["vim"] = {"dim": number("vim_dim", 0, 1, 10**5, int)}
+    return out
+
+
+def evaluation_create(*, export: Export, id_test: str, id_fit: str, models: list[str], methods: list[str] | None = None,
+                      unit_tests: Export | None = None, params: dict | None = None, user=None, enqueue: bool = True) -> EvaluationRun:
+    from pipelines.detectors import detector_names
+
+    from curation.services.image_pipeline import PipelineError, _check_model_name
+
+    params = dict(params or {})
+    if export.kind != Export.Kind.DATASET or export.status != Export.Status.DONE:
+        raise EvaluationError(f"export {export.label} is a {export.get_kind_display()} that is {export.status}; "
+                              "evaluate a finished clean OOD export")
+    if unit_tests is not None and (unit_tests.kind != Export.Kind.UNIT_TESTS or unit_tests.status != Export.Status.DONE):
+        raise EvaluationError(f"{unit_tests.label} is not a finished OOD unit-test set")
+    models = [m.strip() for m in models if m and m.strip()]
+    if not models:
+        raise EvaluationError("choose at least one model")
+    if len(set(models)) != len(models):
+        raise EvaluationError(f"a model is listed twice: {', '.join(models)}")
+    for m in models:
+        try:
+            _check_model_name(m)
+        except PipelineError as exc:
+            raise EvaluationError(str(exc)) from None
+    known = detector_names()
+    methods = list(dict.fromkeys(methods or known))
+    unknown = [m for m in methods if m not in known]
+    if unknown:
+        raise EvaluationError(f"unknown detector(s) {', '.join(unknown)}; registered: {', '.join(known)}")
+    test_set, fit_set = resolve_set(id_test, role="ID test set"), resolve_set(id_fit, role="ID fit set")
+    if test_set.key == fit_set.key:
+        raise EvaluationError(f"the ID test set and the ID fit set are both {test_set.key}: statistics fitted on the test images "
+                              "inflate every feature-based result; register a separate fit set (e.g. a train subset) or import one")
+    for s in (test_set, fit_set):
+        if s.kind == "import" and models != [s.obj.model_name]:
+            raise EvaluationError(f"{s.key} holds outputs of {s.obj.model_name}; a run that uses it can only evaluate that model "
+                                  f"(asked for {', '.join(models)})")
+    method_params = {k: v for k, v in _method_params(params).items() if k in methods}
+    seed = int(params.get("seed", 0))
+    sets = {"id_test": test_set, "id_fit": fit_set, "ood": export_set(export)}
+    if unit_tests is not None:
+        sets["unit_tests"] = export_set(unit_tests)
+    config = {
+        "models": models, "methods": methods, "method_params": method_params, "seed": seed,
+        "severity_window": int(params.get("severity_window") or settings.EVAL_SEVERITY_WINDOW or 0),
+        "sets": {role: {"key": s.key, "version": s.version} for role, s in sets.items()},
+        "weights": {m: params.get("weights", {}).get(m, "") for m in models} if isinstance(params.get("weights"), dict) else {m: "" for m in models},
+        "chunk_size": settings.EVAL_CHUNK_SIZE, "batch_size": settings.EXTRACT_BATCH_SIZE,
+        "unit_test_fpr_limit": 0.10,
+    }
+    with transaction.atomic():
+        Export.objects.select_for_update().get(pk=export.pk)
+        for active in EvaluationRun.objects.filter(export=export, status__in=[EvaluationRun.Status.PENDING, EvaluationRun.Status.RUNNING]):
+            if active.config == config and active.unit_tests_id == (unit_tests.pk if unit_tests else None):
+                raise EvaluationError(f"the same evaluation is already {active.status} as run #{active.pk}; wait for it")
+        job = Job.objects.create(kind=Job.Kind.EVALUATE, config=config, code_version=code_version(),
+                                 created_by=user if getattr(user, "pk", None) else None)
+        run = EvaluationRun.objects.create(
+            export=export, unit_tests=unit_tests, id_test=test_set.key, id_fit=fit_set.key, model_names=models, methods=methods,
+            config=config, code_version=job.code_version, export_version=f"{export.label} sha256:{export.manifest_sha256}",
+            job=job, created_by=job.created_by)
+        audit_record(actor=user, action="evaluation_started", target=run,
+                     data={"export": export.label, "models": models, "methods": methods})
+        if enqueue:
+            transaction.on_commit(lambda: _enqueue_plan(job.pk))
+    return run
+
+
+def _enqueue_plan(job_id: int) -> None:
+    from curation.tasks import evaluation_plan_task
+
+    evaluation_plan_task.delay(job_id)
+
+
+# -- cache layout ---------------------------------------------------------------------------------
+
+
+def _safe(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in text)
+
+
+def cache_dir(model_name: str, key: str, version: str) -> Path:
+    return Path(settings.EVAL_ROOT) / "cache" / _safe(model_name) / f"{_safe(key)}-{version[:16]}"
+
+
+def head_path(model_name: str) -> Path:
+    return Path(settings.EVAL_ROOT) / "cache" / _safe(model_name) / "head.npz"
+
+
+def _atomic_write(path: Path, write: Callable[[io.BufferedWriter], None]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            write(fh)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _cached(model_name: str, s: dict) -> EvalFeatureSet | None:
+    return EvalFeatureSet.objects.filter(model_name=model_name, dataset=s["key"], version=s["version"]).first()
+
+
+def _odin_key(run_config: dict) -> str | None:
+    if "odin" not in run_config["methods"]:
+        return None
+    from pipelines.detectors.odin import odin_key
+
+    p = run_config["method_params"]["odin"]
+    return odin_key(float(p["temperature"]), float(p["epsilon"]))
+
+
+def _set_of(role_entry: dict) -> ImageSet:
+    key = role_entry["key"]
+    kind, _, name = key.partition(":")
+    if kind == "export":
+        label_name, _, v = name.rpartition("-v")
+        export = Export.objects.filter(name=label_name, version=int(v)).first()
+        if export is None:
+            raise EvaluationError(f"{key}: the export is gone")
+        s = export_set(export)
+    else:
+        s = resolve_set(key, role=key)
+    if s.version != role_entry["version"]:
+        raise EvaluationError(f"{key} changed since the run was created (images added, removed or edited); start a new run")
+    return s
+
+
+# -- plan, chunks, finalize ----------------------------------------------------------------------------
+
+
+def evaluation_plan(*, job_id: int) -> list[int]:
+    """Chunks for every (model, set) output not cached yet, and for ODIN's input-level scores."""
+    job = Job.objects.get(pk=job_id)
+    if job.status in (Job.Status.DONE, Job.Status.FAILED):
+        return []
+    if job.chunks.exists():
+        return list(job.chunks.filter(done=False).values_list("index", flat=True))
+    cfg = job.config
+    odin = _odin_key(cfg)
+    payloads = []
+    for model in cfg["models"]:
+        for role, entry in cfg["sets"].items():
+            s = _set_of(entry)
+            if s.kind == "import":
+                continue
+            cached = _cached(model, entry)
+            n = None
+            wanted = [] if cached else ["features"]
+            if odin and role != "id_fit" and (cached is None or odin not in cached.extras):
+                wanted.append(odin)
+            if wanted:
+                n = len(set_items(s))
+            for what in wanted:
+                for start in range(0, n, int(cfg["chunk_size"])):
+                    payloads.append({"model": model, "role": role, "what": what, "start": start,
+                                     "stop": min(n, start + int(cfg["chunk_size"]))})
+    with transaction.atomic():
+        locked = Job.objects.select_for_update().get(pk=job.pk)
+        if locked.chunks.exists():
+            return list(locked.chunks.filter(done=False).values_list("index", flat=True))
+        JobChunk.objects.bulk_create([JobChunk(job=locked, index=i, payload=p) for i, p in enumerate(payloads)])
+        locked.total = sum(p["stop"] - p["start"] for p in payloads)
+        locked.save(update_fields=["total"])
+        job_mark_running(job=locked, message=f"{locked.total} images to run through {', '.join(cfg['models'])}"
+                         if payloads else "every model output is cached")
+        EvaluationRun.objects.filter(job=locked).update(status=EvaluationRun.Status.RUNNING)
+    return list(range(len(payloads)))
+
+
+def _part_path(model: str, entry: dict, what: str, start: int) -> Path:
+    return cache_dir(model, entry["key"], entry["version"]) / "parts" / f"{what}_{start:08d}.npz"
+
+
+def _write_head(lm) -> None:
+    path = head_path(lm.name)
+    if path.is_file():
+        return
+    import torch
+
+    layer = lm.model.get_classifier()
+    if not isinstance(layer, torch.nn.Linear):
+        return  # ViM, ReAct and ASH then report that they need the last layer
+    weight = layer.weight.detach().float().cpu().numpy()
+    bias = layer.bias.detach().float().cpu().numpy() if layer.bias is not None else np.zeros(weight.shape[0], dtype=np.float32)
+    _atomic_write(path, lambda fh: np.savez(fh, weight=weight, bias=bias, weights_source=np.array(lm.weights)))
+
+
+def evaluation_process_chunk(*, job_id: int, index: int, progress: Callable[[int], None] | None = None) -> bool:
+    """Compute one chunk's outputs (features and logits, or ODIN scores) and write its part file.
+    Returns True when it was the last unfinished chunk."""
+    from pipelines.extract import extract
+
+    from curation.services.image_pipeline import _model
+
+    chunk = JobChunk.objects.select_related("job").get(job_id=job_id, index=index)
+    job = chunk.job
+    if chunk.done or job.status in (Job.Status.DONE, Job.Status.FAILED):
+        return False
+    JobChunk.objects.filter(pk=chunk.pk).update(attempts=F("attempts") + 1)
+    p, cfg = chunk.payload, job.config
+    entry = cfg["sets"][p["role"]]
+    items = set_items(_set_of(entry))[p["start"]:p["stop"]]
+    part = _part_path(p["model"], entry, p["what"], p["start"])
+    if not part.is_file():
+        lm = _model(p["model"], cfg["weights"].get(p["model"], ""))
+        _write_head(lm)
+        paths = [it.path for it in items if it.path]
+        if p["what"] == "features":
+            ex = extract(lm, paths, batch_size=int(cfg["batch_size"]), num_workers=settings.EXTRACT_LOADER_WORKERS,
+                         max_pixels=settings.MAX_IMAGE_PIXELS, progress=progress, keep_logits=True)
+            res = iter(ex.results)
+            ok, errors = [], []
+            for it in items:
+                if not it.path:
+                    errors.append(f"{it.key}: {it.error}")
+                    continue
+                r = next(res)
+                if r.ok:
+                    ok.append(it)
+                else:
+                    errors.append(r.error)
+            arrays = {"features": ex.features.astype(np.float32), "logits": ex.logits.astype(np.float32),
+                      "keys": np.array([it.key for it in ok], dtype=str), "wnids": np.array([it.wnid for it in ok], dtype=str),
+                      "groups": np.array([it.group for it in ok], dtype=str), "errors": np.array(errors, dtype=str)}
+        else:
+            from pipelines.detectors.odin import odin_scores
+
+            odin = cfg["method_params"]["odin"]
+            scores = odin_scores(lm, paths, temperature=float(odin["temperature"]), epsilon=float(odin["epsilon"]),
+                                 batch_size=int(cfg["batch_size"]), max_pixels=settings.MAX_IMAGE_PIXELS, progress=progress)
+            arrays = {"scores": scores, "keys": np.array([it.key for it in items if it.path], dtype=str)}
+        _atomic_write(part, lambda fh: np.savez(fh, **arrays))
+    with transaction.atomic():
+        locked = JobChunk.objects.select_for_update().get(pk=chunk.pk)
+        if locked.done:
+            return False
+        locked.done, locked.done_at = True, timezone.now()
+        locked.save(update_fields=["done", "done_at"])
+        Job.objects.filter(pk=job.pk).update(progress=F("progress") + len(items))
+        return not job.chunks.filter(done=False).exists()
+
+
+def _assemble(model: str, entry: dict, what: str, user) -> EvalFeatureSet:
+    """Join a (model, set)'s part files into the cache; idempotent (the row is unique)."""
+    folder = cache_dir(model, entry["key"], entry["version"])
+    parts = sorted((folder / "parts").glob(f"{what}_*.npz"))
+    if what == "features":
+        cached = _cached(model, entry)
+        if cached is not None:
+            return cached
+        if not parts:
+            raise EvaluationError(f"{entry['key']} with {model}: no computed outputs to assemble")
+        loaded = [dict(np.load(p, allow_pickle=False)) for p in parts]
+        arrays = {k: np.concatenate([d[k] for d in loaded]) for k in ("features", "logits", "keys", "wnids", "groups", "errors")}
+        if not len(arrays["keys"]):
+            raise EvaluationError(f"{entry['key']}: {model} could read none of its images ({'; '.join(arrays['errors'][:3])})")
+        _atomic_write(folder / "outputs.npz", lambda fh: np.savez(fh, **arrays))
+        try:
+            with transaction.atomic():
+                row = EvalFeatureSet.objects.create(
+                    model_name=model, dataset=entry["key"], version=entry["version"], path=str((folder / "outputs.npz").relative_to(settings.EVAL_ROOT)),
+                    images=len(arrays["keys"]), feature_dim=int(arrays["features"].shape[1]), failed=[str(e) for e in arrays["errors"]],
+                    created_by=user)
+        except IntegrityError:
+            row = _cached(model, entry)
+        return row
+    row = _cached(model, entry)
+    if what in row.extras:
+        return row
+    loaded = [dict(np.load(p, allow_pickle=False)) for p in parts]
+    scores = np.concatenate([d["scores"] for d in loaded])
+    keys = np.concatenate([d["keys"] for d in loaded])
+    out = folder / f"{what}.npz"
+    _atomic_write(out, lambda fh: np.savez(fh, scores=scores, keys=keys))
+    with transaction.atomic():
+        locked = EvalFeatureSet.objects.select_for_update().get(pk=row.pk)
+        locked.extras = {**locked.extras, what: str(out.relative_to(settings.EVAL_ROOT))}
+        locked.save(update_fields=["extras"])
+    return locked
+
+
+def load_outputs(row: EvalFeatureSet, *, extras: list[str] = ()):
+    """(Outputs, keys, wnids, groups) of a cached set."""
+    from pipelines.detectors import Outputs
+    from pipelines.models import imagenet_1k_classes
+
+    data = np.load(Path(settings.EVAL_ROOT) / row.path, allow_pickle=False)
+    keys = data["keys"]
+    wnids = data["wnids"] if "wnids" in data else np.array([""] * len(keys))
+    if "labels" in data:
+        labels = data["labels"].astype(np.int64)
+    else:
+        index = {w: i for i, w in enumerate(imagenet_1k_classes()[0])}
+        labels = np.array([index.get(str(w), -1) for w in wnids], dtype=np.int64)
+    extra = {}
+    for key in extras:
+        if key in row.extras:
+            e = np.load(Path(settings.EVAL_ROOT) / row.extras[key], allow_pickle=False)
+            by_key = dict(zip(e["keys"].tolist(), e["scores"].tolist()))
+            extra[key] = np.array([by_key.get(k, np.nan) for k in keys.tolist()], dtype=np.float64)
+    groups = data["groups"] if "groups" in data else np.array([""] * len(keys))
+    return Outputs(features=data["features"], logits=data["logits"], labels=labels, extra=extra), keys, wnids, groups
+
+
+def _head(model: str, fit_row: EvalFeatureSet):
+    from pipelines.detectors import Head
+
+    if fit_row.has_head:
+        d = np.load(Path(settings.EVAL_ROOT) / fit_row.path, allow_pickle=False)
+        return Head(weight=d["weight"], bias=d["bias"])
+    path = head_path(model)
+    if not path.is_file():
+        try:  # outputs came from imports only: read the last layer from the model itself
+            from curation.services.image_pipeline import _model
+
+            _write_head(_model(model, ""))
+        except Exception:
+            return None
+    if not path.is_file():
+        return None
+    d = np.load(path, allow_pickle=False)
+    return Head(weight=d["weight"], bias=d["bias"])
+
+
+def _names(wnids) -> dict[str, str]:
+    names = dict(SynsetText.objects.filter(wnid__in=list(wnids)).values_list("wnid", "label"))
+    return {w: names.get(w) or w for w in wnids}
+
+
+def evaluation_finalize(*, job_id: int, progress: Callable[[str], None] | None = None) -> EvaluationRun:
+    """Assemble the cache, fit and score every detector for every model, write results and plots."""
+    from pipelines.evaluation import EvalInputs, detector_info, evaluate_model
+
+    job = Job.objects.get(pk=job_id)
+    run = EvaluationRun.objects.get(job=job)
+    if run.status in (EvaluationRun.Status.DONE, EvaluationRun.Status.FAILED):
+        return run
+    if job.chunks.filter(done=False).exists():
+        raise EvaluationError(f"evaluation #{run.pk}: {job.chunks.filter(done=False).count()} chunk(s) are not computed yet")
+    cfg = run.config
+    odin = _odin_key(cfg)
+    results: dict = {"models": {}, "detectors": detector_info(cfg["methods"]), "sets": cfg["sets"], "plots": {}}
+    for model in cfg["models"]:
+        rows = {}
+        for role, entry in cfg["sets"].items():
+            s = _set_of(entry)
+            row = s.obj if s.kind == "import" else _assemble(model, entry, "features", run.created_by)
+            if odin and role != "id_fit" and s.kind != "import":
+                row = _assemble(model, entry, odin, run.created_by)
+            rows[role] = row
+        fit, _, _, _ = load_outputs(rows["id_fit"])
+        test, _, _, _ = load_outputs(rows["id_test"], extras=[odin] if odin else [])
+        ood, ood_keys, _, ood_groups = load_outputs(rows["ood"], extras=[odin] if odin else [])
+        unit = unit_groups = None
+        if "unit_tests" in rows:
+            unit, _, _, unit_groups = load_outputs(rows["unit_tests"], extras=[odin] if odin else [])
+        head = _head(model, rows["id_fit"])
+        window = int(cfg.get("severity_window") or test.logits.shape[1])
+        methods = [(m, cfg["method_params"].get(m, {})) for m in cfg["methods"]]
+        r = evaluate_model(EvalInputs(fit=fit, id_test=test, ood=ood, ood_groups=ood_groups, unit_tests=unit,
+                                      unit_groups=unit_groups, head=head),
+                           methods, severity_window=window, seed=int(cfg.get("seed", 0)), progress=progress)
+        r["failed_images"] = {role: len(row.failed) for role, row in rows.items()}
+        r["cache"] = {role: row.pk for role, row in rows.items()}
+        r["head"] = head is not None
+        results["models"][model] = r
+        results["plots"][model] = _plots(run, model, r, results["detectors"])
+    wnids = sorted({w for r in results["models"].values() for d in r["detectors"].values() for w in d.get("classes", {})})
+    results["class_names"] = _names(wnids)
+    with transaction.atomic():
+        locked = EvaluationRun.objects.select_for_update().get(pk=run.pk)
+        if locked.status in (EvaluationRun.Status.DONE, EvaluationRun.Status.FAILED):
+            return locked
+        failed = [f"{m}/{d}" for m, r in results["models"].items() for d, e in r["detectors"].items() if e["status"] != "ok"]
+        locked.results, locked.status, locked.finished_at = results, EvaluationRun.Status.DONE, timezone.now()
+        locked.message = (f"{len(cfg['models'])} model(s) x {len(cfg['methods'])} detector(s) evaluated"
+                          + (f"; failed: {', '.join(failed)}" if failed else ""))
+        locked.save(update_fields=["results", "status", "finished_at", "message"])
+        Job.objects.filter(pk=job.pk).update(status=Job.Status.DONE, finished_at=locked.finished_at, message=locked.message)
+    return locked
+
+
+def _plots(run: EvaluationRun, model: str, r: dict, info: dict) -> dict:
+    from pipelines.eval_plots import class_bars_svg, fpr_cdf_svg, severity_svg
+
+    folder = Path(settings.EVAL_ROOT) / "runs" / str(run.pk) / _safe(model)
+    folder.mkdir(parents=True, exist_ok=True)
+    ok = {d: e for d, e in r["detectors"].items() if e["status"] == "ok"}
+    out: dict = {"bars": {}}
+    label = lambda d: info.get(d, {}).get("label", d)  # noqa: E731
+    files = {"cdf": fpr_cdf_svg({label(d): [c["fpr95_id_positive"] for c in e["classes"].values()] for d, e in ok.items()},
+                                title=f"{model}: per-class FPR@95 on {run.export.label}")}
+    names = None
+    for d, e in ok.items():
+        if names is None:
+            names = _names(list(e["classes"]))
+        files[f"bars_{d}"] = class_bars_svg([names[w] for w in e["classes"]], [c["fpr95_id_positive"] for c in e["classes"].values()],
+                                            title=f"{model} / {label(d)}: FPR@95 per OOD class")
+    if any(e.get("severity") for e in ok.values()):
+        files["severity"] = severity_svg({label(d): [lv["auroc"] for lv in e["severity"]] for d, e in ok.items() if e.get("severity")},
+                                         title=f"{model}: AUROC per C-OOD severity level")
+    for name, svg in files.items():
+        (folder / f"{name}.svg").write_text(svg, encoding="utf-8")
+        rel = f"{_safe(model)}/{name}.svg"
+        if name.startswith("bars_"):
+            out["bars"][name[5:]] = rel
+        else:
+            out[name] = rel
+    return out
+
+
+def evaluation_fail(*, job_id: int, error: BaseException | str) -> None:
+    job_fail(job_id=job_id, error=error)
+    job = Job.objects.filter(pk=job_id).first()
+    if job is not None and job.status == Job.Status.FAILED:
+        EvaluationRun.objects.filter(job_id=job_id).exclude(status=EvaluationRun.Status.DONE).update(
+            status=EvaluationRun.Status.FAILED, message=job.message, finished_at=timezone.now())
+
+
+def evaluation_run_inline(*, run: EvaluationRun, progress: Callable[[int], None] | None = None,
+                          on_total: Callable[[int], None] | None = None) -> EvaluationRun:
+    """Run every step in this process (commands without a broker); a failure marks the run failed and is raised."""
+    job = run.job
+    try:
+        indices = evaluation_plan(job_id=job.pk)
+        job.refresh_from_db()
+        if on_total:
+            on_total(job.total)
+        for index in indices:
+            evaluation_process_chunk(job_id=job.pk, index=index, progress=progress)
+        return evaluation_finalize(job_id=job.pk)
+    except Exception as exc:
+        evaluation_fail(job_id=job.pk, error=exc)
+        raise
+
+
+# -- imported outputs ------------------------------------------------------------------------------------
+
+
+def outputs_import(*, name: str, path: Path, model_name: str, user=None) -> EvalFeatureSet:
+    """Import precomputed outputs (.npz with ``features`` [n, d] and ``logits`` [n, C]; optional
+    ``labels`` (class indices or wnids), ``keys``, ``weight`` [C, d] and ``bias`` [C]) as an ID
+    set named ``import:NAME`` for ``model_name``."""
+    from pipelines.models import imagenet_1k_classes
+
+    path = Path(path)
+    if not path.is_file():
+        raise EvaluationError(f"{path}: no such file")
+    try:
+        data = dict(np.load(path, allow_pickle=False))
+    except Exception as exc:
+        raise EvaluationError(f"{path}: not a readable .npz without pickled objects ({type(exc).__name__}: {exc})") from None
+    missing = [k for k in ("features", "logits") if k not in data]
+    if missing:
+        raise EvaluationError(f"{path}: missing array(s) {', '.join(missing)}; it needs features [n, d] and logits [n, C]")
+    f, lg = data["features"], data["logits"]
+    if f.ndim != 2 or lg.ndim != 2 or len(f) != len(lg) or not len(f):
+        raise EvaluationError(f"{path}: features {f.shape} and logits {lg.shape} must be [n, d] and [n, C] for the same n > 0")
+    if not (np.isfinite(f).all() and np.isfinite(lg).all()):
+        raise EvaluationError(f"{path}: features or logits hold NaN or infinite values")
+    wnids_1k = imagenet_1k_classes()[0]
+    arrays = {"features": f.astype(np.float32), "logits": lg.astype(np.float32),
+              "keys": data.get("keys", np.array([f"{i:08d}" for i in range(len(f))])).astype(str),
+              "groups": np.array([""] * len(f)), "errors": np.zeros(0, dtype=str)}
+    if "labels" in data:
+        labels = data["labels"]
+        if labels.shape != (len(f),):
+            raise EvaluationError(f"{path}: labels {labels.shape} do not match {len(f)} rows")
+        if labels.dtype.kind in "US":
+            index = {w: i for i, w in enumerate(wnids_1k)}
+            bad = sorted({str(w) for w in labels if str(w) not in index})
+            if bad:
+                raise EvaluationError(f"{path}: unknown wnid label(s) {', '.join(bad[:5])} (labels are ImageNet-1K wnids or class indices)")
+            labels = np.array([index[str(w)] for w in labels])
+        labels = labels.astype(np.int64)
+        if labels.max() >= lg.shape[1] or labels.min() < -1:
+            raise EvaluationError(f"{path}: labels must be class indices in [0, {lg.shape[1] - 1}] (or -1 for unknown)")
+        arrays["labels"] = labels
+    has_head = "weight" in data and "bias" in data
+    if has_head:
+        if data["weight"].shape != (lg.shape[1], f.shape[1]) or data["bias"].shape != (lg.shape[1],):
+            raise EvaluationError(f"{path}: weight {data['weight'].shape} / bias {data['bias'].shape} must be [C, d] / [C] = "
+                                  f"[{lg.shape[1]}, {f.shape[1]}] / [{lg.shape[1]}]")
+        arrays["weight"], arrays["bias"] = data["weight"].astype(np.float32), data["bias"].astype(np.float32)
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    key = f"import:{name}"
+    existing = EvalFeatureSet.objects.filter(dataset=key).first()
+    if existing is not None:
+        if existing.version == digest and existing.model_name == model_name:
+            return existing  # the same file again: nothing to do
+        raise EvaluationError(f"imported outputs named {name!r} already exist (from another file or model); choose another name")
+    folder = cache_dir(model_name, key, digest)
+    _atomic_write(folder / "outputs.npz", lambda fh: np.savez(fh, **arrays))
+    row = EvalFeatureSet.objects.create(model_name=model_name, dataset=key, version=digest,
+                                        path=str((folder / "outputs.npz").relative_to(settings.EVAL_ROOT)), images=len(f),
+                                        feature_dim=int(f.shape[1]), has_head=has_head, created_by=user,
+                                        note=f"imported from {path}")
+    audit_record(actor=user, action="outputs_imported", target=row, data={"file": str(path), "model": model_name, "rows": len(f)})
+    return row
+

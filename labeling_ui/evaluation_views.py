@@ -1,0 +1,99 @@
+"""Evaluation results for people: the list of runs, one run's page (models x detectors, per-class
+table, unit tests, plots drawn by the worker), CSV/JSON downloads. Researchers and curators."""
+from __future__ import annotations
+
+import csv
+import io
+
+from django.http import Http404, HttpResponse
+from django.shortcuts import get_object_or_404, render
+from django.views.decorators.http import require_GET
+
+from curation import selectors
+from curation.models import EvaluationRun
+from curation.roles import CURATOR, RESEARCHER
+from labeling_ui.review_views import _roles, role_required
+
+
+@require_GET
+@role_required(CURATOR, RESEARCHER)
+def evaluations(request):
+    return render(request, "labeling_ui/evaluations.html", {"runs": selectors.evaluation_list(), "roles": sorted(_roles(request))})
+
+
+def _pct(x):
+    return "" if x is None else f"{100 * x:.1f}"
+
+
+@require_GET
+@role_required(CURATOR, RESEARCHER)
+def evaluation(request, run_id: int):
+    run = get_object_or_404(selectors.evaluation_list(), pk=run_id)
+    res = run.results or {}
+    info = res.get("detectors", {})
+    names = res.get("class_names", {})
+    models = []
+    for model, r in res.get("models", {}).items():
+        rows, classes, units = [], {}, {}
+        for det, e in r["detectors"].items():
+            label = info.get(det, {}).get("label", det)
+            row = {"det": det, "label": label, "paper": info.get(det, {}).get("paper", ""), "e": e}
+            if e["status"] == "ok":
+                row.update(auroc=_pct(e["pooled"]["auroc"]), fpr_id=_pct(e["pooled"]["fpr95_id_positive"]),
+                           fpr_ood=_pct(e["pooled"]["fpr95_ood_positive"]), mean_fpr=_pct(e["mean_class"]["fpr95_id_positive"]),
+                           aupr_in=_pct(e["pooled"]["aupr_in"]), aupr_out=_pct(e["pooled"]["aupr_out"]),
+                           failure=_pct(e.get("failure_auroc")), moaa=_pct(e.get("moaa")),
+                           unit_failed=e.get("unit_tests_failed"), unit_total=len(e.get("unit_tests") or {}))
+                for wnid, c in e["classes"].items():
+                    classes.setdefault(wnid, {"wnid": wnid, "name": names.get(wnid, wnid), "n": c["n"], "fpr": {}, "auroc": {}})
+                    classes[wnid]["fpr"][det] = _pct(c["fpr95_id_positive"])
+                    classes[wnid]["auroc"][det] = _pct(c["auroc"])
+                for test, t in (e.get("unit_tests") or {}).items():
+                    units.setdefault(test, {"name": test, "n": t["n"], "fpr": {}, "failed": {}})
+                    units[test]["fpr"][det] = _pct(t["fpr95_id_positive"])
+                    units[test]["failed"][det] = t["failed"]
+            rows.append(row)
+        ok = [row for row in rows if row["e"]["status"] == "ok"]
+        severity = [{"label": row["label"], "levels": [_pct(lv["auroc"]) for lv in row["e"]["severity"]]} for row in ok if row["e"].get("severity")]
+        plots = res.get("plots", {}).get(model, {})
+        models.append({"name": model, "r": r, "rows": rows, "ok": ok, "accuracy": _pct(r.get("id_accuracy")),
+                       "classes": sorted(classes.values(), key=lambda c: c["name"].lower()),
+                       "units": sorted(units.values(), key=lambda u: u["name"]), "severity": severity, "plots": plots,
+                       "bars": [(row["label"], plots.get("bars", {}).get(row["det"])) for row in ok if plots.get("bars", {}).get(row["det"])]})
+    return render(request, "labeling_ui/evaluation.html", {"run": run, "models": models, "roles": sorted(_roles(request))})
+
+
+@require_GET
+@role_required(CURATOR, RESEARCHER)
+def evaluation_csv(request, run_id: int):
+    run = get_object_or_404(selectors.evaluation_list(), pk=run_id)
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=selectors.EVAL_CSV_COLUMNS, extrasaction="ignore")
+    writer.writeheader()
+    for row in selectors.evaluation_csv_rows(run):
+        writer.writerow(row)
+    response = HttpResponse(buf.getvalue(), content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="evaluation-{run.pk}.csv"'
+    return response
+
+
+@require_GET
+@role_required(CURATOR, RESEARCHER)
+def evaluation_json(request, run_id: int):
+    run = get_object_or_404(selectors.evaluation_list(), pk=run_id)
+    response = HttpResponse(selectors.evaluation_json(run), content_type="application/json")
+    response["Content-Disposition"] = f'attachment; filename="evaluation-{run.pk}.json"'
+    return response
+
+
+@require_GET
+@role_required(CURATOR, RESEARCHER)
+def evaluation_plot(request, run_id: int, rel: str):
+    run = get_object_or_404(EvaluationRun, pk=run_id)
+    path = selectors.evaluation_plot_path(run, rel)
+    if path is None or not path.is_file():
+        raise Http404("no such plot in this run")
+    response = HttpResponse(path.read_bytes(), content_type="image/svg+xml")
+    response["Cache-Control"] = "private, max-age=3600"
+    response["Content-Security-Policy"] = "default-src 'none'; style-src 'unsafe-inline'"
+    return response
