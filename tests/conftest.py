@@ -78,7 +78,8 @@ def role_groups(db):
     from django.db import connection
     from django.db.migrations.loader import MigrationLoader
 
-    apps = MigrationLoader(connection).project_state(("curation", "0008_review_permissions")).apps  # the migrations' own view
-    for name in ("0002_role_groups", "0004_class_filter_permissions", "0006_image_pipeline_permissions", "0008_review_permissions"):
+    apps = MigrationLoader(connection).project_state(("curation", "0012_evaluation_permissions")).apps  # the migrations' own view
+    for name in ("0002_role_groups", "0004_class_filter_permissions", "0006_image_pipeline_permissions", "0008_review_permissions",
+                 "0010_export_permissions", "0012_evaluation_permissions"):
         module = importlib.import_module(f"curation.migrations.{name}")
         (getattr(module, "create_groups", None) or module.grant)(apps, None)

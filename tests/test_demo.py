@@ -32,7 +32,7 @@ def demo_server(tmp_path_factory):
     proc = subprocess.Popen([sys.executable, "manage.py", "demo", "--addr", f"127.0.0.1:{port}"], cwd=REPO, env=env,
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 240
+    deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             pytest.fail(f"demo exited with {proc.returncode}:\n{(data / 'demo.log').read_text()[-4000:]}")
@@ -42,7 +42,7 @@ def demo_server(tmp_path_factory):
         except OSError:
             time.sleep(0.5)
     else:
-        pytest.fail(f"demo did not serve within 240 s:\n{(data / 'demo.log').read_text()[-4000:]}")
+        pytest.fail(f"demo did not serve within 600 s:\n{(data / 'demo.log').read_text()[-4000:]}")
     yield url, data
     proc.terminate()
     proc.wait(timeout=20)
@@ -61,7 +61,7 @@ def test_demo_ingests_the_bundled_data_and_prints_accounts(demo_server):
     assert "Class filter run #1: 19 candidates (source:demo-candidates)" in out and "keep 8   flag 5   remove 6" in out
     assert (data / "demo" / "class_filter_decisions.csv").read_text().count("\n") == 20
     # the review queue is built; the demo's stand-in reviews all but one class from the answer key
-    assert "6/9 Review queue" in out and "demo-candidates: 148 images to review" in out
+    assert "6/10 Review queue" in out and "demo-candidates: 148 images to review" in out
     assert "ood 139 (class folder(s) n09270735 left for you to review)" in out and "with ID objects: 0/139" in out
     # ... and ends with an export of the clean images and a small unit-test set, both verifiable
     assert "115 images in 6 classes; excluded: class_visual_flag_unresolved 24, review_open 9" in out
@@ -73,6 +73,44 @@ def test_demo_ingests_the_bundled_data_and_prints_accounts(demo_server):
                                     "NLTK_DATA": str(REPO / "var" / "nltk_data")}, cwd=REPO, timeout=120)
         assert check.returncode == 0 and "OK:" in check.stdout, check.stderr
     assert "annotator2  password: annotator2-demo" in out and "/review/ (log in as annotator or annotator2)" in out
+    # ... and with an evaluation run of every detector, whose URL it prints
+    assert "evaluation #1: efficientnet_lite0 x 14 detectors on demo-clean-v1 + demo-unit-tests-v1" in out
+    assert f"Evaluation results: {_url}/evaluations/1/" in out
+    for label in ("MSP", "Mahalanobis", "Relative Mahalanobis", "ViM", "KNN", "ReAct + Energy", "ASH-S + Energy", "MCM / RCos", "ODIN"):
+        assert f"\n  {label} " in out, label
+    assert "failed:" not in out  # every detector ran
+    assert "KNN: k=1000 is more than the 550 ID fit images; used k=550" in out
+    assert "need at least |Y_ID| = 1000 OOD classes" in out
+
+
+def _demo_env(data):
+    return {**{k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "CELERY_BROKER_URL"}}, "OODC_DATA_DIR": str(data),
+            "NLTK_DATA": str(REPO / "var" / "nltk_data")}
+
+
+def test_a_rerun_reuses_cached_outputs_and_a_failing_run_says_why(demo_server):
+    import json
+
+    _url, data = demo_server
+    args = [sys.executable, "manage.py", "evaluate", "--export", "demo-clean", "--unit-tests", "demo-unit-tests",
+            "--id-test", "source:demo-id-test", "--id-fit", "source:demo-id-fit", "--methods", "msp,mahalanobis,odin"]
+    started = time.monotonic()
+    again = subprocess.run(args, capture_output=True, text=True, env=_demo_env(data), cwd=REPO, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert time.monotonic() - started < 60  # nothing extracted again: every output and ODIN score is cached
+    dump = subprocess.run([sys.executable, "manage.py", "shell", "-c",
+                           "from curation.models import *; import json; print(json.dumps([[r.pk, r.job.total, r.results] for r in "
+                           "EvaluationRun.objects.order_by('pk')]))"], capture_output=True, text=True, env=_demo_env(data), cwd=REPO,
+                          timeout=120)
+    runs = json.loads(dump.stdout.strip().splitlines()[-1])
+    first, second = runs[0], runs[-1]
+    assert second[1] == 0  # no image went through the model again
+    for det in ("msp", "mahalanobis", "odin"):
+        assert second[2]["models"]["efficientnet_lite0"]["detectors"][det]["pooled"] == \
+            first[2]["models"]["efficientnet_lite0"]["detectors"][det]["pooled"]
+    bad = subprocess.run([*args[:-2], "--methods", "msp", "--models", "no_such_net"], capture_output=True, text=True,
+                         env=_demo_env(data), cwd=REPO, timeout=300)
+    assert bad.returncode != 0 and "unknown model 'no_such_net'" in bad.stderr
 
 
 @pytest.mark.browser
@@ -145,6 +183,47 @@ def test_curator_logs_in_and_sees_the_sources(demo_server, tmp_path):
         with zipfile.ZipFile(dl.value.path()) as zf:
             assert "demo-clean-v1/manifest.json" in zf.namelist() and len(zf.namelist()) > 300
         page.screenshot(path=str(shots / "exports_1366x768.png"), full_page=True)
+        # a researcher reads the evaluation: the page's figures are the CSV's, the plots load, tables sort
+        res = browser.new_context(viewport={"width": 1366, "height": 900}, accept_downloads=True).new_page()
+        res.goto(f"{url}/accounts/login/?next=/evaluations/1/")
+        res.fill("#id_username", "researcher")
+        res.fill("#id_password", "researcher-demo")
+        res.keyboard.press("Enter")
+        res.wait_for_selector("table.results")
+        assert "Done" in res.inner_text("#run-status")
+        with res.expect_download() as dl:
+            res.click("#csv-link")
+        import csv as _csv
+
+        rows = list(_csv.DictReader(open(dl.value.path(), encoding="utf-8")))
+        pooled = {r["detector"]: r for r in rows if r["group"] == "pooled"}
+        mean = {r["detector"]: r for r in rows if r["group"] == "mean_over_classes"}
+        assert len(pooled) == 14
+        for det, r in pooled.items():
+            row = res.locator(f"table.results tr[data-detector={det}]")
+            assert row.locator("[data-metric=auroc]").inner_text() == f"{100 * float(r['auroc']):.1f}", det
+            assert row.locator("[data-metric=fpr95_id_positive]").inner_text() == f"{100 * float(r['fpr95_id_positive']):.1f}", det
+            assert row.locator("[data-metric=fpr95_ood_positive]").inner_text() == f"{100 * float(r['fpr95_ood_positive']):.1f}", det
+            assert row.locator("[data-metric=mean_class_fpr]").inner_text() == f"{100 * float(mean[det]['fpr95_id_positive']):.1f}", det
+            failed = sum(1 for x in rows if x["detector"] == det and x["set"] == "unit_test" and x["unit_test_failed"] == "True")
+            assert row.locator("[data-metric=unit_tests_failed]").inner_text() == f"{failed} / 17", det
+        per_class = [r for r in rows if r["detector"] == "mahalanobis" and r["set"] == "ood" and r["group"].startswith("n")]
+        assert res.locator("table.per-class tbody tr").count() == len(per_class) == 6
+        for r in per_class:
+            cell = res.locator(f"table.per-class tr[data-wnid={r['group']}] td[data-detector=mahalanobis]")
+            assert cell.inner_text() == f"{100 * float(r['fpr95_id_positive']):.1f}"
+        assert res.locator("table.unit-tests tbody tr").count() == 17
+        assert "1000 OOD classes" in res.inner_text("#severity-message")
+        for img in ("#cdf-1", "#bars-1"):
+            assert res.eval_on_selector(img, "el => el.complete && el.naturalWidth > 100"), img
+        res.select_option("select[data-bars]", label="Mahalanobis")
+        res.wait_for_function("document.querySelector('#bars-1').src.includes('bars_mahalanobis.svg')")
+        # sorting the per-class table by Mahalanobis's FPR puts the smallest first
+        header = res.locator("table.per-class thead th", has_text="Mahalanobis").first
+        header.click()
+        values = [float(v) for v in res.locator("table.per-class td[data-detector=mahalanobis]").all_inner_texts()]
+        assert values == sorted(values)
+        res.screenshot(path=str(shots / "evaluation_1366x900.png"), full_page=True)
         # an annotator finds the class left for people and reviews one image with the keyboard
         ann = browser.new_context(viewport={"width": 1920, "height": 1080}).new_page()
         ann.goto(f"{url}/accounts/login/?next=/review/")

@@ -432,8 +432,8 @@ def _assemble(model: str, entry: dict, what: str, user) -> EvalFeatureSet:
             row = _cached(model, entry)
         return row
     row = _cached(model, entry)
-    if what in row.extras:
-        return row
+    if what in row.extras or not parts:
+        return row  # nothing computed (no readable image): the detector reports the scores missing
     loaded = [dict(np.load(p, allow_pickle=False)) for p in parts]
     scores = np.concatenate([d["scores"] for d in loaded])
     keys = np.concatenate([d["keys"] for d in loaded])

@@ -1,0 +1,237 @@
+"""Evaluation runs through the service, the commands and the web pages, on PostgreSQL. Model
+outputs here are synthetic (imported, or cached as a worker leaves them) so the answers are
+known; the real model's end-to-end run is the demo's (tests/test_demo.py)."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from django.contrib.auth.models import Group, User
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from PIL import Image as PILImage
+
+from curation.models import EvalFeatureSet, EvaluationRun, Export, ExportMember, Job
+from curation.services.evaluation import (EvaluationError, cache_dir, evaluation_create, evaluation_run_inline, export_set,
+                                          outputs_import)
+from pipelines.models import imagenet_1k_classes
+from tests.review_data import ingest
+
+pytestmark = pytest.mark.django_db
+WNIDS = imagenet_1k_classes()[0]
+D = 24
+
+
+@pytest.fixture(autouse=True)
+def roots(tmp_path, settings):
+    settings.EXPORT_ROOT = tmp_path / "exports"
+    settings.EVAL_ROOT = tmp_path / "evaluations"
+    settings.FEATURE_STORE = tmp_path / "features"
+    return tmp_path
+
+
+def _id_source(tmp_path: Path, name: str, n: int = 3):
+    for c in range(2):
+        folder = tmp_path / name / WNIDS[c]
+        folder.mkdir(parents=True)
+        for i in range(n):
+            PILImage.new("RGB", (64, 48), (40 * c + i, 90, 200)).save(folder / f"{i}.jpg")
+    return ingest(name, tmp_path / name, role="id")
+
+
+def _export(name="ood", kind=Export.Kind.DATASET, status=Export.Status.DONE, members=()) -> Export:
+    job = Job.objects.create(kind=Job.Kind.EXPORT)
+    return Export.objects.create(name=name, version=1, kind=kind, status=status, job=job, path=f"{name}/v1",
+                                 manifest_sha256=f"{name}-digest")
+
+
+def _gaussians(seed=0):
+    """A 2-class toy: logits read dims 0-1; OOD images differ only along dim 10 (which the head
+    ignores) in class A (easy for Mahalanobis) and sit on the ID data in class B."""
+    rng = np.random.default_rng(seed)
+    w = np.zeros((1000, D))
+    w[0, 0] = w[1, 1] = 4.0
+    b = np.zeros(1000)
+
+    def make(n, shift, labels=True):
+        y = rng.integers(0, 2, n)
+        x = rng.normal(0, 0.5, (n, D))
+        x[np.arange(n), y] += 1.0
+        x[:, 10] += shift
+        return x.astype(np.float32), (x @ w.T + b).astype(np.float32), y
+
+    return w, b, make
+
+
+def _write_npz(path: Path, **arrays) -> Path:
+    np.savez(path, **arrays)
+    return path
+
+
+def _world(tmp_path):
+    """Imported ID test and fit sets, and an export whose outputs are already cached."""
+    w, b, make = _gaussians()
+    fx, fl, fy = make(600, 0.0)
+    tx, tl, ty = make(300, 0.0)
+    outputs_import(name="fit", path=_write_npz(tmp_path / "fit.npz", features=fx, logits=fl, labels=fy, weight=w, bias=b),
+                   model_name="toy")
+    outputs_import(name="test", path=_write_npz(tmp_path / "test.npz", features=tx, logits=tl,
+                                                labels=np.array([WNIDS[i] for i in ty])), model_name="toy")
+    export = _export()
+    ax, al, _ = make(100, 8.0)  # class A: far along dim 10
+    bx, bl, _ = make(100, 0.0)  # class B: the ID distribution itself
+    groups = np.array(["n09999901"] * 100 + ["n09999902"] * 100)
+    s = export_set(export)
+    folder = cache_dir("toy", s.key, s.version)
+    folder.mkdir(parents=True)
+    from django.conf import settings
+
+    np.savez(folder / "outputs.npz", features=np.concatenate([ax, bx]), logits=np.concatenate([al, bl]),
+             keys=np.array([f"k{i}" for i in range(200)]), wnids=groups, groups=groups, errors=np.zeros(0, dtype=str))
+    EvalFeatureSet.objects.create(model_name="toy", dataset=s.key, version=s.version,
+                                  path=str((folder / "outputs.npz").relative_to(settings.EVAL_ROOT)), images=200, feature_dim=D)
+    return export
+
+
+def test_a_run_on_known_data_reports_what_the_data_say(tmp_path):
+    export = _world(tmp_path)
+    run = evaluation_create(export=export, id_test="import:test", id_fit="import:fit", models=["toy"],
+                            methods=["msp", "mahalanobis", "vim", "knn", "odin"], params={"knn_k": 10, "vim_dim": 4}, enqueue=False)
+    run = evaluation_run_inline(run=run)
+    assert run.status == "done" and run.job.status == "done" and run.job.total == 0  # nothing to extract: all cached
+    r = run.results["models"]["toy"]
+    maha, msp = r["detectors"]["mahalanobis"], r["detectors"]["msp"]
+    assert maha["classes"]["n09999901"]["auroc"] > 0.999 and maha["classes"]["n09999901"]["fpr95_id_positive"] == 0.0
+    assert 0.35 < maha["classes"]["n09999902"]["auroc"] < 0.65  # the ID distribution itself: chance
+    assert maha["mean_class"]["fpr95_id_positive"] == pytest.approx(
+        (maha["classes"]["n09999901"]["fpr95_id_positive"] + maha["classes"]["n09999902"]["fpr95_id_positive"]) / 2)
+    assert 0.35 < msp["pooled"]["auroc"] < 0.65  # logits carry no OOD signal here
+    assert r["detectors"]["vim"]["status"] == "ok" and r["detectors"]["vim"]["classes"]["n09999901"]["auroc"] > 0.99
+    assert r["id_accuracy"] > 0.8 and r["id_labelled"] == 300  # wnid labels mapped to class indices
+    # ODIN needs the images: imported outputs cannot give it, and the page says so per detector
+    assert r["detectors"]["odin"]["status"] == "failed" and "computed while extracting" in r["detectors"]["odin"]["error"]
+    assert "failed: toy/odin" in run.message
+    assert "1000 OOD classes" in r["severity_message"]
+    assert run.export_version == f"{export.label} sha256:{export.manifest_sha256}" and run.code_version
+    assert run.config["method_params"]["knn"] == {"k": 10} and run.config["sets"]["ood"]["key"] == "export:ood-v1"
+
+
+def _client(username, role):
+    from django.test import Client
+
+    u = User.objects.create_user(username, password="pw", is_staff=True)
+    if role:
+        u.groups.add(Group.objects.get(name=role))
+    c = Client()
+    c.force_login(u)
+    return c
+
+
+def test_result_page_csv_and_json_agree_and_roles_hold(tmp_path, role_groups):
+    export = _world(tmp_path)
+    run = evaluation_run_inline(run=evaluation_create(export=export, id_test="import:test", id_fit="import:fit", models=["toy"],
+                                                      methods=["msp", "mahalanobis"], enqueue=False))
+    researcher = _client("res", "researcher")
+    page = researcher.get(f"/evaluations/{run.pk}/").content.decode()
+    rows = list(csv.DictReader(io.StringIO(researcher.get(f"/evaluations/{run.pk}/results.csv").content.decode())))
+    pooled = {r["detector"]: r for r in rows if r["group"] == "pooled"}
+    for det in ("msp", "mahalanobis"):
+        assert f'data-metric="auroc">{100 * float(pooled[det]["auroc"]):.1f}<' in page
+        assert f'data-metric="fpr95_id_positive">{100 * float(pooled[det]["fpr95_id_positive"]):.1f}<' in page
+    assert {r["group"] for r in rows} == {"pooled", "mean_over_classes", "n09999901", "n09999902"}
+    data = json.loads(researcher.get(f"/evaluations/{run.pk}/results.json").content)
+    assert data["config"]["methods"] == ["msp", "mahalanobis"] and data["export"].startswith("ood-v1")
+    cdf = run.results["plots"]["toy"]["cdf"]
+    svg = researcher.get(f"/evaluations/{run.pk}/plots/{cdf}")
+    assert svg.status_code == 200 and svg["Content-Type"] == "image/svg+xml" and b"<svg" in svg.content
+    assert researcher.get(f"/evaluations/{run.pk}/plots/../../../etc/passwd").status_code == 404
+    assert researcher.get(f"/evaluations/{run.pk}/plots/toy/other.svg").status_code == 404
+    assert _client("cur", "curator").get(f"/evaluations/{run.pk}/").status_code == 200
+    assert _client("ann", "annotator").get(f"/evaluations/{run.pk}/").status_code == 403
+    from django.test import Client
+
+    assert "/accounts/login/" in Client().get(f"/evaluations/{run.pk}/results.csv")["Location"]
+    # researchers may start runs in the admin; annotators and curators may not
+    assert researcher.get("/admin/curation/evaluationrun/add/").status_code == 200
+    assert _client("cur2", "curator").get("/admin/curation/evaluationrun/add/").status_code == 403
+
+
+def test_admin_form_starts_a_run(tmp_path, role_groups, django_capture_on_commit_callbacks):
+    export = _world(tmp_path)
+    researcher = _client("res", "researcher")
+    with django_capture_on_commit_callbacks(execute=True):
+        resp = researcher.post("/admin/curation/evaluationrun/add/", {
+            "export": export.pk, "id_test": "import:test", "id_fit": "import:fit", "other_models": "toy",
+            "methods": ["msp", "energy"], "knn_k": 1000, "odin_temperature": 2, "odin_epsilon": 1e-5, "react_percentile": 99,
+            "ash_percentile": 90, "seed": 0})
+    run = EvaluationRun.objects.get()
+    assert resp.status_code == 302 and resp["Location"] == f"/evaluations/{run.pk}/"
+    run.refresh_from_db()
+    assert run.status == "done" and run.created_by.username == "res"  # eager Celery ran plan -> finalize
+    assert set(run.results["models"]["toy"]["detectors"]) == {"msp", "energy"}
+    bad = researcher.post("/admin/curation/evaluationrun/add/", {
+        "export": export.pk, "id_test": "import:test", "id_fit": "import:test", "other_models": "toy", "methods": ["msp"],
+        "knn_k": 1000, "odin_temperature": 2, "odin_epsilon": 1e-5, "react_percentile": 99, "ash_percentile": 90, "seed": 0})
+    assert bad.status_code == 200 and "inflate every feature-based result" in bad.content.decode()
+
+
+def test_bad_requests_get_clear_errors(tmp_path):
+    export = _world(tmp_path)
+    src = _id_source(tmp_path, "idsrc")
+    ok = {"export": export, "id_test": "import:test", "id_fit": "import:fit", "models": ["toy"], "enqueue": False}
+    cases = [
+        ({"id_fit": "import:test"}, "inflate every feature-based result"),
+        ({"id_fit": "source:nope"}, "unknown source 'nope'"),
+        ({"id_fit": "import:nope"}, "no imported outputs named 'nope'"),
+        ({"methods": ["msp", "bogus"]}, "unknown detector(s) bogus"),
+        ({"models": ["toy", "other"]}, "holds outputs of toy"),
+        ({"models": []}, "at least one model"),
+        ({"params": {"knn_k": 0}}, "knn_k: 0 must be between"),
+        ({"export": _export("blocked", status=Export.Status.BLOCKED)}, "evaluate a finished clean OOD export"),
+        ({"unit_tests": _export("ut", kind=Export.Kind.DATASET)}, "not a finished OOD unit-test set"),
+    ]
+    for change, message in cases:
+        with pytest.raises(EvaluationError, match=message.replace("(", r"\(").replace(")", r"\)")):
+            evaluation_create(**{**ok, **change})
+    cand_root = tmp_path / "cand" / "n09999901"
+    cand_root.mkdir(parents=True)
+    PILImage.new("RGB", (32, 32)).save(cand_root / "a.png")
+    ingest("cand", tmp_path / "cand")
+    with pytest.raises(EvaluationError, match="holds OOD candidates"):
+        evaluation_create(**{**ok, "models": ["efficientnet_lite0"], "id_test": "source:cand", "id_fit": f"source:{src.name}"})
+    # a duplicate submission while the first is pending is refused; the first stands alone
+    evaluation_create(**ok)
+    with pytest.raises(EvaluationError, match="already pending as run"):
+        evaluation_create(**ok)
+    assert EvaluationRun.objects.count() == 1
+    with pytest.raises(CommandError, match="no dataset export 'missing'"):
+        call_command("evaluate", export="missing", id_test="import:test", id_fit="import:fit", stdout=io.StringIO())
+
+
+def test_importing_outputs_checks_the_file(tmp_path):
+    f, lg = np.ones((4, 3), np.float32), np.zeros((4, 1000), np.float32)
+    good = _write_npz(tmp_path / "good.npz", features=f, logits=lg, labels=np.array([0, 1, 2, -1]))
+    out = io.StringIO()
+    call_command("import_outputs", "val", str(good), model="toy", stdout=out)
+    assert "import:val: 4 images, 3-d features of toy" in out.getvalue()
+    call_command("import_outputs", "val", str(good), model="toy", stdout=io.StringIO())  # the same file again: a no-op
+    assert EvalFeatureSet.objects.filter(dataset="import:val").count() == 1
+    other = _write_npz(tmp_path / "other.npz", features=f * 2, logits=lg)
+    bad = [
+        (other, "val", "already exist"),
+        (_write_npz(tmp_path / "nologits.npz", features=f), "a", "nologits.npz: missing array(s) logits"),
+        (_write_npz(tmp_path / "nan.npz", features=f * np.nan, logits=lg), "b", "NaN or infinite"),
+        (_write_npz(tmp_path / "wnid.npz", features=f, logits=lg, labels=np.array(["n00000000"] * 4)), "c", "unknown wnid label"),
+        (_write_npz(tmp_path / "shape.npz", features=f, logits=lg[:3]), "d", "for the same n"),
+        (_write_npz(tmp_path / "head.npz", features=f, logits=lg, weight=np.ones((3, 3)), bias=np.ones(3)), "e", "must be \\[C, d\\]"),
+        (tmp_path / "absent.npz", "f", "absent.npz: no such file"),
+    ]
+    (tmp_path / "text.npz").write_text("not a zip")
+    bad.append((tmp_path / "text.npz", "g", "text.npz: not a readable .npz"))
+    for path, name, message in bad:
+        with pytest.raises(CommandError, match=message):
+            call_command("import_outputs", name, str(path), model="toy", stdout=io.StringIO())
