@@ -223,7 +223,7 @@ def test_importing_outputs_checks_the_file(tmp_path):
     other = _write_npz(tmp_path / "other.npz", features=f * 2, logits=lg)
     bad = [
         (other, "val", "already exist"),
-        (_write_npz(tmp_path / "nologits.npz", features=f), "a", "nologits.npz: missing array(s) logits"),
+        (_write_npz(tmp_path / "nologits.npz", features=f), "a", r"nologits.npz: missing array\(s\) logits"),
         (_write_npz(tmp_path / "nan.npz", features=f * np.nan, logits=lg), "b", "NaN or infinite"),
         (_write_npz(tmp_path / "wnid.npz", features=f, logits=lg, labels=np.array(["n00000000"] * 4)), "c", "unknown wnid label"),
         (_write_npz(tmp_path / "shape.npz", features=f, logits=lg[:3]), "d", "for the same n"),
