@@ -12,7 +12,7 @@ Conventions (REFERENCE.md, Metrics; NINCO sec. 5 and OpenOOD v1.5):
   the distinct thresholds, no interpolation, as scikit-learn's ``average_precision_score``)
   with ID resp. OOD as the positive class.
 
-Every figure comes from the same ordering: the pooled scores are arg-sorted once, tie groups
+Every figure comes from the same ordering: the pooled scores are sorted once, tie groups
 are found once, and the cumulative ID and OOD counts at the group ends give every ROC and PR
 point for both directions.
 """
@@ -24,7 +24,9 @@ TPR_LEVEL = 0.95
 
 
 def _as_scores(x, what: str) -> np.ndarray:
-    a = np.asarray(x, dtype=np.float64).ravel()
+    a = np.asarray(x).ravel()
+    if a.dtype.kind != "f":
+        a = a.astype(np.float64)
     if a.size == 0:
         raise ValueError(f"{what}: no scores")
     if not np.all(np.isfinite(a)):
@@ -34,16 +36,20 @@ def _as_scores(x, what: str) -> np.ndarray:
 
 
 def _curves(id_scores: np.ndarray, ood_scores: np.ndarray):
-    """Cumulative ID / OOD counts at each distinct score, from the highest score down."""
+    """Cumulative ID / OOD counts at each distinct score, from the highest score down.
+
+    The pooled scores are sorted once, as a merge sort would: each side is sorted (numpy's
+    vectorised sort), then the two sorted runs are merged by a stable argsort, which detects
+    the runs and merges them in linear time. The merge order tells ID from OOD."""
     n_id, n_ood = id_scores.size, ood_scores.size
-    scores = np.concatenate([id_scores, ood_scores])
-    order = np.argsort(scores)[::-1]  # the one sort; ties are grouped below, so its stability is irrelevant
-    s = scores[order]
-    is_id = order < n_id
+    runs = np.concatenate([np.sort(id_scores), np.sort(ood_scores)])
+    order = np.argsort(runs, kind="stable")
+    s = runs[order][::-1]
+    is_id = (order < n_id)[::-1]
     # last index of every tie group in descending order
-    ends = np.flatnonzero(np.diff(s)) if s.size > 1 else np.zeros(0, dtype=np.int64)
+    ends = np.flatnonzero(s[1:] != s[:-1])
     ends = np.append(ends, s.size - 1)
-    tp = np.cumsum(is_id)[ends]  # ID accepted at threshold s[end]
+    tp = np.cumsum(is_id, dtype=np.int64)[ends]  # ID accepted at threshold s[end]
     fp = (ends + 1) - tp  # OOD accepted
     return tp.astype(np.float64), fp.astype(np.float64), n_id, n_ood
 
