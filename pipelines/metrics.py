@@ -35,61 +35,58 @@ def _as_scores(x, what: str) -> np.ndarray:
     return a
 
 
-def _curves(id_scores: np.ndarray, ood_scores: np.ndarray):
-    """Cumulative ID / OOD counts at each distinct score, from the highest score down.
+def _groups(id_scores: np.ndarray, ood_scores: np.ndarray):
+    """Per distinct score (ascending): how many ID and OOD scores are <= it.
 
     The pooled scores are sorted once, as a merge sort would: each side is sorted (numpy's
     vectorised sort), then the two sorted runs are merged by a stable argsort, which detects
     the runs and merges them in linear time. The merge order tells ID from OOD."""
-    n_id, n_ood = id_scores.size, ood_scores.size
+    n_id = id_scores.size
     runs = np.concatenate([np.sort(id_scores), np.sort(ood_scores)])
     order = np.argsort(runs, kind="stable")
-    s = runs[order][::-1]
-    is_id = (order < n_id)[::-1]
-    # last index of every tie group in descending order
-    ends = np.flatnonzero(s[1:] != s[:-1])
+    s = runs[order]
+    ends = np.flatnonzero(s[1:] != s[:-1])  # last index of every tie group but the top one
     ends = np.append(ends, s.size - 1)
-    tp = np.cumsum(is_id, dtype=np.int64)[ends]  # ID accepted at threshold s[end]
-    fp = (ends + 1) - tp  # OOD accepted
-    return tp.astype(np.float64), fp.astype(np.float64), n_id, n_ood
-
-
-def _average_precision(pos: np.ndarray, neg: np.ndarray, n_pos: int) -> float:
-    """AP from cumulative positive/negative counts at descending thresholds (sklearn's step sum)."""
-    if n_pos == 0:
-        return float("nan")
-    precision = pos / np.maximum(pos + neg, 1)
-    recall = pos / n_pos
-    return float(np.sum(np.diff(np.concatenate([[0.0], recall])) * precision))
+    id_le = np.cumsum(order < n_id, dtype=np.int64)[ends]
+    ood_le = ends + 1 - id_le
+    return id_le, ood_le
 
 
 def ood_metrics(id_scores, ood_scores, *, tpr_level: float = TPR_LEVEL) -> dict[str, float]:
     """AUROC, AUPR-In, AUPR-Out and FPR@95 in both conventions; see the module docstring."""
     ids = _as_scores(id_scores, "ID scores")
     oods = _as_scores(ood_scores, "OOD scores")
-    tp, fp, n_id, n_ood = _curves(ids, oods)
-    tpr = tp / n_id
-    fpr = fp / n_ood
-    # ROC with ID positive (the curve from (0,0) to (1,1)); the trapezoid counts ties as halves
-    x = np.concatenate([[0.0], fpr])
-    y = np.concatenate([[0.0], tpr])
-    auroc = float(np.sum(np.diff(x) * (y[1:] + y[:-1]) / 2.0))
-    # NINCO: first threshold (from the top) that keeps >= 95% of ID; share of OOD accepted there
-    i = int(np.argmax(tpr >= tpr_level - 1e-12))
-    fpr95_id = float(fpr[i])
-    # OpenOOD: OOD positive means thresholds from the lowest score up: the same groups reversed.
-    # At the group ending at index k (descending), "flagged" = everything strictly below it.
-    ood_caught = np.concatenate([[float(n_ood)], n_ood - fp[:-1]])[::-1] / n_ood  # flagged = score <= group value
-    id_flagged = np.concatenate([[float(n_id)], n_id - tp[:-1]])[::-1] / n_id
-    j = int(np.argmax(ood_caught >= tpr_level - 1e-12))
-    fpr95_ood = float(id_flagged[j])
-    aupr_in = _average_precision(tp, fp, n_id)
-    # OOD-positive counts at ascending thresholds: cumulative from the lowest group up
-    ood_pos = ood_caught * n_ood
-    id_neg = id_flagged * n_id
-    aupr_out = _average_precision(ood_pos, id_neg, n_ood)
+    n_id, n_ood = ids.size, oods.size
+    id_le, ood_le = _groups(ids, oods)  # per distinct score v (ascending): #ID <= v, #OOD <= v
+    id_lt = np.concatenate([[0], id_le[:-1]])  # #ID < v
+    ood_lt = np.concatenate([[0], ood_le[:-1]])
+    id_cnt, ood_cnt = id_le - id_lt, ood_le - ood_lt  # how many of each carry exactly v
+    # AUROC = P(ID > OOD) + P(ID == OOD) / 2 (Mann-Whitney; the ROC trapezoid with tied steps)
+    auroc = float(np.dot(ood_cnt, (n_id - id_le) + 0.5 * id_cnt) / (n_id * n_ood))
+    # NINCO, ID positive: accept score >= v. The highest v that keeps >= 95% of ID: the
+    # largest group with #ID >= v, i.e. n_id - id_lt >= need.
+    need = _at_least(tpr_level, n_id)
+    g = int(np.searchsorted(id_lt, n_id - need, side="right")) - 1
+    fpr95_id = float((n_ood - ood_lt[g]) / n_ood)
+    # OpenOOD, OOD positive: flag score <= v. The lowest v that catches >= 95% of OOD.
+    g = int(np.searchsorted(ood_le, _at_least(tpr_level, n_ood), side="left"))
+    fpr95_ood = float(id_le[g] / n_id)
+    # Average precision (scikit-learn's step sum): every threshold adds recall gained x precision
+    tp, fp = n_id - id_lt, n_ood - ood_lt  # accepted at threshold v (score >= v)
+    aupr_in = float(np.dot(id_cnt / n_id, tp / (tp + fp)))
+    aupr_out = float(np.dot(ood_cnt / n_ood, ood_le / (ood_le + id_le)))  # flagged at v (score <= v)
     return {"auroc": auroc, "aupr_in": aupr_in, "aupr_out": aupr_out,
             "fpr95_id_positive": fpr95_id, "fpr95_ood_positive": fpr95_ood, "n_id": n_id, "n_ood": n_ood}
+
+
+def _at_least(level: float, n: int) -> int:
+    """The smallest count k with k / n >= level, as the float comparison of a ROC curve has it."""
+    k = max(1, int(np.ceil(level * n - 1e-9)))
+    while k > 1 and (k - 1) / n >= level:
+        k -= 1
+    while k < n and k / n < level:
+        k += 1
+    return k
 
 
 def fpr_at_id_tpr(id_scores, ood_scores, *, tpr_level: float = TPR_LEVEL) -> float:
