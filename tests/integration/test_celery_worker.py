@@ -220,3 +220,32 @@ def test_export_queued_by_the_command_is_written_by_a_worker(services_env, worke
                            cwd=REPO, env=services_env, capture_output=True, text=True, timeout=120)
     assert check.returncode == 0 and f"{3 * len(decided) + 5} files match" in check.stdout, check.stderr
     review_cache_clear()
+    # ... and a researcher evaluates detectors on it: the model's outputs are computed by the
+    # worker's chunk tasks, the detectors by its finalize task
+    from PIL import Image as PILImage
+
+    from curation.models import EvaluationRun
+    from pipelines.models import imagenet_1k_classes
+    from tests.review_data import ingest
+
+    wnids = imagenet_1k_classes()[0]
+    for name, n in (("wtest", 4), ("wfit", 8)):
+        for c in range(2):
+            folder = tmp_path / name / wnids[c]
+            folder.mkdir(parents=True)
+            for i in range(n):
+                PILImage.new("RGB", (96, 80), (30 * c + 10 * i, 120, 60)).save(folder / f"{i}.png")
+        ingest(name, tmp_path / name, role="id")
+    services_env.update({"OODC_EVAL_ROOT": str(tmp_path / "evaluations"), "OODC_EVAL_CHUNK_SIZE": "5"})
+    proc = subprocess.run([sys.executable, "manage.py", "evaluate", "--export", "queued", "--id-test", "source:wtest",
+                           "--id-fit", "source:wfit", "--methods", "msp,energy,mahalanobis,knn", "--knn-k", "5", "--queue"],
+                          cwd=REPO, env=services_env, capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stdout + proc.stderr + workers.logs()
+    run = EvaluationRun.objects.get()
+    assert run.status == "done" and run.job.chunks.count() == 2 + 4 + 3  # 8, 16 and 12 images in chunks of 5
+    assert run.job.progress == run.job.total == 8 + 16 + 12
+    logs = workers.logs()
+    assert "curation.evaluate.chunk" in logs and "curation.evaluate.finalize" in logs
+    r = run.results["models"]["efficientnet_lite0"]
+    assert r["n_ood"] == len(decided) and r["n_fit"] == 16 and r["n_id_test"] == 8
+    assert all(e["status"] == "ok" for e in r["detectors"].values())
