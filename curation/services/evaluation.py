@@ -28,7 +28,7 @@ from django.utils import timezone
 
 from curation.models import EvalFeatureSet, EvaluationRun, Export, Image, Job, JobChunk, Source, SynsetText
 from curation.services.audit import audit_record
-from curation.services.jobs import job_fail, job_mark_running
+from curation.services.jobs import job_fail, job_mark_running, job_run_chunks_inline
 from curation.version import code_version
 from pipelines.sources import UnsafePath, safe_join
 
@@ -587,18 +587,13 @@ def evaluation_fail(*, job_id: int, error: BaseException | str) -> None:
 def evaluation_run_inline(*, run: EvaluationRun, progress: Callable[[int], None] | None = None,
                           on_total: Callable[[int], None] | None = None) -> EvaluationRun:
     """Run every step in this process (commands without a broker); a failure marks the run failed and is raised."""
-    job = run.job
     try:
-        indices = evaluation_plan(job_id=job.pk)
-        job.refresh_from_db()
-        if on_total:
-            on_total(job.total)
-        for index in indices:
-            evaluation_process_chunk(job_id=job.pk, index=index, progress=progress)
-        return evaluation_finalize(job_id=job.pk)
+        job_run_chunks_inline(job=run.job, plan=evaluation_plan, process=evaluation_process_chunk, finalize=evaluation_finalize,
+                              progress=progress, on_total=on_total)
     except Exception as exc:
-        evaluation_fail(job_id=job.pk, error=exc)
+        evaluation_fail(job_id=run.job_id, error=exc)
         raise
+    return EvaluationRun.objects.select_related("job").get(pk=run.pk)
 
 
 # -- imported outputs ------------------------------------------------------------------------------------

@@ -15,6 +15,15 @@ def min_distances(x: np.ndarray, means: np.ndarray, precision: np.ndarray) -> np
     return (np.sum(xp * x, axis=1)[:, None] - 2.0 * xp @ means.T + np.sum((means @ precision) * means, axis=1)[None, :])
 
 
+def class_gaussians(fit, what: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(class means, shared precision, labelled fit features): Lee et al.'s tied-covariance model."""
+    classes, means = class_means(fit, what)
+    keep = fit.labels >= 0
+    feats = fit.features[keep].astype(np.float64)
+    index = np.searchsorted(classes, fit.labels[keep])
+    return means, shared_precision(feats, feats - means[index]), feats
+
+
 @register_detector
 class Mahalanobis(Detector):
     """Mahalanobis distance to the closest class mean under one shared covariance (Lee et al.,
@@ -26,11 +35,7 @@ class Mahalanobis(Detector):
     needs_fit = True
 
     def fit(self, fit, head=None):
-        classes, self.means = class_means(fit, "Mahalanobis")
-        keep = fit.labels >= 0
-        feats = fit.features[keep].astype(np.float64)
-        index = np.searchsorted(classes, fit.labels[keep])
-        self.precision = shared_precision(feats, feats - self.means[index])
+        self.means, self.precision, _ = class_gaussians(fit, "Mahalanobis")
         return self
 
     def score(self, data):

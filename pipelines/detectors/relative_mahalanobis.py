@@ -1,7 +1,7 @@
 import numpy as np
 
-from . import Detector, class_means, register_detector
-from .mahalanobis import min_distances, shared_precision
+from . import Detector, register_detector
+from .mahalanobis import class_gaussians, min_distances, shared_precision
 
 
 @register_detector
@@ -15,11 +15,7 @@ class RelativeMahalanobis(Detector):
     needs_fit = True
 
     def fit(self, fit, head=None):
-        classes, self.means = class_means(fit, "Relative Mahalanobis")
-        keep = fit.labels >= 0
-        feats = fit.features[keep].astype(np.float64)
-        index = np.searchsorted(classes, fit.labels[keep])
-        self.precision = shared_precision(feats, feats - self.means[index])
+        self.means, self.precision, feats = class_gaussians(fit, "Relative Mahalanobis")
         self.global_mean = feats.mean(axis=0, keepdims=True)
         self.global_precision = shared_precision(feats, feats - self.global_mean)
         return self
