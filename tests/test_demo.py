@@ -190,7 +190,7 @@ def test_curator_logs_in_and_sees_the_sources(demo_server, tmp_path):
         res.fill("#id_password", "researcher-demo")
         res.keyboard.press("Enter")
         res.wait_for_selector("table.results")
-        assert "Done" in res.inner_text("#run-status")
+        assert res.inner_text("#run-status").lower() == "done"
         with res.expect_download() as dl:
             res.click("#csv-link")
         import csv as _csv

@@ -242,8 +242,9 @@ def test_export_queued_by_the_command_is_written_by_a_worker(services_env, worke
                           cwd=REPO, env=services_env, capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, proc.stdout + proc.stderr + workers.logs()
     run = EvaluationRun.objects.get()
-    assert run.status == "done" and run.job.chunks.count() == 2 + 4 + 3  # 8, 16 and 12 images in chunks of 5
-    assert run.job.progress == run.job.total == 8 + 16 + 12
+    n = len(decided)
+    assert run.status == "done" and run.job.chunks.count() == 2 + 4 + -(-n // 5)  # 8, 16 and n images in chunks of 5
+    assert run.job.progress == run.job.total == 8 + 16 + n
     logs = workers.logs()
     assert "curation.evaluate.chunk" in logs and "curation.evaluate.finalize" in logs
     r = run.results["models"]["efficientnet_lite0"]
