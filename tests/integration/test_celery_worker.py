@@ -229,12 +229,12 @@ def test_export_queued_by_the_command_is_written_by_a_worker(services_env, worke
     from tests.review_data import ingest
 
     wnids = imagenet_1k_classes()[0]
-    for name, n in (("wtest", 4), ("wfit", 8)):
+    for name, n, width in (("wtest", 4, 96), ("wfit", 8, 112)):  # distinct files: no duplicate across the sets
         for c in range(2):
             folder = tmp_path / name / wnids[c]
             folder.mkdir(parents=True)
             for i in range(n):
-                PILImage.new("RGB", (96, 80), (30 * c + 10 * i, 120, 60)).save(folder / f"{i}.png")
+                PILImage.new("RGB", (width, 80), (30 * c + 10 * i, 120, 60)).save(folder / f"{i}.png")
         ingest(name, tmp_path / name, role="id")
     services_env.update({"OODC_EVAL_ROOT": str(tmp_path / "evaluations"), "OODC_EVAL_CHUNK_SIZE": "5"})
     proc = subprocess.run([sys.executable, "manage.py", "evaluate", "--export", "queued", "--id-test", "source:wtest",
