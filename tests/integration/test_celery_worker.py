@@ -234,7 +234,7 @@ def test_export_queued_by_the_command_is_written_by_a_worker(services_env, worke
             folder = tmp_path / name / wnids[c]
             folder.mkdir(parents=True)
             for i in range(n):
-                PILImage.new("RGB", (width, 80), (30 * c + 10 * i, 120, 60)).save(folder / f"{i}.png")
+                PILImage.new("RGB", (width, 80), (120 * c + 10 * i, 120, 60)).save(folder / f"{i}.png")
         ingest(name, tmp_path / name, role="id")
     services_env.update({"OODC_EVAL_ROOT": str(tmp_path / "evaluations"), "OODC_EVAL_CHUNK_SIZE": "5"})
     proc = subprocess.run([sys.executable, "manage.py", "evaluate", "--export", "queued", "--id-test", "source:wtest",
