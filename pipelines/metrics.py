@@ -89,11 +89,6 @@ def _at_least(level: float, n: int) -> int:
     return k
 
 
-def fpr_at_id_tpr(id_scores, ood_scores, *, tpr_level: float = TPR_LEVEL) -> float:
-    """NINCO's FPR alone: the share of OOD accepted at the threshold that keeps 95% of ID."""
-    return ood_metrics(id_scores, ood_scores, tpr_level=tpr_level)["fpr95_id_positive"]
-
-
 def failure_detection_auroc(id_scores, id_correct, ood_scores) -> float:
     """ImageNet-OOD's failure detection: correctly classified ID images are positive, misclassified
     ID images and all OOD images negative; AUROC of the detector score. NaN when a side is empty."""

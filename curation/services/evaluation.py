@@ -12,10 +12,7 @@ change nothing; a killed worker's chunk is computed again.
 from __future__ import annotations
 
 import hashlib
-import io
-import json
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -28,6 +25,7 @@ from django.utils import timezone
 
 from curation.models import EvalFeatureSet, EvaluationRun, Export, Image, Job, JobChunk, Source, SynsetText
 from curation.services.audit import audit_record
+from curation.services.image_pipeline import atomic_write, safe_name
 from curation.services.jobs import job_fail, job_mark_running, job_run_chunks_inline
 from curation.version import code_version
 from pipelines.sources import UnsafePath, safe_join
@@ -199,6 +197,7 @@ def evaluation_create(*, export: Export, id_test: str, id_fit: str, models: list
             raise EvaluationError(f"{s.key} holds outputs of {s.obj.model_name}; a run that uses it can only evaluate that model "
                                   f"(asked for {', '.join(models)})")
     method_params = {k: v for k, v in _method_params(params).items() if k in methods}
+    weights = params.get("weights") if isinstance(params.get("weights"), dict) else {}
     seed = int(params.get("seed", 0))
     sets = {"id_test": test_set, "id_fit": fit_set, "ood": export_set(export)}
     if unit_tests is not None:
@@ -207,7 +206,7 @@ def evaluation_create(*, export: Export, id_test: str, id_fit: str, models: list
         "models": models, "methods": methods, "method_params": method_params, "seed": seed,
         "severity_window": int(params.get("severity_window") or settings.EVAL_SEVERITY_WINDOW or 0),
         "sets": {role: {"key": s.key, "version": s.version} for role, s in sets.items()},
-        "weights": {m: params.get("weights", {}).get(m, "") for m in models} if isinstance(params.get("weights"), dict) else {m: "" for m in models},
+        "weights": {m: (weights or {}).get(m, "") for m in models},
         "chunk_size": settings.EVAL_CHUNK_SIZE, "batch_size": settings.EXTRACT_BATCH_SIZE,
         "unit_test_fpr_limit": 0.10,
     }
@@ -238,29 +237,12 @@ def _enqueue_plan(job_id: int) -> None:
 # -- cache layout ---------------------------------------------------------------------------------
 
 
-def _safe(text: str) -> str:
-    return "".join(c if c.isalnum() or c in "._-" else "_" for c in text)
-
-
 def cache_dir(model_name: str, key: str, version: str) -> Path:
-    return Path(settings.EVAL_ROOT) / "cache" / _safe(model_name) / f"{_safe(key)}-{version[:16]}"
+    return Path(settings.EVAL_ROOT) / "cache" / safe_name(model_name) / f"{safe_name(key)}-{version[:16]}"
 
 
 def head_path(model_name: str) -> Path:
-    return Path(settings.EVAL_ROOT) / "cache" / _safe(model_name) / "head.npz"
-
-
-def _atomic_write(path: Path, write: Callable[[io.BufferedWriter], None]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            write(fh)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    return Path(settings.EVAL_ROOT) / "cache" / safe_name(model_name) / "head.npz"
 
 
 def _cached(model_name: str, s: dict) -> EvalFeatureSet | None:
@@ -349,7 +331,7 @@ def _write_head(lm) -> None:
         return  # ViM, ReAct and ASH then report that they need the last layer
     weight = layer.weight.detach().float().cpu().numpy()
     bias = layer.bias.detach().float().cpu().numpy() if layer.bias is not None else np.zeros(weight.shape[0], dtype=np.float32)
-    _atomic_write(path, lambda fh: np.savez(fh, weight=weight, bias=bias, weights_source=np.array(lm.weights)))
+    atomic_write(path, lambda fh: np.savez(fh, weight=weight, bias=bias, weights_source=np.array(lm.weights)))
 
 
 def evaluation_process_chunk(*, job_id: int, index: int, progress: Callable[[int], None] | None = None) -> bool:
@@ -396,7 +378,7 @@ def evaluation_process_chunk(*, job_id: int, index: int, progress: Callable[[int
             scores = odin_scores(lm, paths, temperature=float(odin["temperature"]), epsilon=float(odin["epsilon"]),
                                  batch_size=int(cfg["batch_size"]), max_pixels=settings.MAX_IMAGE_PIXELS, progress=progress)
             arrays = {"scores": scores, "keys": np.array([it.key for it in items if it.path], dtype=str)}
-        _atomic_write(part, lambda fh: np.savez(fh, **arrays))
+        atomic_write(part, lambda fh: np.savez(fh, **arrays))
     with transaction.atomic():
         locked = JobChunk.objects.select_for_update().get(pk=chunk.pk)
         if locked.done:
@@ -421,7 +403,7 @@ def _assemble(model: str, entry: dict, what: str, user) -> EvalFeatureSet:
         arrays = {k: np.concatenate([d[k] for d in loaded]) for k in ("features", "logits", "keys", "wnids", "groups", "errors")}
         if not len(arrays["keys"]):
             raise EvaluationError(f"{entry['key']}: {model} could read none of its images ({'; '.join(arrays['errors'][:3])})")
-        _atomic_write(folder / "outputs.npz", lambda fh: np.savez(fh, **arrays))
+        atomic_write(folder / "outputs.npz", lambda fh: np.savez(fh, **arrays))
         try:
             with transaction.atomic():
                 row = EvalFeatureSet.objects.create(
@@ -438,7 +420,7 @@ def _assemble(model: str, entry: dict, what: str, user) -> EvalFeatureSet:
     scores = np.concatenate([d["scores"] for d in loaded])
     keys = np.concatenate([d["keys"] for d in loaded])
     out = folder / f"{what}.npz"
-    _atomic_write(out, lambda fh: np.savez(fh, scores=scores, keys=keys))
+    atomic_write(out, lambda fh: np.savez(fh, scores=scores, keys=keys))
     with transaction.atomic():
         locked = EvalFeatureSet.objects.select_for_update().get(pk=row.pk)
         locked.extras = {**locked.extras, what: str(out.relative_to(settings.EVAL_ROOT))}
@@ -507,10 +489,11 @@ def evaluation_finalize(*, job_id: int, progress: Callable[[str], None] | None =
     cfg = run.config
     odin = _odin_key(cfg)
     results: dict = {"models": {}, "detectors": detector_info(cfg["methods"]), "sets": cfg["sets"], "plots": {}}
+    sets = {role: _set_of(entry) for role, entry in cfg["sets"].items()}
     for model in cfg["models"]:
         rows = {}
         for role, entry in cfg["sets"].items():
-            s = _set_of(entry)
+            s = sets[role]
             row = s.obj if s.kind == "import" else _assemble(model, entry, "features", run.created_by)
             if odin and role != "id_fit" and s.kind != "import":
                 row = _assemble(model, entry, odin, run.created_by)
@@ -550,7 +533,7 @@ def evaluation_finalize(*, job_id: int, progress: Callable[[str], None] | None =
 def _plots(run: EvaluationRun, model: str, r: dict, info: dict) -> dict:
     from pipelines.eval_plots import class_bars_svg, fpr_cdf_svg, severity_svg
 
-    folder = Path(settings.EVAL_ROOT) / "runs" / str(run.pk) / _safe(model)
+    folder = Path(settings.EVAL_ROOT) / "runs" / str(run.pk) / safe_name(model)
     folder.mkdir(parents=True, exist_ok=True)
     ok = {d: e for d, e in r["detectors"].items() if e["status"] == "ok"}
     out: dict = {"bars": {}}
@@ -568,7 +551,7 @@ def _plots(run: EvaluationRun, model: str, r: dict, info: dict) -> dict:
                                          title=f"{model}: AUROC per C-OOD severity level")
     for name, svg in files.items():
         (folder / f"{name}.svg").write_text(svg, encoding="utf-8")
-        rel = f"{_safe(model)}/{name}.svg"
+        rel = f"{safe_name(model)}/{name}.svg"
         if name.startswith("bars_"):
             out["bars"][name[5:]] = rel
         else:
@@ -652,7 +635,7 @@ def outputs_import(*, name: str, path: Path, model_name: str, user=None) -> Eval
             return existing  # the same file again: nothing to do
         raise EvaluationError(f"imported outputs named {name!r} already exist (from another file or model); choose another name")
     folder = cache_dir(model_name, key, digest)
-    _atomic_write(folder / "outputs.npz", lambda fh: np.savez(fh, **arrays))
+    atomic_write(folder / "outputs.npz", lambda fh: np.savez(fh, **arrays))
     row = EvalFeatureSet.objects.create(model_name=model_name, dataset=key, version=digest,
                                         path=str((folder / "outputs.npz").relative_to(settings.EVAL_ROOT)), images=len(f),
                                         feature_dim=int(f.shape[1]), has_head=has_head, created_by=user,

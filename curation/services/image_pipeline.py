@@ -119,19 +119,25 @@ def _model(name: str, weights: str):
     return _MODEL_CACHE[key]
 
 
+def safe_name(text: str) -> str:
+    """``text`` as one file-name component (model names hold dots, slashes in hub ids...)."""
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in text)
+
+
 def shard_path(*, model_name: str, source_id: int, job_id: int, index: int) -> str:
-    safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in model_name)
-    return f"{safe}/source_{source_id}/job_{job_id}_chunk_{index:05d}.npy"
+    return f"{safe_name(model_name)}/source_{source_id}/job_{job_id}_chunk_{index:05d}.npy"
 
 
-def _write_npy(path: Path, array: np.ndarray) -> None:
+def atomic_write(path: Path, write: Callable) -> None:
+    """Write a file through ``write(binary file)`` into a temporary name, then rename it into
+    place: readers never see half a file, and a killed worker leaves no partial one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as fh:
-            np.save(fh, array)
+            write(fh)
         os.chmod(tmp, 0o644)
-        os.replace(tmp, path)  # readers never see half a shard
+        os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -166,7 +172,7 @@ def extract_process_chunk(*, job_id: int, index: int, progress: Callable[[int], 
     results = iter(ex.results)
     rel = shard_path(model_name=model_name, source_id=source.pk, job_id=job.pk, index=index)
     if len(ex.features):
-        _write_npy(Path(settings.FEATURE_STORE) / rel, ex.features)
+        atomic_write(Path(settings.FEATURE_STORE) / rel, lambda fh: np.save(fh, ex.features))
     stats: Counter = Counter()
     rows = []
     for img, path in zip(images, paths):

@@ -80,7 +80,6 @@ class Detector:
     paper: ClassVar[str] = ""
     needs_fit: ClassVar[bool] = False  # learns statistics from the ID fit set
     needs_head: ClassVar[bool] = False  # needs the classifier's weight and bias
-    input_level: ClassVar[str | None] = None  # key of Outputs.extra filled during extraction
     defaults: ClassVar[dict] = {}
 
     def __init__(self, **params):

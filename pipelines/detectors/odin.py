@@ -30,8 +30,6 @@ class ODIN(Detector):
     def input_key(self) -> str:
         return odin_key(float(self.params["temperature"]), float(self.params["epsilon"]))
 
-    input_level = "odin"
-
     def score(self, data):
         key = self.input_key
         if key not in data.extra:
