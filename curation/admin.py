@@ -524,6 +524,9 @@ class ExportCreateForm(forms.Form):
                                        help_text="Unit tests: the ID reference source whose sizes, formats and pixels they mirror")
     per_test = forms.IntegerField(min_value=1, max_value=100_000, initial=400, help_text="Unit tests: images per test (NINCO: 400)")
     seed = forms.IntegerField(initial=0, help_text="Unit tests: the same seed gives the same images")
+    convention = forms.ChoiceField(choices=[("paper", "paper: recipes as appendix G states them (default)"),
+                                            ("ninco", "ninco: as NINCO's published generator computes them")],
+                                   initial="paper", required=False, help_text="Unit tests: which convention (docs/exports.md)")
 
     def clean(self):
         data = super().clean()
@@ -571,7 +574,8 @@ class ExportAdmin(NoDelete, NoChange, RecordAdmin):
                                            layouts=d["layouts"], split=d["split"], link=not d["copy_files"],
                                            override_leakage=d["leakage_override"], user=request.user)
                 else:
-                    export = unit_tests_create(name=d["name"], per_test=d["per_test"], seed=d["seed"], id_source=d["id_source"], user=request.user)
+                    export = unit_tests_create(name=d["name"], per_test=d["per_test"], seed=d["seed"], id_source=d["id_source"], user=request.user,
+                                               convention=d.get("convention") or "paper")
             except ExportRequestError as exc:
                 form.add_error(None, str(exc))
             else:
@@ -624,6 +628,15 @@ class EvaluationCreateForm(forms.Form):
     react_percentile = forms.FloatField(initial=99.0, help_text="ReAct clipping percentile of ID fit activations")
     ash_percentile = forms.FloatField(initial=90.0, help_text="ASH-S pruning percentile")
     seed = forms.IntegerField(initial=0, help_text="Seed of C-OOD's estimation/test split")
+    fpr_method = forms.ChoiceField(choices=[("exact", "exact order statistic (default)"),
+                                            ("ninco-interpolated", "NINCO's code: np.quantile (linear interpolation)")],
+                                   required=False, initial="exact", help_text="FPR@95 (ID positive) threshold")
+    oaa_convention = forms.ChoiceField(choices=[("paper", "paper: rejected OOD count as correct (default)"),
+                                                ("code", "authors' code: every rejected wrong prediction counts")],
+                                       required=False, initial="paper", help_text="Outlier-aware accuracy (mOAA)")
+    severity_protocol = forms.ChoiceField(choices=[("c-ood", "C-OOD: 200 images per class, 150 estimate / 50 test (default)"),
+                                                   ("small-data", "small-data variant: any class with >= 2 images (not C-OOD's)")],
+                                          required=False, initial="c-ood", help_text="C-OOD severity levels")
 
     def __init__(self, *args, **kwargs):
         from pipelines.detectors import DETECTORS, detector_names
@@ -681,7 +694,8 @@ class EvaluationRunAdmin(NoDelete, NoChange, RecordAdmin):
         form = EvaluationCreateForm(request.POST or None)
         if request.method == "POST" and form.is_valid():
             d = form.cleaned_data
-            params = {k: d[k] for k in ("knn_k", "odin_temperature", "odin_epsilon", "react_percentile", "ash_percentile", "seed")}
+            params = {k: d[k] for k in ("knn_k", "odin_temperature", "odin_epsilon", "react_percentile", "ash_percentile", "seed",
+                                        "fpr_method", "oaa_convention", "severity_protocol")}
             try:
                 run = evaluation_create(export=d["export"], unit_tests=d["unit_tests"], id_test=d["id_test"], id_fit=d["id_fit"],
                                         models=d["model_names"], methods=d["methods"], params=params, user=request.user)

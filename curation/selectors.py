@@ -354,7 +354,8 @@ def export_list(*, limit: int = 100):
 # -- evaluation runs ---------------------------------------------------------------------------------
 
 EVAL_CSV_COLUMNS = ["model", "detector", "status", "set", "group", "name", "n", "auroc", "aupr_in", "aupr_out",
-                    "fpr95_id_positive", "fpr95_ood_positive", "unit_test_failed", "failure_auroc", "moaa", "id_accuracy"]
+                    "fpr95_id_positive", "fpr95_ood_positive", "unit_test_failed", "failure_auroc", "moaa", "id_accuracy",
+                    "fpr_method", "oaa_convention"]
 _METRICS = ("auroc", "aupr_in", "aupr_out", "fpr95_id_positive", "fpr95_ood_positive")
 
 
@@ -372,7 +373,9 @@ def evaluation_csv_rows(run) -> list[dict]:
     rows = []
     for model, r in res.get("models", {}).items():
         for det, e in r.get("detectors", {}).items():
-            base = {"model": model, "detector": det, "status": e["status"]}
+            conv = r.get("conventions") or {}
+            base = {"model": model, "detector": det, "status": e["status"], "fpr_method": conv.get("fpr_method", "exact"),
+                    "oaa_convention": conv.get("oaa_convention", "paper")}
             if e["status"] != "ok":
                 rows.append({**base, "set": "ood", "group": "pooled", "name": e.get("error", "")})
                 continue

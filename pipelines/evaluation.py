@@ -9,6 +9,9 @@ What is reported per detector (REFERENCE.md, Metrics):
 - failure-detection AUROC (ImageNet-OOD) and mean outlier-aware accuracy (Wang et al.),
   both from the ID test set's labels;
 - C-OOD severity levels when the OOD set has enough classes (pipelines.severity).
+
+Which convention each figure follows (``Conventions``; docs/evaluation.md lists them with
+their sources) is stored with the results and shown on the result page.
 """
 from __future__ import annotations
 
@@ -20,10 +23,49 @@ from typing import Callable
 import numpy as np
 
 from .detectors import DETECTORS, Detector, DetectorError, Head, Outputs, get_detector
-from .metrics import failure_detection_auroc, mean_outlier_aware_accuracy, ood_metrics
-from .severity import severity_levels, severity_requirements
+from .metrics import (FPR_METHODS, OAA_CONVENTIONS, OAA_GRID, TPR_LEVEL, failure_detection_auroc, mean_outlier_aware_accuracy,
+                      ood_metrics)
+from .severity import ESTIMATION, GROUP_RULE, PER_CLASS, PROTOCOLS, severity_levels, severity_requirements
 
 UNIT_TEST_FPR_LIMIT = 0.10  # NINCO: a detector fails a unit test when its FPR there is above 10%
+
+
+@dataclass(frozen=True)
+class Conventions:
+    """How the figures are computed where the papers' codes differ (docs/evaluation.md)."""
+
+    fpr_method: str = "exact"  # or "ninco-interpolated" (NINCO's code: np.quantile)
+    oaa_convention: str = "paper"  # or "code" (Wang et al.'s compute_oaa)
+    severity_protocol: str = "c-ood"  # or "small-data" (ours, labelled as not C-OOD's)
+    severity_per_class: int = PER_CLASS
+    severity_estimation: int = ESTIMATION
+
+    def __post_init__(self):
+        for value, allowed, what in ((self.fpr_method, FPR_METHODS, "FPR@95 threshold"),
+                                     (self.oaa_convention, OAA_CONVENTIONS, "OAA convention"),
+                                     (self.severity_protocol, PROTOCOLS, "severity protocol")):
+            if value not in allowed:
+                raise ValueError(f"{what} {value!r}: use one of {', '.join(allowed)}")
+
+    def describe(self) -> dict:
+        """Plain words for the result page, CSV/JSON."""
+        return {
+            "fpr_method": self.fpr_method,
+            "fpr95_id_positive": ("threshold at NumPy's interpolated 5% quantile of ID scores, as NINCO's code"
+                                  if self.fpr_method == "ninco-interpolated" else
+                                  "threshold at the exact order statistic keeping >= 95% of ID scores"),
+            "oaa_convention": self.oaa_convention,
+            "moaa": ("rejected samples with a wrong prediction count as correct, misclassified ID included (Wang et al.'s code)"
+                     if self.oaa_convention == "code" else
+                     "rejected OOD samples count as correct (Wang et al., Fig. 10 caption)") + f"; grid: {OAA_GRID}",
+            "severity_protocol": self.severity_protocol,
+            "severity": (f"C-OOD's protocol: {self.severity_per_class} images per class, {self.severity_estimation} to estimate "
+                         f"severity, {self.severity_per_class - self.severity_estimation} to test"
+                         if self.severity_protocol == "c-ood" else
+                         "small-data variant (NOT C-OOD's protocol): classes with >= 2 images split in half")
+                        + f"; groups = {GROUP_RULE}",
+            "tpr_level": TPR_LEVEL,
+        }
 
 
 @dataclass
@@ -53,19 +95,21 @@ def clean(value):
     return value
 
 
-def _group_metrics(id_scores: np.ndarray, scores: np.ndarray, groups: np.ndarray) -> dict[str, dict]:
+def _group_metrics(id_scores: np.ndarray, scores: np.ndarray, groups: np.ndarray, fpr_method: str = "exact") -> dict[str, dict]:
     out = {}
     for g in sorted(set(groups.tolist())):
         sel = scores[groups == g]
-        m = ood_metrics(id_scores, sel)
+        m = ood_metrics(id_scores, sel, fpr_method=fpr_method)
         out[g] = {"n": int(len(sel)), **{k: m[k] for k in ("auroc", "aupr_in", "aupr_out", "fpr95_id_positive", "fpr95_ood_positive")}}
     return out
 
 
 def evaluate_model(inputs: EvalInputs, methods: list[tuple[str, dict]], *, severity_window: int = 1000, seed: int = 0,
-                   progress: Callable[[str], None] | None = None) -> dict:
+                   progress: Callable[[str], None] | None = None, conventions: Conventions | None = None) -> dict:
     """Evaluate every (detector name, params) in ``methods``. A detector that cannot be fitted or
     scored is reported as failed with its error; the others go on."""
+    conv = conventions or Conventions()
+    fm = conv.fpr_method
     labels = inputs.id_test.labels if inputs.id_test.labels is not None else np.full(len(inputs.id_test), -1)
     labelled = labels >= 0
     pred = inputs.id_test.logits.argmax(axis=1)
@@ -77,9 +121,11 @@ def evaluate_model(inputs: EvalInputs, methods: list[tuple[str, dict]], *, sever
         "id_accuracy": float(correct[labelled].mean()) if labelled.any() else None,
         "ood_classes": int(len(set(inputs.ood_groups.tolist()))),
         "detectors": {},
+        "conventions": conv.describe(),
     }
     class_sizes = {g: int(n) for g, n in zip(*np.unique(inputs.ood_groups, return_counts=True))}
-    result["severity_message"] = severity_requirements(class_sizes, severity_window)
+    sev_opts = {"protocol": conv.severity_protocol, "per_class": conv.severity_per_class, "estimation": conv.severity_estimation}
+    result["severity_message"] = severity_requirements(class_sizes, severity_window, **sev_opts)
     for name, params in methods:
         started = time.perf_counter()
         entry: dict = {"status": "ok", "error": "", "notes": [], "params": dict(params)}
@@ -89,28 +135,32 @@ def evaluate_model(inputs: EvalInputs, methods: list[tuple[str, dict]], *, sever
             det.fit(inputs.fit, inputs.head)
             id_scores = det.score(inputs.id_test)
             ood_scores = det.score(inputs.ood)
-            entry["pooled"] = ood_metrics(id_scores, ood_scores)
-            entry["classes"] = _group_metrics(id_scores, ood_scores, inputs.ood_groups)
+            entry["pooled"] = ood_metrics(id_scores, ood_scores, fpr_method=fm)
+            entry["classes"] = _group_metrics(id_scores, ood_scores, inputs.ood_groups, fm)
             per_class = list(entry["classes"].values())
             entry["mean_class"] = {k: float(np.mean([c[k] for c in per_class]))
                                    for k in ("auroc", "fpr95_id_positive", "fpr95_ood_positive")}
             if labelled.any():
                 entry["failure_auroc"] = failure_detection_auroc(id_scores[labelled], correct[labelled], ood_scores)
-                entry["moaa"] = mean_outlier_aware_accuracy(id_scores[labelled], correct[labelled], ood_scores)
+                entry["moaa"] = mean_outlier_aware_accuracy(id_scores[labelled], correct[labelled], ood_scores,
+                                                            convention=conv.oaa_convention)
             else:
                 entry["failure_auroc"] = entry["moaa"] = None
                 entry["notes"].append("failure-detection AUROC and mOAA need ID test labels of the model's classes")
             if inputs.unit_tests is not None and len(inputs.unit_tests):
                 unit_scores = det.score(inputs.unit_tests)
-                tests = _group_metrics(id_scores, unit_scores, inputs.unit_groups)
+                tests = _group_metrics(id_scores, unit_scores, inputs.unit_groups, fm)
                 for t in tests.values():
                     t["failed"] = bool(t["fpr95_id_positive"] > UNIT_TEST_FPR_LIMIT)
                 entry["unit_tests"] = tests
                 entry["unit_tests_failed"] = sorted(k for k, t in tests.items() if t["failed"])
             if not result["severity_message"]:
                 sev = severity_levels(id_scores, {g: ood_scores[inputs.ood_groups == g] for g in class_sizes},
-                                      window=severity_window, seed=seed)
+                                      window=severity_window, seed=seed, **sev_opts)
                 entry["severity"] = sev.levels
+                result["severity_info"] = {"groups": sev.groups, "window": sev.window, "protocol": sev.protocol,
+                                           "classes_used": sev.classes_used, "classes_dropped": sev.classes_dropped,
+                                           "notes": sev.notes}
             entry["notes"] += det.notes
         except (DetectorError, ValueError, np.linalg.LinAlgError) as exc:
             entry = {"status": "failed", "error": f"{type(exc).__name__}: {exc}", "notes": [], "params": entry["params"]}

@@ -1,9 +1,15 @@
-"""OOD detection metrics from one sort of the pooled scores (scores are "higher = more ID").
+"""OOD detection metrics from one sort of each side's scores (scores are "higher = more ID").
 
 Conventions (REFERENCE.md, Metrics; NINCO sec. 5 and OpenOOD v1.5):
 
-- ``fpr95_id_positive`` (NINCO): ID is positive; the threshold is the highest score at which
-  at least 95% of ID is accepted (score >= threshold); the figure is the share of OOD accepted.
+- ``fpr95_id_positive`` (NINCO): ID is positive; a score >= the threshold is accepted as ID; the
+  figure is the share of OOD accepted. How the threshold is taken (``fpr_method``):
+  - ``exact`` (default): the highest score that still accepts at least 95% of the ID scores,
+    i.e. an order statistic of the ID scores, as a ROC curve has it;
+  - ``ninco-interpolated``: NumPy's default (linearly interpolated) 5% quantile of the ID
+    scores, as NINCO's evaluation code does (``utils.fpr_at_tpr``: ``t = np.quantile(values_in,
+    1 - tpr)``, FPR = mean(values_out >= t)). The two differ for small ID sets (a threshold
+    between two ID scores); use it to reproduce NINCO's tables to the digit.
 - ``fpr95_ood_positive`` (OpenOOD): OOD is positive (the detector score negated); the
   threshold is where at least 95% of OOD is caught; the figure is the share of ID flagged.
 - ``auroc``: P(ID score > OOD score) + P(equal) / 2, the trapezoid under the ROC curve whose
@@ -12,19 +18,27 @@ Conventions (REFERENCE.md, Metrics; NINCO sec. 5 and OpenOOD v1.5):
   the distinct thresholds, no interpolation, as scikit-learn's ``average_precision_score``)
   with ID resp. OOD as the positive class.
 
-Every figure comes from the same ordering: the pooled scores are sorted once, tie groups
-are found once, and the cumulative ID and OOD counts at the group ends give every ROC and PR
-point for both directions.
+How: each side is sorted once and reduced to its distinct values with their counts; the two
+distinct lists are merged once (one stable merge of two sorted runs). Every ROC and PR point for
+both directions is a cumulative count over that merge, so all five figures cost two sorts and a
+few linear passes.
 """
 from __future__ import annotations
 
 import numpy as np
 
 TPR_LEVEL = 0.95
+FPR_METHODS = ("exact", "ninco-interpolated")
+# Outlier-aware accuracy: which rejected samples count as correct (REFERENCE-2.md, 4.4).
+OAA_CONVENTIONS = ("paper", "code")
+OAA_GRID = "every pooled score (each distinct score a threshold, weighted by how many samples carry it)"
 
 
 def _as_scores(x, what: str) -> np.ndarray:
-    a = np.asarray(x).ravel()
+    a = np.asarray(x)
+    if a.ndim != 1:
+        raise ValueError(f"{what}: scores must be a one-dimensional array, got shape {a.shape}; pass one score per image "
+                         "(e.g. scores[:, 0] or scores.ravel() if that is what you mean)")
     if a.dtype.kind != "f":
         a = a.astype(np.float64)
     if a.size == 0:
@@ -35,46 +49,60 @@ def _as_scores(x, what: str) -> np.ndarray:
     return a
 
 
-def _groups(id_scores: np.ndarray, ood_scores: np.ndarray):
-    """Per distinct score (ascending): how many ID and OOD scores are <= it.
-
-    The pooled scores are sorted once, as a merge sort would: each side is sorted (numpy's
-    vectorised sort), then the two sorted runs are merged by a stable argsort, which detects
-    the runs and merges them in linear time. The merge order tells ID from OOD."""
-    n_id = id_scores.size
-    runs = np.concatenate([np.sort(id_scores), np.sort(ood_scores)])
-    order = np.argsort(runs, kind="stable")
-    s = runs[order]
-    ends = np.flatnonzero(s[1:] != s[:-1])  # last index of every tie group but the top one
-    ends = np.append(ends, s.size - 1)
-    id_le = np.cumsum(order < n_id, dtype=np.int64)[ends]
-    ood_le = ends + 1 - id_le
-    return id_le, ood_le
+def _distinct(sorted_x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct values ascending, how many carry each) of a sorted array."""
+    new_value = sorted_x[1:] != sorted_x[:-1]
+    if new_value.all():  # no ties (continuous scores): every value is its own group
+        return sorted_x, np.ones(sorted_x.size, dtype=np.int64)
+    starts = np.flatnonzero(np.concatenate(([True], new_value)))
+    return sorted_x[starts], np.diff(np.append(starts, sorted_x.size))
 
 
-def ood_metrics(id_scores, ood_scores, *, tpr_level: float = TPR_LEVEL) -> dict[str, float]:
+def _merge(ua: np.ndarray, ub: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each value of ``ub`` (distinct, sorted): how many values of ``ua`` (distinct, sorted)
+    are <= it, and whether one equals it. One stable merge of the two runs (a stable argsort of
+    two presorted runs merges them in linear time); on equal values the ``ua`` run comes first."""
+    dtype = np.result_type(ua.dtype, ub.dtype)
+    order = np.argsort(np.concatenate([ua.astype(dtype, copy=False), ub.astype(dtype, copy=False)]), kind="stable")
+    le = np.flatnonzero(order >= ua.size) - np.arange(ub.size)  # ua values placed before ub_j
+    eq = (ua[np.maximum(le - 1, 0)] == ub) & (le > 0)
+    return le, eq
+
+
+def ood_metrics(id_scores, ood_scores, *, tpr_level: float = TPR_LEVEL, fpr_method: str = "exact") -> dict[str, float]:
     """AUROC, AUPR-In, AUPR-Out and FPR@95 in both conventions; see the module docstring."""
+    if fpr_method not in FPR_METHODS:
+        raise ValueError(f"fpr_method {fpr_method!r}: use one of {', '.join(FPR_METHODS)}")
     ids = _as_scores(id_scores, "ID scores")
     oods = _as_scores(ood_scores, "OOD scores")
     n_id, n_ood = ids.size, oods.size
-    id_le, ood_le = _groups(ids, oods)  # per distinct score v (ascending): #ID <= v, #OOD <= v
-    id_lt = np.concatenate([[0], id_le[:-1]])  # #ID < v
-    ood_lt = np.concatenate([[0], ood_le[:-1]])
-    id_cnt, ood_cnt = id_le - id_lt, ood_le - ood_lt  # how many of each carry exactly v
+    sa, sb = np.sort(ids), np.sort(oods)
+    ua, ca = _distinct(sa)
+    ub, cb = _distinct(sb)
+    le, eq = _merge(ua, ub)  # per distinct OOD value v: distinct ID values <= v, and whether v is an ID value
+    id_lt_a = np.concatenate([[0], np.cumsum(ca)])  # #ID < ua_i (index i), n_id at the end
+    id_le_b = id_lt_a[le]  # #ID <= ub_j
+    id_eq_b = ca[np.maximum(le - 1, 0)] * eq  # #ID == ub_j
     # AUROC = P(ID > OOD) + P(ID == OOD) / 2 (Mann-Whitney; the ROC trapezoid with tied steps)
-    auroc = float(np.dot(ood_cnt, (n_id - id_le) + 0.5 * id_cnt) / (n_id * n_ood))
-    # NINCO, ID positive: accept score >= v. The highest v that keeps >= 95% of ID: the
-    # largest group with #ID >= v, i.e. n_id - id_lt >= need.
-    need = _at_least(tpr_level, n_id)
-    g = int(np.searchsorted(id_lt, n_id - need, side="right")) - 1
-    fpr95_id = float((n_ood - ood_lt[g]) / n_ood)
-    # OpenOOD, OOD positive: flag score <= v. The lowest v that catches >= 95% of OOD.
-    g = int(np.searchsorted(ood_le, _at_least(tpr_level, n_ood), side="left"))
-    fpr95_ood = float(id_le[g] / n_id)
-    # Average precision (scikit-learn's step sum): every threshold adds recall gained x precision
-    tp, fp = n_id - id_lt, n_ood - ood_lt  # accepted at threshold v (score >= v)
-    aupr_in = float(np.dot(id_cnt / n_id, tp / (tp + fp)))
-    aupr_out = float(np.dot(ood_cnt / n_ood, ood_le / (ood_le + id_le)))  # flagged at v (score <= v)
+    auroc = float((np.dot(cb, n_id - id_le_b) + 0.5 * np.dot(cb, id_eq_b)) / (n_id * n_ood))
+    # #OOD < ua_i: ub_j < ua_i exactly when fewer than i + 1 distinct ID values are <= ub_j (le_j <= i)
+    ood_lt_a = np.cumsum(np.bincount(le, weights=cb, minlength=ua.size + 1))[:ua.size]
+    ood_cum = np.cumsum(cb)
+    # Average precision with ID positive: a threshold at every distinct ID value (accept score >= v)
+    tp, fp = n_id - id_lt_a[:-1], n_ood - ood_lt_a
+    aupr_in = float(np.dot(ca, tp / (tp + fp)) / n_id)
+    # Average precision with OOD positive: flag score <= v at every distinct OOD value
+    ood_le_b = ood_cum
+    aupr_out = float(np.dot(cb, ood_le_b / (ood_le_b + id_le_b)) / n_ood)
+    # NINCO, ID positive: accept score >= t
+    if fpr_method == "exact":
+        t = sa[n_id - _at_least(tpr_level, n_id)]  # the highest score that keeps >= 95% of ID
+    else:
+        t = np.quantile(sa, 1.0 - tpr_level)  # NINCO's code: NumPy's linear interpolation
+    fpr95_id = float((n_ood - np.searchsorted(sb, t, side="left")) / n_ood)
+    # OpenOOD, OOD positive: flag score <= v, the lowest v that catches >= 95% of OOD
+    v = sb[_at_least(tpr_level, n_ood) - 1]
+    fpr95_ood = float(np.searchsorted(sa, v, side="right") / n_id)
     return {"auroc": auroc, "aupr_in": aupr_in, "aupr_out": aupr_out,
             "fpr95_id_positive": fpr95_id, "fpr95_ood_positive": fpr95_ood, "n_id": n_id, "n_ood": n_ood}
 
@@ -103,22 +131,37 @@ def failure_detection_auroc(id_scores, id_correct, ood_scores) -> float:
     return ood_metrics(pos, neg)["auroc"]
 
 
-def mean_outlier_aware_accuracy(id_scores, id_correct, ood_scores) -> float:
-    """Wang, Vaze, Han (IJCV 2024): outlier-aware accuracy at threshold t is the share of all
-    samples that are accepted (score >= t) and correctly classified ID, or OOD and rejected
-    (score < t). mOAA averages it over the thresholds at every pooled sample score (each
-    distinct score weighted by how many samples carry it; the lowest one rejects nothing)."""
+def mean_outlier_aware_accuracy(id_scores, id_correct, ood_scores, *, convention: str = "paper") -> float:
+    """Wang, Vaze, Han (IJCV 2024), outlier-aware accuracy at threshold t: the share of all
+    samples that are accepted (score >= t) and correctly classified, plus those rejected
+    (score < t) that count as correct rejections:
+
+    - ``paper`` (default; the caption of the paper's Fig. 10): rejected OOD samples;
+    - ``code`` (the authors' ``compute_oaa`` in Visual-AI/Dissect-OOD-OSR): every rejected sample
+      whose prediction is wrong, misclassified ID samples included (REFERENCE-2.md, 4.4).
+
+    mOAA averages OAA over a grid of thresholds that the paper leaves open; ours is every pooled
+    sample score (each distinct score weighted by how many samples carry it; the lowest one
+    rejects nothing)."""
+    if convention not in OAA_CONVENTIONS:
+        raise ValueError(f"OAA convention {convention!r}: use one of {', '.join(OAA_CONVENTIONS)}")
     ids = _as_scores(id_scores, "ID scores")
     correct = np.asarray(id_correct, dtype=bool).ravel()
+    if correct.size != ids.size:
+        raise ValueError(f"id_correct has {correct.size} entries for {ids.size} ID scores")
     oods = _as_scores(ood_scores, "OOD scores")
     scores = np.concatenate([ids, oods])
     order = np.argsort(scores)[::-1]
     s = scores[order]
     good = np.concatenate([correct, np.zeros(oods.size, dtype=bool)])[order]
-    is_ood = order >= ids.size
+    # samples whose rejection counts as correct
+    if convention == "paper":
+        reject_ok = np.concatenate([np.zeros(ids.size, dtype=bool), np.ones(oods.size, dtype=bool)])[order]
+    else:
+        reject_ok = np.concatenate([~correct, np.ones(oods.size, dtype=bool)])[order]
     ends = np.append(np.flatnonzero(np.diff(s)), s.size - 1)
     accepted_good = np.cumsum(good)[ends]
-    ood_accepted = np.cumsum(is_ood)[ends]
-    oaa = (accepted_good + (oods.size - ood_accepted)) / s.size
+    accepted_reject_ok = np.cumsum(reject_ok)[ends]
+    oaa = (accepted_good + (int(reject_ok.sum()) - accepted_reject_ok)) / s.size
     weights = np.diff(np.concatenate([[-1], ends]))
     return float(np.sum(oaa * weights) / s.size)

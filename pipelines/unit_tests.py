@@ -15,6 +15,25 @@ STRIPE_COUNTS, a random colour each); smooth noise (uniform noise, Gaussian filt
 (filtered noise scaled per channel so that c - delta / c + delta are its 2.5th / 97.5th
 percentiles); smooth pixel permutation (a filtered pixel permutation); blobs (Bernoulli(0.7)
 per channel and pixel, filtered, values below 0.75 set to 0).
+
+Two conventions (``convention=``):
+
+- ``paper`` (default) follows the paper's text (appendix G) where NINCO's published generator
+  (j-cb/NINCO: ``noise_functions.py`` and ``create_unit_test_data.ipynb``) does otherwise:
+  Gaussian filters reflect at the borders; stripes are as equal as the pixel count allows;
+  smooth colour puts c - delta / c + delta at the 2.5th / 97.5th percentiles (the text's
+  "c +- delta"); values are rounded to 8 bits; each picture mirrors an ID sample drawn with
+  replacement and takes that sample's size and file format (JPEG at quality 95 without chroma
+  subsampling, PNG, WebP).
+- ``ninco`` reproduces each recipe as NINCO's code computes it: Gaussian filters wrap at the
+  borders (``skimage.filters.gaussian(..., mode='wrap')``); stripes are ``height // n`` (or
+  ``width // n``) pixels each with every leftover row/column going to the last stripe; smooth
+  colour maps the 2.5th-97.5th percentile range onto [c, c + 2 delta] (centred on c + delta);
+  values are truncated to 8 bits (``(x * 255).astype('uint8')``); each test mirrors distinct ID
+  samples (without replacement while there are enough) and the file format follows NINCO's own
+  rule: PNG for an even ID-sample index, JPEG (Pillow's default quality 75) for an odd one.
+  Random draws still come from our per-picture generators (NINCO's notebook used NumPy's global
+  state), so the same seed gives the same files, not NINCO's files.
 """
 from __future__ import annotations
 
@@ -55,6 +74,9 @@ class IdSample:
     format: str
 
 
+CONVENTIONS = ("paper", "ninco")
+
+
 @dataclass(frozen=True)
 class Recipe:
     name: str
@@ -77,9 +99,14 @@ def recipe(name: str, *, needs_id_pixels: bool = False):
     return register
 
 
-def blur(x: np.ndarray, sigma: float) -> np.ndarray:
+def blur(x: np.ndarray, sigma: float, convention: str = "paper") -> np.ndarray:
     """Gaussian filter of standard deviation ``sigma`` pixels over height and width, each
-    channel on its own (scipy.ndimage, reflecting at the borders)."""
+    channel on its own: reflecting at the borders (``paper``, scipy.ndimage) or wrapping
+    around them as NINCO's code does (``ninco``, skimage.filters.gaussian with mode='wrap')."""
+    if convention == "ninco":
+        from skimage.filters import gaussian
+
+        return gaussian(x, sigma=sigma, channel_axis=2, mode="wrap", preserve_range=True)
     from scipy.ndimage import gaussian_filter
 
     return gaussian_filter(x, sigma=(sigma, sigma, 0), mode="reflect")
@@ -89,11 +116,15 @@ def _colour(rng) -> np.ndarray:
     return rng.uniform(0.0, 1.0, size=3)
 
 
-def _stripes(colours: np.ndarray, h: int, w: int, *, vertical: bool) -> np.ndarray:
-    """Equal stripes (as equal as the pixel count allows), one colour each."""
+def _stripes(colours: np.ndarray, h: int, w: int, *, vertical: bool, convention: str = "paper") -> np.ndarray:
+    """Stripes, one colour each: as equal as the pixel count allows (``paper``), or
+    ``length // n`` pixels each with the leftover going to the last stripe (``ninco``)."""
     n = len(colours)
     length = w if vertical else h
-    band = np.minimum((np.arange(length) * n) // length, n - 1)
+    if convention == "ninco":
+        band = np.minimum(np.arange(length) // max(length // n, 1), n - 1)
+    else:
+        band = np.minimum((np.arange(length) * n) // length, n - 1)
     line = colours[band]  # (length, 3)
     return np.broadcast_to(line[None, :, :] if vertical else line[:, None, :], (h, w, 3)).copy()
 
@@ -105,72 +136,72 @@ def _permuted(rng, id_pixels: np.ndarray) -> np.ndarray:
 
 
 @recipe("uniform_noise")
-def _uniform_noise(rng, h, w, id_pixels=None):
+def _uniform_noise(rng, h, w, id_pixels=None, conv="paper"):
     return rng.uniform(0.0, 1.0, size=(h, w, 3)), {}
 
 
 @recipe("gaussian_noise")
-def _gaussian_noise(rng, h, w, id_pixels=None):
+def _gaussian_noise(rng, h, w, id_pixels=None, conv="paper"):
     sigma = float(rng.choice(GAUSSIAN_SIGMAS))
     return np.clip(rng.normal(0.5, sigma, size=(h, w, 3)), 0.0, 1.0), {"sigma": sigma}
 
 
 @recipe("rademacher_noise")
-def _rademacher_noise(rng, h, w, id_pixels=None):
+def _rademacher_noise(rng, h, w, id_pixels=None, conv="paper"):
     return rng.integers(0, 2, size=(h, w, 3)).astype(np.float64), {}
 
 
 @recipe("pixel_permutation", needs_id_pixels=True)
-def _pixel_permutation(rng, h, w, id_pixels=None):
+def _pixel_permutation(rng, h, w, id_pixels=None, conv="paper"):
     return _permuted(rng, id_pixels), {}
 
 
 @recipe("black")
-def _black(rng, h, w, id_pixels=None):
+def _black(rng, h, w, id_pixels=None, conv="paper"):
     return np.zeros((h, w, 3)), {}
 
 
 @recipe("white")
-def _white(rng, h, w, id_pixels=None):
+def _white(rng, h, w, id_pixels=None, conv="paper"):
     return np.ones((h, w, 3)), {}
 
 
 @recipe("grey")
-def _grey(rng, h, w, id_pixels=None):
+def _grey(rng, h, w, id_pixels=None, conv="paper"):
     value = float(rng.uniform(0.0, 1.0))
     return np.full((h, w, 3), value), {"value": round(value, 6)}
 
 
 @recipe("monochrome")
-def _monochrome(rng, h, w, id_pixels=None):
+def _monochrome(rng, h, w, id_pixels=None, conv="paper"):
     c = _colour(rng)
     return np.broadcast_to(c, (h, w, 3)).copy(), {"colour": [round(float(v), 6) for v in c]}
 
 
 @recipe("tricolour")
-def _tricolour(rng, h, w, id_pixels=None):
+def _tricolour(rng, h, w, id_pixels=None, conv="paper"):
     vertical = bool(rng.integers(0, 2))
     colours = rng.uniform(0.0, 1.0, size=(3, 3))
-    return _stripes(colours, h, w, vertical=vertical), {"vertical": vertical, "colours": np.round(colours, 6).tolist()}
+    return _stripes(colours, h, w, vertical=vertical, convention=conv), {"vertical": vertical, "colours": np.round(colours, 6).tolist()}
 
 
 @recipe("primary_tricolour")
-def _primary_tricolour(rng, h, w, id_pixels=None):
+def _primary_tricolour(rng, h, w, id_pixels=None, conv="paper"):
     vertical = bool(rng.integers(0, 2))
     colours = rng.integers(0, 2, size=(3, 3)).astype(np.float64)
-    return _stripes(colours, h, w, vertical=vertical), {"vertical": vertical, "colours": colours.astype(int).tolist()}
+    return _stripes(colours, h, w, vertical=vertical, convention=conv), {"vertical": vertical, "colours": colours.astype(int).tolist()}
 
 
 @recipe("horizontal_stripes")
-def _horizontal_stripes(rng, h, w, id_pixels=None):
+def _horizontal_stripes(rng, h, w, id_pixels=None, conv="paper"):
     n = int(rng.choice(STRIPE_COUNTS))
-    return _stripes(rng.uniform(0.0, 1.0, size=(n, 3)), h, w, vertical=False), {"stripes": n}
+    return _stripes(rng.uniform(0.0, 1.0, size=(n, 3)), h, w, vertical=False, convention=conv), {"stripes": n}
 
 
 @recipe("vertical_stripes")
-def _vertical_stripes(rng, h, w, id_pixels=None):
+def _vertical_stripes(rng, h, w, id_pixels=None, conv="paper"):
     n = int(rng.choice(STRIPE_COUNTS))
-    return _stripes(rng.uniform(0.0, 1.0, size=(n, 3)), h, w, vertical=True), {"stripes": n}
+    return _stripes(rng.uniform(0.0, 1.0, size=(n, 3)), h, w, vertical=True, convention=conv), {"stripes": n}
 
 
 def _rescale(x: np.ndarray, axis=None) -> np.ndarray:
@@ -180,38 +211,40 @@ def _rescale(x: np.ndarray, axis=None) -> np.ndarray:
 
 
 @recipe("smooth_noise")
-def _smooth_noise(rng, h, w, id_pixels=None):
+def _smooth_noise(rng, h, w, id_pixels=None, conv="paper"):
     sigma = float(rng.choice(SMOOTH_SIGMAS))
-    return _rescale(blur(rng.uniform(0.0, 1.0, size=(h, w, 3)), sigma)), {"sigma": sigma}
+    return _rescale(blur(rng.uniform(0.0, 1.0, size=(h, w, 3)), sigma, conv)), {"sigma": sigma}
 
 
 @recipe("smooth_noise_plus")
-def _smooth_noise_plus(rng, h, w, id_pixels=None):
+def _smooth_noise_plus(rng, h, w, id_pixels=None, conv="paper"):
     sigma = float(rng.choice(SMOOTH_SIGMAS))
-    return _rescale(blur(rng.uniform(0.0, 1.0, size=(h, w, 3)), sigma), axis=(0, 1)), {"sigma": sigma}
+    return _rescale(blur(rng.uniform(0.0, 1.0, size=(h, w, 3)), sigma, conv), axis=(0, 1)), {"sigma": sigma}
 
 
 @recipe("smooth_colour")
-def _smooth_colour(rng, h, w, id_pixels=None):
+def _smooth_colour(rng, h, w, id_pixels=None, conv="paper"):
     sigma = float(rng.choice(SMOOTH_SIGMAS))
     delta = float(rng.uniform(*SMOOTH_COLOUR_DELTA))
     c = _colour(rng)
-    x = blur(rng.uniform(0.0, 1.0, size=(h, w, 3)), sigma)
+    x = blur(rng.uniform(0.0, 1.0, size=(h, w, 3)), sigma, conv)
     lo, hi = np.percentile(x, [2.5, 97.5], axis=(0, 1))
-    x = (c - delta) + (x - lo) * (2 * delta) / np.maximum(hi - lo, 1e-12)
+    # paper: [2.5th, 97.5th] percentile -> [c - delta, c + delta]; NINCO's code: -> [c, c + 2 delta]
+    bottom = c if conv == "ninco" else c - delta
+    x = bottom + (x - lo) * (2 * delta) / np.maximum(hi - lo, 1e-12)
     return np.clip(x, 0.0, 1.0), {"sigma": sigma, "delta": round(delta, 6), "colour": [round(float(v), 6) for v in c]}
 
 
 @recipe("smooth_pixel_permutation", needs_id_pixels=True)
-def _smooth_pixel_permutation(rng, h, w, id_pixels=None):
+def _smooth_pixel_permutation(rng, h, w, id_pixels=None, conv="paper"):
     sigma = float(rng.choice(SMOOTH_PERMUTATION_SIGMAS))
-    return np.clip(blur(_permuted(rng, id_pixels), sigma), 0.0, 1.0), {"sigma": sigma}
+    return np.clip(blur(_permuted(rng, id_pixels), sigma, conv), 0.0, 1.0), {"sigma": sigma}
 
 
 @recipe("blobs")
-def _blobs(rng, h, w, id_pixels=None):
+def _blobs(rng, h, w, id_pixels=None, conv="paper"):
     sigma = float(rng.choice(BLOB_SIGMAS))
-    x = blur((rng.uniform(0.0, 1.0, size=(h, w, 3)) < BLOB_ONE_PROBABILITY).astype(np.float64), sigma)
+    x = blur((rng.uniform(0.0, 1.0, size=(h, w, 3)) < BLOB_ONE_PROBABILITY).astype(np.float64), sigma, conv)
     x[x < BLOB_CUTOFF] = 0.0
     return np.clip(x, 0.0, 1.0), {"sigma": sigma}
 
@@ -231,32 +264,61 @@ def id_pixels_of(path: str) -> np.ndarray:
     return np.asarray(load_rgb(path), dtype=np.float64) / 255.0
 
 
-def make_picture(test: str, *, seed: int, index: int, samples: Sequence[IdSample]) -> tuple[np.ndarray, IdSample, dict]:
-    """One picture of ``test``: (array, the ID sample it mirrors, the recipe's parameters)."""
+def ninco_sample_index(seed: int, test: str, index: int, n_samples: int, per_test: int) -> int:
+    """NINCO's code draws each test's ID images without replacement (``rs.choice(len(val), 400,
+    replace=False)``): the index-th of a seeded permutation while there are enough samples."""
+    if per_test <= n_samples and index < n_samples:
+        order = np.random.default_rng([seed, UNIT_TESTS.index(test), 2**31]).permutation(n_samples)
+        return int(order[index])
+    return int(rng_for(seed, test, index).integers(n_samples))
+
+
+def make_picture(test: str, *, seed: int, index: int, samples: Sequence[IdSample], convention: str = "paper",
+                 per_test: int = 0) -> tuple[np.ndarray, IdSample, dict]:
+    """One picture of ``test``: (array, the ID sample it mirrors, the recipe's parameters).
+    With ``convention="ninco"``, ``params["sample_index"]`` is the mirrored sample's index (its
+    parity picks the file format, as NINCO's code)."""
     if test not in RECIPES:
         raise KeyError(f"unknown unit test {test!r}; known: {', '.join(UNIT_TESTS)}")
+    if convention not in CONVENTIONS:
+        raise ValueError(f"unit-test convention {convention!r}: use one of {', '.join(CONVENTIONS)}")
     if not samples:
         raise ValueError("unit tests need at least one ID image to mirror (sizes, formats, pixel permutations)")
     rng = rng_for(seed, test, index)
-    sample = samples[int(rng.integers(len(samples)))]
+    pick = int(rng.integers(len(samples)))
+    if convention == "ninco":
+        pick = ninco_sample_index(seed, test, index, len(samples), per_test or len(samples))
+    sample = samples[pick]
     r = RECIPES[test]
     id_pixels = id_pixels_of(sample.path) if r.needs_id_pixels else None
     h, w = (id_pixels.shape[:2] if id_pixels is not None else (sample.height, sample.width))
-    array, params = r.make(rng, h, w, id_pixels)
+    array, params = r.make(rng, h, w, id_pixels, conv=convention)
+    if convention == "ninco":
+        params = {**params, "sample_index": pick}
     return array, sample, params
 
 
-def to_uint8(array: np.ndarray) -> np.ndarray:
-    return np.round(np.clip(array, 0.0, 1.0) * 255.0).astype(np.uint8)
+def to_uint8(array: np.ndarray, convention: str = "paper") -> np.ndarray:
+    """8-bit pixels: rounded (``paper``) or truncated as NINCO's ``(x * 255).astype('uint8')``."""
+    scaled = np.clip(array, 0.0, 1.0) * 255.0
+    return (scaled if convention == "ninco" else np.round(scaled)).astype(np.uint8)
 
 
-def save_picture(array: np.ndarray, path_stem: Path, fmt: str) -> Path:
-    """Write ``array`` in ``fmt`` (JPEG quality 95 without chroma subsampling, lossless PNG or
-    WebP; anything else as PNG). Returns the file written."""
+def ninco_format(sample_index: int) -> str:
+    """NINCO's file format rule: PNG for an even ImageNet index, JPEG for an odd one."""
+    return "PNG" if sample_index % 2 == 0 else "JPEG"
+
+
+def save_picture(array: np.ndarray, path_stem: Path, fmt: str, convention: str = "paper") -> Path:
+    """Write ``array`` in ``fmt`` (``paper``: JPEG quality 95 without chroma subsampling, lossless
+    PNG or WebP, anything else as PNG; ``ninco``: Pillow's defaults, as NINCO's code saves).
+    Returns the file written."""
     fmt = fmt.upper() if fmt.upper() in WRITE_FORMATS else "PNG"
     path = path_stem.with_suffix(WRITE_FORMATS[fmt])
-    im = PILImage.fromarray(to_uint8(array), mode="RGB")
+    im = PILImage.fromarray(to_uint8(array, convention), mode="RGB")
     options = {"JPEG": {"quality": JPEG_QUALITY, "subsampling": 0}, "WEBP": {"lossless": True}, "PNG": {}}[fmt]
+    if convention == "ninco":
+        options = {}
     tmp = path.with_name(path.name + ".part")
     im.save(tmp, format=fmt, **options)
     os.replace(tmp, path)
@@ -276,17 +338,18 @@ class UnitTestRow:
 
 
 def _write_one(args) -> UnitTestRow:
-    test, index, seed, samples, out = args
-    array, sample, params = make_picture(test, seed=seed, index=index, samples=samples)
+    test, index, seed, samples, out, convention, per_test = args
+    array, sample, params = make_picture(test, seed=seed, index=index, samples=samples, convention=convention, per_test=per_test)
     folder = Path(out) / test
-    path = save_picture(array, folder / f"{test}_{index:04d}", sample.format)
+    fmt = ninco_format(params["sample_index"]) if convention == "ninco" else sample.format
+    path = save_picture(array, folder / f"{test}_{index:04d}", fmt, convention)
     return UnitTestRow(file=f"{test}/{path.name}", test=test, index=index, width=array.shape[1], height=array.shape[0],
                        format=path.suffix.lstrip(".").upper().replace("JPG", "JPEG"), id_sample=sample.name, params=params)
 
 
 def write_unit_tests(out: Path, *, samples: Sequence[IdSample], per_test: int = 400, seed: int = 0,
                      tests: Sequence[str] | None = None, workers: int = 1,
-                     progress: Callable[[int], None] | None = None) -> list[UnitTestRow]:
+                     progress: Callable[[int], None] | None = None, convention: str = "paper") -> list[UnitTestRow]:
     """Write ``per_test`` pictures of each test into ``out/<test>/`` and ``out/unit_tests.csv``
     (file, test, index, size, format, the ID sample mirrored, the recipe's parameters).
     Pictures already written are written again identically (same seed, same bytes)."""
@@ -296,12 +359,14 @@ def write_unit_tests(out: Path, *, samples: Sequence[IdSample], per_test: int = 
         raise KeyError(f"unknown unit test(s) {', '.join(unknown)}; known: {', '.join(UNIT_TESTS)}")
     if per_test < 1:
         raise ValueError(f"--per-test must be at least 1 (got {per_test})")
+    if convention not in CONVENTIONS:
+        raise ValueError(f"unit-test convention {convention!r}: use one of {', '.join(CONVENTIONS)}")
     if not samples:
         raise ValueError("unit tests need at least one ID image to mirror (sizes, formats, pixel permutations)")
     out = Path(out)
     for t in tests:
         (out / t).mkdir(parents=True, exist_ok=True)
-    jobs = [(t, i, seed, list(samples), str(out)) for t in tests for i in range(per_test)]
+    jobs = [(t, i, seed, list(samples), str(out), convention, per_test) for t in tests for i in range(per_test)]
     rows: list[UnitTestRow] = []
     if workers > 1:
         with ProcessPoolExecutor(max_workers=workers) as pool:

@@ -235,3 +235,63 @@ def test_importing_outputs_checks_the_file(tmp_path):
     for path, name, message in bad:
         with pytest.raises(CommandError, match=message):
             call_command("import_outputs", name, str(path), model="toy", stdout=io.StringIO())
+
+
+def test_conventions_are_chosen_recorded_and_shown(tmp_path, role_groups):
+    export = _world(tmp_path)
+    out = io.StringIO()
+    call_command("evaluate", export="ood", id_test="import:test", id_fit="import:fit", models="toy", methods="msp,react",
+                 fpr_method="ninco-interpolated", oaa_convention="code", react_percentile=90, stdout=out)
+    run = EvaluationRun.objects.get()
+    conv = run.results["models"]["toy"]["conventions"]
+    assert run.config["conventions"]["fpr_method"] == "ninco-interpolated" and conv["oaa_convention"] == "code"
+    assert "conventions: FPR@95 ID+ ninco-interpolated; mOAA code; severity c-ood" in out.getvalue()
+    # the pooled FPR is NINCO's code's: np.quantile of the ID scores (written here, not our helper)
+    from pipelines.detectors import get_detector
+    from curation.services.evaluation import load_outputs
+
+    fit, _, _, _ = load_outputs(EvalFeatureSet.objects.get(dataset="import:fit"))
+    test, _, _, _ = load_outputs(EvalFeatureSet.objects.get(dataset="import:test"))
+    ood, _, _, _ = load_outputs(EvalFeatureSet.objects.get(dataset="export:ood-v1"))
+    msp = get_detector("msp").fit(fit)
+    s_id, s_ood = msp.score(test), msp.score(ood)
+    expected = float((s_ood >= np.quantile(s_id, 0.05)).mean())
+    assert run.results["models"]["toy"]["detectors"]["msp"]["pooled"]["fpr95_id_positive"] == pytest.approx(expected, abs=1e-12)
+    react = run.results["models"]["toy"]["detectors"]["react"]
+    assert react["params"] == {"percentile": 90.0} and any("Sun et al." in n for n in react["notes"])
+    page = _client("res", "researcher").get(f"/evaluations/{run.pk}/").content.decode()
+    assert "ninco-interpolated: threshold at NumPy&#x27;s interpolated 5% quantile" in page
+    assert "code: rejected samples with a wrong prediction count as correct" in page and "grid: every pooled score" in page
+    assert "C-OOD&#x27;s protocol: 200 images per class, 150 to estimate" in page and "|Y_OOD| - |Y_ID| + 1" in page
+    rows = list(csv.DictReader(io.StringIO(_client("res2", "researcher").get(f"/evaluations/{run.pk}/results.csv").content.decode())))
+    assert {r["fpr_method"] for r in rows} == {"ninco-interpolated"} and {r["oaa_convention"] for r in rows} == {"code"}
+    for bad, message in (({"fpr_method": "median"}, "fpr-method: 'median' is not one of"),
+                         ({"severity_protocol": "x"}, "severity-protocol"),
+                         ({"severity_per_class": 100, "severity_estimation": 100}, "fewer than the images per class")):
+        with pytest.raises(EvaluationError, match=message):
+            evaluation_create(export=export, id_test="import:test", id_fit="import:fit", models=["toy"], params=bad, enqueue=False)
+
+
+def test_odin_scores_cached_under_the_old_rule_are_computed_again_not_mixed(tmp_path):
+    """ODIN's step changed (epsilon now in pixel space): outputs cached with the old key must not be
+    reused; the plan schedules ODIN afresh under the new key."""
+    from pipelines.detectors.odin import odin_key
+
+    from curation.services.evaluation import evaluation_plan
+
+    from curation.services.evaluation import resolve_set
+
+    src = _id_source(tmp_path, "idtest")
+    _id_source(tmp_path, "idfit")
+    export = _world(tmp_path)
+    t = resolve_set(f"source:{src.name}", role="test")
+    # the ID test set's outputs are cached, with ODIN scores from an earlier version's rule
+    EvalFeatureSet.objects.create(model_name="toy", dataset=t.key, version=t.version, path="old/outputs.npz", images=6,
+                                  feature_dim=D, extras={"odin_t2_e1e-05": "old/odin.npz"})
+    assert odin_key(2.0, 1e-5) != "odin_t2_e1e-05"
+    run = evaluation_create(export=export, id_test=f"source:{src.name}", id_fit="source:idfit", models=["toy"], methods=["odin"],
+                            enqueue=False)
+    evaluation_plan(job_id=run.job_id)
+    whats = {(c.payload["role"], c.payload["what"]) for c in run.job.chunks.all()}
+    assert ("id_test", "features") not in whats  # the features are reused...
+    assert ("id_test", odin_key(2.0, 1e-5)) in whats  # ...but ODIN is computed again under the new key

@@ -356,6 +356,26 @@ def test_unit_test_exports_from_the_command_and_the_admin(tmp_path, client, djan
     assert r.status_code == 302
     v2 = Export.objects.get(name="ut", version=2)
     assert v2.status == Export.Status.DONE and v2.created_by == cur and v2.counts["images"] == 34
+    assert v2.config["convention"] == "paper"
+    # NINCO's generator's convention, chosen on the form: recorded in the config and the manifest
+    with django_capture_on_commit_callbacks(execute=True):
+        r = client.post("/admin/curation/export/add/", {"kind": "unit_tests", "name": "ut", "per_test": 2, "seed": 1, "id_source": idsrc.pk,
+                                                         "min_per_class": 1, "split": "test", "layouts": ["ninco"], "create": "1",
+                                                         "convention": "ninco"})
+    v3 = Export.objects.get(name="ut", version=3)
+    assert v3.status == Export.Status.DONE and v3.config["convention"] == "ninco"
+    manifest = json.loads((Path(settings.EXPORT_ROOT) / "ut" / "v3" / "manifest.json").read_text())
+    assert "NINCO's published generator" in manifest["recipe"]
+    rows = list(csv.DictReader(open(Path(settings.EXPORT_ROOT) / "ut" / "v3" / "unit_tests.csv")))
+    for r in rows:  # NINCO's format rule: PNG for an even ID sample index, JPEG for an odd one
+        assert r["format"] == ("PNG" if json.loads(r["params"])["sample_index"] % 2 == 0 else "JPEG")
+    ninco_dir = tmp_path / "ninco-out"
+    call_command("make_unit_tests", out=str(ninco_dir), per_test=2, id_images=str(tmp_path / "ids"), tests="tricolour",
+                 convention="ninco", stdout=io.StringIO(), stderr=io.StringIO())
+    assert json.loads((ninco_dir / "manifest.json").read_text())["config"]["convention"] == "ninco"
+    with pytest.raises(CommandError):
+        call_command("make_unit_tests", out=str(tmp_path / "bad"), per_test=2, id_images=str(tmp_path / "ids"), convention="bogus",
+                     stdout=io.StringIO(), stderr=io.StringIO())
     # a dataset export without sources is refused on the form, naming the field
     r = client.post("/admin/curation/export/add/", {"kind": "dataset", "name": "x", "per_test": 2, "seed": 0, "min_per_class": 1, "split": "test", "create": "1"})
     assert r.status_code == 200 and b"choose at least one candidate source" in r.content

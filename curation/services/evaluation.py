@@ -161,6 +161,28 @@ def _method_params(params: dict) -> dict[str, dict]:
     return out
 
 
+def _conventions(params: dict) -> dict:
+    """The figure conventions chosen for a run (pipelines.evaluation.Conventions), checked."""
+    from pipelines.metrics import FPR_METHODS, OAA_CONVENTIONS
+    from pipelines.severity import ESTIMATION, PER_CLASS, PROTOCOLS
+
+    out = {"fpr_method": params.get("fpr_method") or "exact", "oaa_convention": params.get("oaa_convention") or "paper",
+           "severity_protocol": params.get("severity_protocol") or "c-ood"}
+    for key, allowed in (("fpr_method", FPR_METHODS), ("oaa_convention", OAA_CONVENTIONS), ("severity_protocol", PROTOCOLS)):
+        if out[key] not in allowed:
+            raise EvaluationError(f"{key.replace('_', '-')}: {out[key]!r} is not one of {', '.join(allowed)}")
+    try:
+        per_class = int(params.get("severity_per_class") or PER_CLASS)
+        estimation = int(params.get("severity_estimation") or ESTIMATION)
+    except (TypeError, ValueError):
+        raise EvaluationError("severity-per-class and severity-estimation must be whole numbers") from None
+    if not 1 <= estimation < per_class <= 10**6:
+        raise EvaluationError(f"severity: estimation images ({estimation}) must be at least 1 and fewer than the images per "
+                              f"class ({per_class}); C-OOD used 150 of 200")
+    out.update(severity_per_class=per_class, severity_estimation=estimation)
+    return out
+
+
 def evaluation_create(*, export: Export, id_test: str, id_fit: str, models: list[str], methods: list[str] | None = None,
                       unit_tests: Export | None = None, params: dict | None = None, user=None, enqueue: bool = True) -> EvaluationRun:
     from pipelines.detectors import detector_names
@@ -209,6 +231,7 @@ def evaluation_create(*, export: Export, id_test: str, id_fit: str, models: list
         "weights": {m: (weights or {}).get(m, "") for m in models},
         "chunk_size": settings.EVAL_CHUNK_SIZE, "batch_size": settings.EXTRACT_BATCH_SIZE,
         "unit_test_fpr_limit": 0.10,
+        "conventions": _conventions(params),
     }
     with transaction.atomic():
         Export.objects.select_for_update().get(pk=export.pk)
@@ -478,7 +501,7 @@ def _names(wnids) -> dict[str, str]:
 
 def evaluation_finalize(*, job_id: int, progress: Callable[[str], None] | None = None) -> EvaluationRun:
     """Assemble the cache, fit and score every detector for every model, write results and plots."""
-    from pipelines.evaluation import EvalInputs, detector_info, evaluate_model
+    from pipelines.evaluation import Conventions, EvalInputs, detector_info, evaluate_model
 
     job = Job.objects.get(pk=job_id)
     run = EvaluationRun.objects.get(job=job)
@@ -509,7 +532,8 @@ def evaluation_finalize(*, job_id: int, progress: Callable[[str], None] | None =
         methods = [(m, cfg["method_params"].get(m, {})) for m in cfg["methods"]]
         r = evaluate_model(EvalInputs(fit=fit, id_test=test, ood=ood, ood_groups=ood_groups, unit_tests=unit,
                                       unit_groups=unit_groups, head=head),
-                           methods, severity_window=window, seed=int(cfg.get("seed", 0)), progress=progress)
+                           methods, severity_window=window, seed=int(cfg.get("seed", 0)), progress=progress,
+                           conventions=Conventions(**cfg.get("conventions", {})))
         r["failed_images"] = {role: len(row.failed) for role, row in rows.items()}
         r["cache"] = {role: row.pk for role, row in rows.items()}
         r["head"] = head is not None

@@ -99,7 +99,7 @@ def export_create(*, name: str, sources: list[Source], wnids: list[str] | None =
 
 
 def unit_tests_create(*, name: str, per_test: int = 400, seed: int = 0, id_source: Source | None = None, workers: int = 1,
-                      user=None, enqueue: bool = True) -> Export:
+                      user=None, enqueue: bool = True, convention: str = "paper") -> Export:
     """Ask for a NINCO unit-test set mirroring the images of an ID reference source."""
     id_source = id_source or Source.objects.filter(role=Source.Role.ID).order_by("pk").first()
     if id_source is None or id_source.role != Source.Role.ID:
@@ -107,7 +107,11 @@ def unit_tests_create(*, name: str, per_test: int = 400, seed: int = 0, id_sourc
                                  "(`python manage.py add_source NAME PATH --role id`)")
     if per_test < 1:
         raise ExportRequestError(f"images per test must be at least 1 (got {per_test})")
-    config = {"per_test": per_test, "seed": seed, "id_source": id_source.name, "workers": workers}
+    from pipelines.unit_tests import CONVENTIONS
+
+    if convention not in CONVENTIONS:
+        raise ExportRequestError(f"unit-test convention {convention!r}: use one of {', '.join(CONVENTIONS)}")
+    config = {"per_test": per_test, "seed": seed, "id_source": id_source.name, "workers": workers, "convention": convention}
     return _create(name=name, kind=Export.Kind.UNIT_TESTS, split="unit-tests", config=config, user=user, enqueue=enqueue)
 
 
@@ -512,18 +516,26 @@ def unit_tests_execute(*, export_id: int, progress: Progress | None = None, on_t
     px.clear_partial(tmp)
     tmp.mkdir(parents=True)
     tick = _ticker(export, progress, every=100)
-    rows = write_unit_tests(tmp, samples=samples, per_test=cfg["per_test"], seed=cfg["seed"], workers=cfg.get("workers", 1), progress=tick)
+    convention = cfg.get("convention", "paper")
+    rows = write_unit_tests(tmp, samples=samples, per_test=cfg["per_test"], seed=cfg["seed"], workers=cfg.get("workers", 1), progress=tick,
+                            convention=convention)
     files = px.hash_tree(tmp)
     counts = {"images": len(rows), "tests": dict(Counter(r.test for r in rows)), "formats": dict(Counter(r.format for r in rows)),
               "id_samples": len(samples), "id_samples_skipped": len(skipped)}
     manifest = {
         **_manifest_head(export),
-        "recipe": "NINCO appendix G (Bitterwolf et al., ICML 2023); parameters per image in unit_tests.csv", "counts": counts, "files": files,
+        "recipe": unit_tests_recipe_text(convention), "counts": counts, "files": files,
     }
     digest = px.write_manifest(tmp, manifest)
     px.finish(tmp, final)
     return _finish(export, status=Export.Status.DONE, message=f"{len(rows)} unit-test images ({len(UNIT_TESTS)} tests) written to {final}",
                    path=str(final.relative_to(settings.EXPORT_ROOT)), manifest_sha256=digest, counts=counts)
+
+
+def unit_tests_recipe_text(convention: str) -> str:
+    where = ("as NINCO's published generator computes them (j-cb/NINCO noise_functions.py; convention 'ninco')"
+             if convention == "ninco" else "as the paper's text states them (convention 'paper'; see docs/exports.md)")
+    return f"NINCO appendix G (Bitterwolf et al., ICML 2023), {where}; parameters per image in unit_tests.csv"
 
 
 def id_samples_of_source(source: Source):

@@ -1,7 +1,13 @@
 """ODIN (Liang, Li, Srikant, ICLR 2018): temperature-scaled softmax after a small input
 perturbation that raises the top class's score. It needs the network and the images, so the
 scores are computed during feature extraction (``odin_scores``) and the detector reads them.
-C-OOD's benchmark used temperature 2 and epsilon 1e-5 (REFERENCE.md), our defaults."""
+C-OOD's benchmark used temperature 2 and epsilon 1e-5 (REFERENCE.md), our defaults.
+
+Epsilon is a step in [0, 1] pixel space, as in the reference code (Liang et al.'s and
+pytorch-ood's): the model sees normalised inputs (x - mean) / std, so the sign of the gradient
+there is divided by the normalisation std of each channel before the step. Scores computed
+before this was so (a step of epsilon in normalised space) were cached under another key
+(``odin_t..``) and are never mixed with these (``odin-px_t..``)."""
 from __future__ import annotations
 
 from typing import Callable, Sequence
@@ -16,7 +22,7 @@ DEFAULT_EPSILON = 1e-5
 
 def odin_key(temperature: float, epsilon: float) -> str:
     """The name the scores are cached under: they depend on both parameters."""
-    return f"odin_t{temperature:g}_e{epsilon:g}"
+    return f"odin-px_t{temperature:g}_e{epsilon:g}"
 
 
 @register_detector
@@ -40,16 +46,18 @@ class ODIN(Detector):
 
 def odin_scores(lm, paths: Sequence[str], *, temperature: float = DEFAULT_TEMPERATURE, epsilon: float = DEFAULT_EPSILON,
                 batch_size: int = 16, max_pixels: int | None = None, progress: Callable[[int], None] | None = None) -> np.ndarray:
-    """ODIN scores for image files with a loaded model (pipelines.models.LoadedModel): x' = x -
-    epsilon * sign(grad_x of the cross-entropy of softmax(f(x)/T) against its own top class),
-    score = max softmax(f(x')/T). NaN for a file that cannot be decoded. The perturbation is
-    taken in the model's normalised input space, as in the reference implementation."""
+    """ODIN scores for image files with a loaded model (pipelines.models.LoadedModel): with x the
+    normalised input, x' = x - epsilon * sign(grad_x L) / std (per channel), L the cross-entropy
+    of softmax(f(x)/T) against its own top class; score = max softmax(f(x')/T). This is a step of
+    epsilon in [0, 1] pixel space, as the reference code takes it. NaN for a file that cannot be
+    decoded."""
     import torch
 
     from pipelines.images import DEFAULT_MAX_PIXELS, load_rgb_for_model
 
     out = np.full(len(paths), np.nan)
     model = lm.model
+    std = torch.tensor([float(v) for v in lm.data_config["std"]], dtype=torch.float32, device=lm.device).view(1, -1, 1, 1)
     for start in range(0, len(paths), batch_size):
         idx, tensors = [], []
         for i in range(start, min(start + batch_size, len(paths))):
@@ -66,7 +74,7 @@ def odin_scores(lm, paths: Sequence[str], *, temperature: float = DEFAULT_TEMPER
                 loss = torch.nn.functional.cross_entropy(logits, logits.argmax(dim=1))
                 loss.backward()
             with torch.inference_mode():
-                x2 = x.detach() - epsilon * torch.sign(x.grad)
+                x2 = x.detach() - epsilon * torch.sign(x.grad) / std
                 probs = (model(x2) / temperature).float().softmax(dim=1).max(dim=1).values.cpu().numpy()
             out[idx] = probs
         if progress:

@@ -5,8 +5,9 @@ from . import Detector, logsumexp, register_detector, require_head
 
 @register_detector
 class ReAct(Detector):
-    """ReAct (Sun et al., NeurIPS 2021): clip penultimate activations at r, the 99th percentile
-    of the ID fit activations (1% truncated), recompute the logits, score with Energy."""
+    """ReAct (Sun et al., NeurIPS 2021): clip penultimate activations at r, a percentile of the ID
+    fit activations, recompute the logits, score with Energy. Default: the 99th percentile (1%
+    truncated), NINCO's setting; Sun et al. used the 90th for ImageNet (``percentile=90``)."""
 
     name = "react"
     label = "ReAct + Energy"
@@ -17,7 +18,10 @@ class ReAct(Detector):
 
     def fit(self, fit, head=None):
         self.head = require_head(head, "ReAct")
-        self.threshold = float(np.percentile(fit.features, float(self.params["percentile"])))
+        p = float(self.params["percentile"])
+        self.threshold = float(np.percentile(fit.features.astype(np.float64), p))
+        source = {99.0: "NINCO's setting", 90.0: "Sun et al.'s ImageNet setting"}.get(p, "user-chosen")
+        self.notes.append(f"clipped at the {p:g}th percentile of ID fit activations ({source}), r = {self.threshold:.4g}")
         return self
 
     def score(self, data):

@@ -160,3 +160,114 @@ def test_clear_errors():
         get_detector("vim").fit(out, None)
     with pytest.raises(DetectorError, match="computed while extracting"):
         get_detector("odin").score(out)
+
+
+# -- against the reference codes, written here ---------------------------------------------------------
+
+
+def _ash_s_reference(features, weight, bias, percentile):
+    # ASH-S as the authors' code: k = n - round(n * p / 100) kept by torch.topk, the rest zeroed;
+    # scaled by exp(s1 / s2); then the logits and Energy (logsumexp)
+    import torch
+
+    x = torch.tensor(features, dtype=torch.float64)
+    n = x.shape[1]
+    k = n - int(np.round(n * percentile / 100.0))
+    s1 = x.sum(dim=1)
+    v, i = torch.topk(x, k, dim=1)
+    pruned = torch.zeros_like(x).scatter_(1, i, v)
+    s2 = pruned.sum(dim=1)
+    pruned = pruned * torch.exp(s1 / s2)[:, None]
+    logits = pruned @ torch.tensor(weight).T + torch.tensor(bias)
+    return torch.logsumexp(logits, dim=1).numpy(), k
+
+
+def test_ash_keeps_exactly_the_reference_top_k():
+    rng = np.random.default_rng(3)
+    d = 1280
+    feats = np.abs(rng.normal(0, 1, (50, d)))  # continuous: no ties
+    head = Head(weight=rng.normal(0, 0.05, (10, d)), bias=rng.normal(0, 0.1, 10))
+    out = Outputs(features=feats, logits=head.logits(feats))
+    for p in (90.0, 85.0, 65.0):
+        ref, _ = _ash_s_reference(out.features.astype(np.float64), head.weight, head.bias, p)
+        got = get_detector("ash", percentile=p).fit(out, head).score(out)
+        np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-9)
+
+
+def test_ash_with_ties_at_the_cut_still_keeps_k():
+    from pipelines.detectors.ash import ash_keep_count, top_k_mask
+
+    rng = np.random.default_rng(4)
+    # coarse values, as bf16-extracted features have: many ties at the 90th percentile
+    x = np.round(np.abs(rng.normal(0, 1, (200, 128))) * 4) / 4
+    k = ash_keep_count(128, 90.0)
+    assert k == 13  # 128 * 90 / 100 = 115.2 -> 115 pruned, 13 kept
+    mask = top_k_mask(x, k)
+    assert (mask.sum(axis=1) == k).all()
+    # the kept values are the k largest; among ties at the cut the lowest indices (a stable sort's choice)
+    order = np.argsort(-x, axis=1, kind="stable")[:, :k]
+    ref = np.zeros_like(mask)
+    np.put_along_axis(ref, order, True, axis=1)
+    np.testing.assert_array_equal(mask, ref)
+    # a percentile cut (the old rule) keeps more than k wherever ties straddle it
+    cut = np.percentile(x, 90.0, axis=1, keepdims=True)
+    assert ((x >= cut).sum(axis=1) > k).mean() > 0.3
+
+
+def test_react_takes_the_papers_90th_percentile_by_parameter_and_names_it():
+    rng = np.random.default_rng(5)
+    fit = Outputs(features=np.abs(rng.normal(0, 1, (300, 16))), logits=np.zeros((300, 3)))
+    head = Head(weight=rng.normal(0, 1, (3, 16)), bias=np.zeros(3))
+    data = Outputs(features=np.abs(rng.normal(0, 2, (20, 16))), logits=np.zeros((20, 3)))
+    for p, source in ((99.0, "NINCO"), (90.0, "Sun et al.")):
+        det = get_detector("react", percentile=p).fit(fit, head)
+        r = np.percentile(fit.features.astype(np.float64), p)  # Sun et al.: clip at the p-th percentile of ID activations
+        logits = np.minimum(data.features.astype(np.float64), r) @ head.weight.T + head.bias
+        ref = np.log(np.exp(logits).sum(axis=1))
+        np.testing.assert_allclose(det.score(data), ref, rtol=1e-12)
+        assert any(f"{p:g}th percentile" in n and source in n for n in det.notes)
+
+
+def test_odin_steps_epsilon_in_pixel_space_as_the_reference(tmp_path):
+    """The reference (Liang et al.; pytorch-ood) divides sign(grad) in the normalised input by the
+    channel std, i.e. a step of epsilon on [0, 1] pixels. Written here in pixel space with a model
+    that normalises inside, which is the same step taken the other way round."""
+    import torch
+    from PIL import Image as PILImage
+    from torchvision.transforms import functional as TF
+
+    from pipelines.detectors.odin import odin_scores
+    from pipelines.models import LoadedModel
+
+    torch.manual_seed(0)
+    mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
+                              torch.nn.Linear(8, 10)).double().eval()
+    paths = []
+    rng = np.random.default_rng(0)
+    for i in range(4):
+        p = tmp_path / f"{i}.png"
+        PILImage.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(p)
+        paths.append(str(p))
+
+    def transform(im):
+        return TF.normalize(TF.to_tensor(im).double(), mean, std)
+
+    lm = LoadedModel(name="toy", model=net, transform=transform, data_config={"input_size": (3, 32, 32), "crop_pct": 1.0,
+                     "mean": mean, "std": std}, device="cpu", weights="toy", feature_dim=8, wnids=(), labels=())
+    T, eps = 2.0, 0.02  # a visible step, so that the two rules give different scores
+    got = odin_scores(lm, paths, temperature=T, epsilon=eps)
+    m = torch.tensor(mean, dtype=torch.float64).view(1, 3, 1, 1)
+    s = torch.tensor(std, dtype=torch.float64).view(1, 3, 1, 1)
+    ref, old = [], []
+    for p in paths:
+        x = TF.to_tensor(PILImage.open(p).convert("RGB")).double()[None].requires_grad_(True)  # pixels in [0, 1]
+        logits = net((x - m) / s) / T
+        torch.nn.functional.cross_entropy(logits, logits.argmax(1)).backward()
+        x2 = x.detach() - eps * torch.sign(x.grad)  # epsilon on the pixel scale
+        ref.append(torch.softmax(net((x2 - m) / s) / T, dim=1).max().item())
+        # the old rule: epsilon in normalised space, i.e. eps * std on the pixel scale
+        x3 = x.detach() - eps * s * torch.sign(x.grad)
+        old.append(torch.softmax(net((x3 - m) / s) / T, dim=1).max().item())
+    np.testing.assert_allclose(got, ref, rtol=1e-6)  # the scores leave the model in float32
+    assert np.abs(np.array(got) - np.array(old)).max() > 1e-4

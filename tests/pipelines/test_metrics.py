@@ -77,3 +77,82 @@ def test_moaa_by_hand():
     ids, correct, oods = np.array([3.0, 1.0]), np.array([True, False]), np.array([2.0])
     # t=3: accept {3}: good 1 + OOD rejected 1 -> 2/3; t=2: accept {3,2}: 1 + 0 -> 1/3; t=1: all: 1 + 0 -> 1/3
     assert mean_outlier_aware_accuracy(ids, correct, oods) == pytest.approx((2 / 3 + 1 / 3 + 1 / 3) / 3)
+
+
+# -- conventions from the reference codes (issue: numbers researchers can cite) ------------------------
+
+
+def _ninco_fpr(values_in, values_out, tpr=0.95):
+    # NINCO's utils.fpr_at_tpr, restated: t = np.quantile(values_in, 1 - tpr); FPR = mean(values_out >= t)
+    t = np.quantile(values_in, 1 - tpr)
+    return float((np.asarray(values_out) >= t).mean())
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_ninco_interpolated_fpr_reproduces_nincos_code_on_small_tied_sets(seed):
+    rng = np.random.default_rng(seed)
+    ids = np.round(rng.normal(1, 1, int(rng.integers(5, 40))), 1)  # small ID sets with ties: where the two differ
+    oods = np.round(rng.normal(0, 1, int(rng.integers(5, 200))), 1)
+    m = ood_metrics(ids, oods, fpr_method="ninco-interpolated")
+    assert m["fpr95_id_positive"] == pytest.approx(_ninco_fpr(ids, oods), abs=1e-12)
+    # every other figure is the same in both
+    exact = ood_metrics(ids, oods)
+    assert {k: v for k, v in m.items() if k != "fpr95_id_positive"} == {k: v for k, v in exact.items() if k != "fpr95_id_positive"}
+
+
+def test_exact_and_interpolated_thresholds_differ_at_30_id_images():
+    ids = np.arange(30.0)  # 5% quantile interpolated: 1.45 (accepts >= 1.45); exact: 1 (the highest keeping >= 95%, 29 of 30)
+    oods = np.array([1.2] * 10 + [-5.0] * 10)
+    assert ood_metrics(ids, oods)["fpr95_id_positive"] == 0.5  # 1.2 >= 1 accepted
+    assert ood_metrics(ids, oods, fpr_method="ninco-interpolated")["fpr95_id_positive"] == 0.0  # 1.2 < 1.45
+    with pytest.raises(ValueError, match="fpr_method"):
+        ood_metrics(ids, oods, fpr_method="nope")
+
+
+def test_two_dimensional_scores_are_refused_naming_the_shape():
+    with pytest.raises(ValueError, match=r"shape \(3, 2\)"):
+        ood_metrics(np.ones((3, 2)), np.ones(4))
+    with pytest.raises(ValueError, match=r"OOD scores.*shape \(4, 1\)"):
+        ood_metrics(np.ones(3), np.ones((4, 1)))
+
+
+def _oaa_brute_force(ids, correct, oods, code):
+    # Wang et al.: OAA(t) = (#accepted with a right prediction + #rejected that count) / N, averaged over
+    # thresholds at every pooled score (accept score >= t), one term per sample.
+    scores = np.r_[ids, oods]
+    n = scores.size
+    right = np.r_[correct, np.zeros(oods.size, dtype=bool)]
+    counted_if_rejected = np.r_[~correct if code else np.zeros(ids.size, dtype=bool), np.ones(oods.size, dtype=bool)]
+    total = 0.0
+    for t in scores:
+        accepted = scores >= t
+        total += (np.sum(accepted & right) + np.sum(~accepted & counted_if_rejected)) / n
+    return total / n
+
+
+@pytest.mark.parametrize("seed", range(15))
+def test_moaa_both_conventions_equal_a_brute_force_loop(seed):
+    rng = np.random.default_rng(seed)
+    ids = np.round(rng.normal(1, 1, 60), 1)
+    oods = np.round(rng.normal(0, 1, 40), 1)
+    correct = rng.uniform(size=60) < 0.7
+    for convention, code in (("paper", False), ("code", True)):
+        got = mean_outlier_aware_accuracy(ids, correct, oods, convention=convention)
+        assert got == pytest.approx(_oaa_brute_force(ids, correct, oods, code), abs=1e-12)
+    # the code's convention also rewards rejecting misclassified ID images: never lower
+    assert mean_outlier_aware_accuracy(ids, correct, oods, convention="code") >= mean_outlier_aware_accuracy(ids, correct, oods)
+    with pytest.raises(ValueError, match="convention"):
+        mean_outlier_aware_accuracy(ids, correct, oods, convention="x")
+
+
+def test_large_continuous_and_float32_scores_still_match_scikit_learn():
+    rng = np.random.default_rng(7)
+    for ids, oods in ((rng.normal(1, 1, 20000), rng.normal(0, 1, 15000)),
+                      (np.round(rng.normal(1, 1, 20000), 2).astype(np.float32), np.round(rng.normal(0, 1, 15000), 2).astype(np.float32))):
+        m = ood_metrics(ids, oods)
+        y, s = np.r_[np.ones(ids.size), np.zeros(oods.size)], np.r_[ids, oods].astype(np.float64)
+        assert m["auroc"] == pytest.approx(roc_auc_score(y, s), abs=1e-12)
+        assert m["aupr_in"] == pytest.approx(average_precision_score(y, s), abs=1e-12)
+        assert m["aupr_out"] == pytest.approx(average_precision_score(1 - y, -s), abs=1e-12)
+        assert m["fpr95_id_positive"] == pytest.approx(_sk_fpr(y, s), abs=1e-12)
+        assert m["fpr95_ood_positive"] == pytest.approx(_sk_fpr(1 - y, -s), abs=1e-12)

@@ -196,3 +196,81 @@ def test_bad_requests_are_named(id_samples, tmp_path):
     (tmp_path / "ids" / "empty.jpg").write_bytes(b"")
     samples, refused = ut.id_samples_from_folder(tmp_path / "ids")
     assert samples == [] and refused[0][0] == "empty.jpg" and "empty" in refused[0][1]
+
+
+# -- NINCO compatibility mode: each recipe as NINCO's published generator computes it ---------------
+# The references below are written in the test from j-cb/NINCO's noise_functions.py and
+# create_unit_test_data.ipynb (not by calling our helpers).
+
+
+def _ninco_stripes_reference(colours, h, w, vertical):
+    # noise_stripes: stripe = length // n; stripe i gets [i*s, (i+1)*s); the rest goes to the last colour
+    img = np.zeros((h, w, 3))
+    n = len(colours)
+    s = (w if vertical else h) // n
+    for i, c in enumerate(colours):
+        if vertical:
+            img[:, i * s:(i + 1) * s, :] += c
+        else:
+            img[i * s:(i + 1) * s, :, :] += c
+    if vertical:
+        img[:, n * s:, :] += colours[-1]
+    else:
+        img[n * s:, :, :] += colours[-1]
+    return img
+
+
+def test_ninco_stripes_give_the_leftover_to_the_last_stripe():
+    h, w = 23, 37  # 37 // 7 = 5: the last of 7 vertical stripes is 7 px wide; 23 // 3 = 7: the last horizontal one 9 px
+    colours = np.random.default_rng(0).uniform(size=(7, 3))
+    got = ut._stripes(colours, h, w, vertical=True, convention="ninco")
+    np.testing.assert_array_equal(got, _ninco_stripes_reference(colours, h, w, True))
+    assert (got[0, :, 0] == colours[-1, 0]).sum() == 37 - 6 * 5
+    tri = colours[:3]
+    np.testing.assert_array_equal(ut._stripes(tri, h, w, vertical=False, convention="ninco"), _ninco_stripes_reference(tri, h, w, False))
+    # the paper's convention spreads the leftover: no stripe is more than one pixel wider than another
+    paper = ut._stripes(colours, h, w, vertical=True)
+    widths = [(paper[0, :, 0] == c).sum() for c in colours[:, 0]]
+    assert max(widths) - min(widths) <= 1
+
+
+def test_ninco_filter_wraps_around_the_borders():
+    from scipy.ndimage import gaussian_filter
+
+    x = np.random.default_rng(1).uniform(size=(40, 50, 3))
+    ref = np.stack([gaussian_filter(x[..., c], sigma=3.0, mode="wrap", truncate=4.0) for c in range(3)], axis=2)
+    np.testing.assert_allclose(ut.blur(x, 3.0, "ninco"), ref, atol=1e-12)
+    # wrapping: the left edge is smoothed with the right one; reflecting does not do that
+    assert not np.allclose(ut.blur(x, 3.0, "paper"), ref, atol=1e-3)
+
+
+def test_ninco_smooth_colour_maps_the_percentile_range_onto_c_to_c_plus_two_delta(id_samples):
+    hits = 0
+    for i in range(30):
+        arr, _s, p = make_picture("smooth_colour", seed=0, index=i, samples=id_samples, convention="ninco")
+        c, d = np.array(p["colour"]), p["delta"]
+        for ch in range(3):
+            lo, hi = np.quantile(arr[..., ch], [0.025, 0.975])
+            if c[ch] + 2 * d < 0.99:  # not clipped: scale_color_range puts q2.5 at c and q97.5 at c + 2 delta
+                assert lo == pytest.approx(c[ch], abs=0.01) and hi == pytest.approx(c[ch] + 2 * d, abs=0.01)
+                hits += 1
+    assert hits > 20
+
+
+def test_ninco_files_truncate_to_8_bits_and_pick_png_or_jpeg_by_sample_parity(id_samples, tmp_path):
+    rows = write_unit_tests(tmp_path, samples=id_samples, per_test=3, seed=0, tests=["grey", "uniform_noise"], convention="ninco")
+    for r in rows:
+        expect = "PNG" if r.params["sample_index"] % 2 == 0 else "JPEG"
+        assert r.format == expect, r
+    # per test, distinct ID samples (NINCO draws them without replacement)
+    for test in ("grey", "uniform_noise"):
+        assert len({r.params["sample_index"] for r in rows if r.test == test}) == 3
+    # (x * 255).astype('uint8') truncates: 0.999 -> 254 where rounding gives 255
+    x = np.full((2, 2, 3), 0.999)
+    assert ut.to_uint8(x, "ninco").max() == 254 and ut.to_uint8(x).max() == 255
+    grey = [r for r in rows if r.test == "grey" and r.format == "PNG"]
+    if grey:
+        pix = np.asarray(PILImage.open(tmp_path / grey[0].file))
+        assert pix.min() == pix.max() == int(grey[0].params["value"] * 255)
+    with pytest.raises(ValueError, match="convention"):
+        write_unit_tests(tmp_path / "x", samples=id_samples, per_test=1, convention="nope")

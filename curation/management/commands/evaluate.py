@@ -45,6 +45,17 @@ class Command(BaseCommand):
         parser.add_argument("--ash-percentile", type=float, default=90.0, help="ASH-S pruning percentile (default 90)")
         parser.add_argument("--vim-dim", type=int, default=0, help="ViM principal dimension (default: the paper's rule)")
         parser.add_argument("--severity-window", type=int, default=0, help="C-OOD window (default |Y_ID| = 1000)")
+        parser.add_argument("--severity-protocol", choices=["c-ood", "small-data"], default="c-ood",
+                            help="C-OOD's protocol (200 images per class: 150 estimate, 50 test; default) or our small-data "
+                                 "variant (classes with >= 2 images split in half), labelled as not C-OOD's")
+        parser.add_argument("--severity-per-class", type=int, default=200, help="C-OOD protocol: images per OOD class (200)")
+        parser.add_argument("--severity-estimation", type=int, default=150, help="C-OOD protocol: of which estimate severity (150)")
+        parser.add_argument("--fpr-method", choices=["exact", "ninco-interpolated"], default="exact",
+                            help="FPR@95 (ID positive) threshold: exact order statistic (default) or NINCO's code "
+                                 "(np.quantile, linear interpolation) to reproduce NINCO's tables")
+        parser.add_argument("--oaa-convention", choices=["paper", "code"], default="paper",
+                            help="mOAA: rejected OOD count as correct (paper, default) or every rejected wrong prediction "
+                                 "(the authors' compute_oaa)")
         parser.add_argument("--seed", type=int, default=0, help="seed for C-OOD's estimation/test split (default 0)")
         parser.add_argument("--queue", action="store_true", help="run on the Celery workers and wait, instead of in this process")
 
@@ -55,7 +66,9 @@ class Command(BaseCommand):
         unit = find_export(o["unit_tests"], kind=Export.Kind.UNIT_TESTS) if o["unit_tests"] else None
         params = {"knn_k": o["knn_k"], "odin_temperature": o["odin_temperature"], "odin_epsilon": o["odin_epsilon"],
                   "react_percentile": o["react_percentile"], "ash_percentile": o["ash_percentile"], "vim_dim": o["vim_dim"],
-                  "severity_window": o["severity_window"], "seed": o["seed"]}
+                  "severity_window": o["severity_window"], "seed": o["seed"], "severity_protocol": o["severity_protocol"],
+                  "severity_per_class": o["severity_per_class"], "severity_estimation": o["severity_estimation"],
+                  "fpr_method": o["fpr_method"], "oaa_convention": o["oaa_convention"]}
         try:
             run = evaluation_create(export=export, unit_tests=unit, id_test=o["id_test"], id_fit=o["id_fit"],
                                     models=_csv(o["models"]) or [settings.DEFAULT_MODEL], methods=_csv(o["methods"]) or None,
@@ -102,4 +115,10 @@ def report(cmd, run: EvaluationRun) -> None:
                 cmd.stdout.write(f"  {'':<22} note: {note}")
         if r.get("severity_message"):
             cmd.stdout.write(f"  C-OOD severity levels: {r['severity_message']}")
+        for note in (r.get("severity_info") or {}).get("notes", []):
+            cmd.stdout.write(f"  severity levels: {note}")
+        conv = r.get("conventions") or {}
+        if conv:
+            cmd.stdout.write(f"  conventions: FPR@95 ID+ {conv['fpr_method']}; mOAA {conv['oaa_convention']}; "
+                             f"severity {conv['severity_protocol']} (docs/evaluation.md)")
     cmd.stdout.write(f"  {run.message}")

@@ -7,7 +7,8 @@ from tqdm import tqdm
 
 from curation.management.progress import InlineBar
 from curation.models import Source
-from curation.services.exports import ExportRequestError, export_path, export_run_inline, id_samples_of_source, unit_tests_create
+from curation.services.exports import (ExportRequestError, unit_tests_recipe_text, export_path, export_run_inline, id_samples_of_source,
+                                       unit_tests_create)
 from pipelines.unit_tests import UNIT_TESTS, id_samples_from_folder, write_unit_tests
 
 
@@ -25,9 +26,13 @@ class Command(BaseCommand):
         parser.add_argument("--id-images", help="folder of ID images to mirror (default: the ID reference source)")
         parser.add_argument("--id-source", help="ID reference source to mirror (default: the first one)")
         parser.add_argument("--tests", help=f"comma-separated subset of: {', '.join(UNIT_TESTS)}")
+        parser.add_argument("--convention", choices=["paper", "ninco"], default="paper",
+                            help="paper: recipes as NINCO's appendix G states them (default); ninco: as NINCO's published "
+                                 "generator computes them (wrapping filters, leftover rows to the last stripe, colour range "
+                                 "[c, c + 2 delta], truncated 8 bits, PNG/JPEG by sample index); docs/exports.md")
         parser.add_argument("--workers", type=int, default=max(1, min(4, os.cpu_count() or 1)), help="processes (default: up to 4)")
 
-    def handle(self, *args, out, name, per_test, seed, id_images, id_source, tests, workers, **opts):
+    def handle(self, *args, out, name, per_test, seed, id_images, id_source, tests, workers, convention="paper", **opts):
         if per_test < 1:
             raise CommandError(f"--per-test must be at least 1 (got {per_test})")
         source = None
@@ -39,7 +44,8 @@ class Command(BaseCommand):
             if id_images or tests:
                 raise CommandError("--name stores the full set mirroring an ID source; use --out for --id-images or --tests")
             try:
-                export = unit_tests_create(name=name, per_test=per_test, seed=seed, id_source=source, workers=workers, enqueue=False)
+                export = unit_tests_create(name=name, per_test=per_test, seed=seed, id_source=source, workers=workers, enqueue=False,
+                                           convention=convention)
             except ExportRequestError as exc:
                 raise CommandError(str(exc)) from None
             with InlineBar(f"unit tests {export.label}") as bar:
@@ -71,12 +77,14 @@ class Command(BaseCommand):
 
         with tqdm(total=per_test * len(chosen), desc="unit tests", unit="img", file=sys.stderr, dynamic_ncols=True) as bar:
             try:
-                rows = write_unit_tests(target, samples=samples, per_test=per_test, seed=seed, tests=chosen, workers=workers, progress=bar.update)
+                rows = write_unit_tests(target, samples=samples, per_test=per_test, seed=seed, tests=chosen, workers=workers,
+                                        progress=bar.update, convention=convention)
             except (KeyError, ValueError) as exc:
                 raise CommandError(str(exc.args[0] if exc.args else exc)) from None
         manifest = {"format": px.MANIFEST_FORMAT, "id": None, "name": target.name, "version": None, "kind": "unit_tests", "split": "unit-tests",
-                    "config": {"per_test": per_test, "seed": seed, "tests": chosen, "id_images": str(id_images or source.name)},
-                    "recipe": "NINCO appendix G (Bitterwolf et al., ICML 2023); parameters per image in unit_tests.csv",
+                    "config": {"per_test": per_test, "seed": seed, "tests": chosen, "id_images": str(id_images or source.name),
+                               "convention": convention},
+                    "recipe": unit_tests_recipe_text(convention),
                     "counts": {"images": len(rows), "id_samples": len(samples)}, "files": px.hash_tree(target)}
         px.write_manifest(target, manifest)
         self.stdout.write(self.style.SUCCESS(f"{len(rows)} images ({len(chosen)} tests x {per_test}) written to {target}, mirroring {len(samples)} ID image(s)"))
