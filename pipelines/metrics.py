@@ -28,6 +28,8 @@ from __future__ import annotations
 import numpy as np
 
 TPR_LEVEL = 0.95
+_ONES = np.ones(1 << 21, dtype=np.int64)  # read-only counts for tie-free sides (saves allocating them per call)
+_ONES.flags.writeable = False
 FPR_METHODS = ("exact", "ninco-interpolated")
 # Outlier-aware accuracy: which rejected samples count as correct (REFERENCE-2.md, 4.4).
 OAA_CONVENTIONS = ("paper", "code")
@@ -53,7 +55,7 @@ def _distinct(sorted_x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(distinct values ascending, how many carry each) of a sorted array."""
     new_value = sorted_x[1:] != sorted_x[:-1]
     if new_value.all():  # no ties (continuous scores): every value is its own group
-        return sorted_x, np.ones(sorted_x.size, dtype=np.int64)
+        return sorted_x, _ONES[:sorted_x.size] if sorted_x.size <= _ONES.size else np.ones(sorted_x.size, dtype=np.int64)
     starts = np.flatnonzero(np.concatenate(([True], new_value)))
     return sorted_x[starts], np.diff(np.append(starts, sorted_x.size))
 
@@ -82,11 +84,13 @@ def ood_metrics(id_scores, ood_scores, *, tpr_level: float = TPR_LEVEL, fpr_meth
     le, eq = _merge(ua, ub)  # per distinct OOD value v: distinct ID values <= v, and whether v is an ID value
     id_lt_a = np.concatenate([[0], np.cumsum(ca)])  # #ID < ua_i (index i), n_id at the end
     id_le_b = id_lt_a[le]  # #ID <= ub_j
-    id_eq_b = ca[np.maximum(le - 1, 0)] * eq  # #ID == ub_j
+    id_eq_b = eq if ca.size == n_id else ca[np.maximum(le - 1, 0)] * eq  # #ID == ub_j
     # AUROC = P(ID > OOD) + P(ID == OOD) / 2 (Mann-Whitney; the ROC trapezoid with tied steps)
     auroc = float((np.dot(cb, n_id - id_le_b) + 0.5 * np.dot(cb, id_eq_b)) / (n_id * n_ood))
     # #OOD < ua_i: ub_j < ua_i exactly when fewer than i + 1 distinct ID values are <= ub_j (le_j <= i)
-    ood_lt_a = np.cumsum(np.bincount(le, weights=cb, minlength=ua.size + 1))[:ua.size]
+    no_ood_ties = cb.size == n_ood
+    per_le = np.bincount(le, minlength=ua.size + 1) if no_ood_ties else np.bincount(le, weights=cb, minlength=ua.size + 1)
+    ood_lt_a = np.cumsum(per_le)[:ua.size]
     ood_cum = np.cumsum(cb)
     # Average precision with ID positive: a threshold at every distinct ID value (accept score >= v)
     tp, fp = n_id - id_lt_a[:-1], n_ood - ood_lt_a
