@@ -28,8 +28,6 @@ from __future__ import annotations
 import numpy as np
 
 TPR_LEVEL = 0.95
-_ONES = np.ones(1 << 21, dtype=np.int64)  # read-only counts for tie-free sides (saves allocating them per call)
-_ONES.flags.writeable = False
 FPR_METHODS = ("exact", "ninco-interpolated")
 # Outlier-aware accuracy: which rejected samples count as correct (REFERENCE-2.md, 4.4).
 OAA_CONVENTIONS = ("paper", "code")
@@ -55,7 +53,7 @@ def _distinct(sorted_x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(distinct values ascending, how many carry each) of a sorted array."""
     new_value = sorted_x[1:] != sorted_x[:-1]
     if new_value.all():  # no ties (continuous scores): every value is its own group
-        return sorted_x, _ONES[:sorted_x.size] if sorted_x.size <= _ONES.size else np.ones(sorted_x.size, dtype=np.int64)
+        return sorted_x, np.broadcast_to(np.int64(1), sorted_x.shape)  # counts of 1, without allocating them
     starts = np.flatnonzero(np.concatenate(([True], new_value)))
     return sorted_x[starts], np.diff(np.append(starts, sorted_x.size))
 
