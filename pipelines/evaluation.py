@@ -25,7 +25,7 @@ import numpy as np
 from .detectors import DETECTORS, Detector, DetectorError, Head, Outputs, get_detector
 from .metrics import (FPR_METHODS, OAA_CONVENTIONS, OAA_GRID, TPR_LEVEL, failure_detection_auroc, mean_outlier_aware_accuracy,
                       ood_metrics)
-from .severity import ESTIMATION, GROUP_RULE, PER_CLASS, PROTOCOLS, severity_levels, severity_requirements
+from .severity import ESTIMATION, GROUP_RULE, PER_CLASS, check_protocol, severity_levels, severity_requirements
 
 UNIT_TEST_FPR_LIMIT = 0.10  # NINCO: a detector fails a unit test when its FPR there is above 10%
 
@@ -41,11 +41,11 @@ class Conventions:
     severity_estimation: int = ESTIMATION
 
     def __post_init__(self):
-        for value, allowed, what in ((self.fpr_method, FPR_METHODS, "FPR@95 threshold"),
-                                     (self.oaa_convention, OAA_CONVENTIONS, "OAA convention"),
-                                     (self.severity_protocol, PROTOCOLS, "severity protocol")):
+        for value, allowed, what in ((self.fpr_method, FPR_METHODS, "fpr-method"),
+                                     (self.oaa_convention, OAA_CONVENTIONS, "oaa-convention")):
             if value not in allowed:
-                raise ValueError(f"{what} {value!r}: use one of {', '.join(allowed)}")
+                raise ValueError(f"{what}: {value!r} is not one of {', '.join(allowed)}")
+        check_protocol(self.severity_protocol, self.severity_per_class, self.severity_estimation)
 
     def describe(self) -> dict:
         """Plain words for the result page, CSV/JSON."""

@@ -89,12 +89,11 @@ def ood_metrics(id_scores, ood_scores, *, tpr_level: float = TPR_LEVEL, fpr_meth
     no_ood_ties = cb.size == n_ood
     per_le = np.bincount(le, minlength=ua.size + 1) if no_ood_ties else np.bincount(le, weights=cb, minlength=ua.size + 1)
     ood_lt_a = np.cumsum(per_le)[:ua.size]
-    ood_cum = np.cumsum(cb)
     # Average precision with ID positive: a threshold at every distinct ID value (accept score >= v)
     tp, fp = n_id - id_lt_a[:-1], n_ood - ood_lt_a
     aupr_in = float(np.dot(ca, tp / (tp + fp)) / n_id)
     # Average precision with OOD positive: flag score <= v at every distinct OOD value
-    ood_le_b = ood_cum
+    ood_le_b = np.cumsum(cb)  # #OOD <= ub_j
     aupr_out = float(np.dot(cb, ood_le_b / (ood_le_b + id_le_b)) / n_ood)
     # NINCO, ID positive: accept score >= t
     if fpr_method == "exact":

@@ -50,17 +50,19 @@ def level_position(level: int, groups: int) -> int:
     return min(level * groups // (LEVELS - 1), groups - 1)
 
 
-def _check(protocol: str, per_class: int, estimation: int) -> None:
+def check_protocol(protocol: str, per_class: int, estimation: int) -> None:
+    """Raise ValueError naming what is wrong with a protocol and its counts."""
     if protocol not in PROTOCOLS:
-        raise ValueError(f"severity protocol {protocol!r}: use one of {', '.join(PROTOCOLS)}")
-    if protocol == "c-ood" and not (1 <= estimation < per_class):
-        raise ValueError(f"severity: estimation images ({estimation}) must be at least 1 and fewer than the images per class ({per_class})")
+        raise ValueError(f"severity-protocol: {protocol!r} is not one of {', '.join(PROTOCOLS)}")
+    if protocol == "c-ood" and not (1 <= estimation < per_class <= 10**6):
+        raise ValueError(f"severity: estimation images ({estimation}) must be at least 1 and fewer than the images per class "
+                         f"({per_class}, at most 1,000,000); C-OOD used 150 of 200")
 
 
 def severity_requirements(class_sizes: dict[str, int], window: int, *, protocol: str = "c-ood",
                           per_class: int = PER_CLASS, estimation: int = ESTIMATION) -> str:
     """Empty when the pool supports the levels; otherwise what is missing, in words."""
-    _check(protocol, per_class, estimation)
+    check_protocol(protocol, per_class, estimation)
     need = per_class if protocol == "c-ood" else 2
     usable = sum(1 for n in class_sizes.values() if n >= need)
     if usable < window:

@@ -162,25 +162,21 @@ def _method_params(params: dict) -> dict[str, dict]:
 
 
 def _conventions(params: dict) -> dict:
-    """The figure conventions chosen for a run (pipelines.evaluation.Conventions), checked."""
-    from pipelines.metrics import FPR_METHODS, OAA_CONVENTIONS
-    from pipelines.severity import ESTIMATION, PER_CLASS, PROTOCOLS
+    """The figure conventions chosen for a run, checked by pipelines.evaluation.Conventions (unset
+    ones take its defaults)."""
+    from dataclasses import asdict
 
-    out = {"fpr_method": params.get("fpr_method") or "exact", "oaa_convention": params.get("oaa_convention") or "paper",
-           "severity_protocol": params.get("severity_protocol") or "c-ood"}
-    for key, allowed in (("fpr_method", FPR_METHODS), ("oaa_convention", OAA_CONVENTIONS), ("severity_protocol", PROTOCOLS)):
-        if out[key] not in allowed:
-            raise EvaluationError(f"{key.replace('_', '-')}: {out[key]!r} is not one of {', '.join(allowed)}")
+    from pipelines.evaluation import Conventions
+
+    chosen = {k: params[k] for k in ("fpr_method", "oaa_convention", "severity_protocol") if params.get(k)}
     try:
-        per_class = int(params.get("severity_per_class") or PER_CLASS)
-        estimation = int(params.get("severity_estimation") or ESTIMATION)
+        chosen.update({k: int(params[k]) for k in ("severity_per_class", "severity_estimation") if params.get(k)})
     except (TypeError, ValueError):
         raise EvaluationError("severity-per-class and severity-estimation must be whole numbers") from None
-    if not 1 <= estimation < per_class <= 10**6:
-        raise EvaluationError(f"severity: estimation images ({estimation}) must be at least 1 and fewer than the images per "
-                              f"class ({per_class}); C-OOD used 150 of 200")
-    out.update(severity_per_class=per_class, severity_estimation=estimation)
-    return out
+    try:
+        return asdict(Conventions(**chosen))
+    except ValueError as exc:
+        raise EvaluationError(str(exc)) from None
 
 
 def evaluation_create(*, export: Export, id_test: str, id_fit: str, models: list[str], methods: list[str] | None = None,

@@ -3,6 +3,8 @@ from django.core.management.base import BaseCommand, CommandError
 from curation.management.progress import InlineBar, wait_for_job
 from curation.models import EvaluationRun, Export
 from curation.services.evaluation import EvaluationError, evaluation_create, evaluation_run_inline
+from pipelines.metrics import FPR_METHODS, OAA_CONVENTIONS
+from pipelines.severity import ESTIMATION, PER_CLASS, PROTOCOLS
 
 
 def find_export(spec: str, *, kind: str) -> Export:
@@ -45,15 +47,15 @@ class Command(BaseCommand):
         parser.add_argument("--ash-percentile", type=float, default=90.0, help="ASH-S pruning percentile (default 90)")
         parser.add_argument("--vim-dim", type=int, default=0, help="ViM principal dimension (default: the paper's rule)")
         parser.add_argument("--severity-window", type=int, default=0, help="C-OOD window (default |Y_ID| = 1000)")
-        parser.add_argument("--severity-protocol", choices=["c-ood", "small-data"], default="c-ood",
+        parser.add_argument("--severity-protocol", choices=PROTOCOLS, default=PROTOCOLS[0],
                             help="C-OOD's protocol (200 images per class: 150 estimate, 50 test; default) or our small-data "
                                  "variant (classes with >= 2 images split in half), labelled as not C-OOD's")
-        parser.add_argument("--severity-per-class", type=int, default=200, help="C-OOD protocol: images per OOD class (200)")
-        parser.add_argument("--severity-estimation", type=int, default=150, help="C-OOD protocol: of which estimate severity (150)")
-        parser.add_argument("--fpr-method", choices=["exact", "ninco-interpolated"], default="exact",
+        parser.add_argument("--severity-per-class", type=int, default=PER_CLASS, help="C-OOD protocol: images per OOD class (200)")
+        parser.add_argument("--severity-estimation", type=int, default=ESTIMATION, help="C-OOD protocol: of which estimate severity (150)")
+        parser.add_argument("--fpr-method", choices=FPR_METHODS, default=FPR_METHODS[0],
                             help="FPR@95 (ID positive) threshold: exact order statistic (default) or NINCO's code "
                                  "(np.quantile, linear interpolation) to reproduce NINCO's tables")
-        parser.add_argument("--oaa-convention", choices=["paper", "code"], default="paper",
+        parser.add_argument("--oaa-convention", choices=OAA_CONVENTIONS, default=OAA_CONVENTIONS[0],
                             help="mOAA: rejected OOD count as correct (paper, default) or every rejected wrong prediction "
                                  "(the authors' compute_oaa)")
         parser.add_argument("--seed", type=int, default=0, help="seed for C-OOD's estimation/test split (default 0)")

@@ -9,7 +9,7 @@ from curation.management.progress import InlineBar
 from curation.models import Source
 from curation.services.exports import (ExportRequestError, unit_tests_recipe_text, export_path, export_run_inline, id_samples_of_source,
                                        unit_tests_create)
-from pipelines.unit_tests import UNIT_TESTS, id_samples_from_folder, write_unit_tests
+from pipelines.unit_tests import CONVENTIONS, UNIT_TESTS, id_samples_from_folder, write_unit_tests
 
 
 class Command(BaseCommand):
@@ -26,7 +26,7 @@ class Command(BaseCommand):
         parser.add_argument("--id-images", help="folder of ID images to mirror (default: the ID reference source)")
         parser.add_argument("--id-source", help="ID reference source to mirror (default: the first one)")
         parser.add_argument("--tests", help=f"comma-separated subset of: {', '.join(UNIT_TESTS)}")
-        parser.add_argument("--convention", choices=["paper", "ninco"], default="paper",
+        parser.add_argument("--convention", choices=CONVENTIONS, default=CONVENTIONS[0],
                             help="paper: recipes as NINCO's appendix G states them (default); ninco: as NINCO's published "
                                  "generator computes them (wrapping filters, leftover rows to the last stripe, colour range "
                                  "[c, c + 2 delta], truncated 8 bits, PNG/JPEG by sample index); docs/exports.md")
