@@ -637,6 +637,10 @@ class EvaluationCreateForm(forms.Form):
     severity_protocol = forms.ChoiceField(choices=[("c-ood", "C-OOD: 200 images per class, 150 estimate / 50 test (default)"),
                                                    ("small-data", "small-data variant: any class with >= 2 images (not C-OOD's)")],
                                           required=False, initial="c-ood", help_text="C-OOD severity levels")
+    decoder = forms.ChoiceField(choices=[("", "the deployment's default (OODC_DECODER)"),
+                                         ("pil", "pil: Pillow and timm's transform"),
+                                         ("torchvision", "torchvision: tensor decode and resize (nvJPEG on GPU workers)")],
+                                required=False, initial="", help_text="How images become model inputs, for every set of the run")
 
     def __init__(self, *args, **kwargs):
         from pipelines.detectors import DETECTORS, detector_names
@@ -695,7 +699,7 @@ class EvaluationRunAdmin(NoDelete, NoChange, RecordAdmin):
         if request.method == "POST" and form.is_valid():
             d = form.cleaned_data
             params = {k: d[k] for k in ("knn_k", "odin_temperature", "odin_epsilon", "react_percentile", "ash_percentile", "seed",
-                                        "fpr_method", "oaa_convention", "severity_protocol")}
+                                        "fpr_method", "oaa_convention", "severity_protocol", "decoder")}
             try:
                 run = evaluation_create(export=d["export"], unit_tests=d["unit_tests"], id_test=d["id_test"], id_fit=d["id_fit"],
                                         models=d["model_names"], methods=d["methods"], params=params, user=request.user)

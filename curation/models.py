@@ -289,6 +289,7 @@ class FeatureShard(models.Model):
     path = models.CharField(max_length=500, unique=True, help_text="Relative to the feature store")
     rows = models.PositiveIntegerField()
     dim = models.PositiveIntegerField()
+    decoder = models.CharField(max_length=20, default="pil", help_text="How the images became model inputs: pil or torchvision")
     job = models.ForeignKey(Job, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -593,6 +594,8 @@ class EvalFeatureSet(models.Model):
     model_name = models.CharField(max_length=200, db_index=True)
     dataset = models.CharField(max_length=200, help_text="source:NAME, export:NAME-vN or import:NAME")
     version = models.CharField(max_length=64, help_text="Digest of the image set (file list and hashes) or of the imported file")
+    decoder = models.CharField(max_length=20, default="pil",
+                               help_text="How the images became model inputs (pil, torchvision); 'unknown' for imported outputs")
     path = models.CharField(max_length=500, help_text="Relative to EVAL_ROOT: the .npz with features, logits, labels, keys, groups")
     images = models.PositiveIntegerField(default=0)
     feature_dim = models.PositiveIntegerField(default=0)
@@ -606,7 +609,8 @@ class EvalFeatureSet(models.Model):
     class Meta:
         verbose_name = "cached model outputs"
         verbose_name_plural = "cached model outputs"
-        constraints = [models.UniqueConstraint(fields=["model_name", "dataset", "version"], name="one_output_cache_per_model_and_data")]
+        constraints = [models.UniqueConstraint(fields=["model_name", "dataset", "version", "decoder"],
+                                               name="one_output_cache_per_model_data_and_decoder")]
 
     def __str__(self) -> str:
         return f"{self.dataset} with {self.model_name} ({self.images} images)"

@@ -177,7 +177,13 @@ LOGGING = {
 # Image pipeline: predictions, features, near-duplicates (issue: image-level pipeline)
 DEFAULT_MODEL = os.environ.get("OODC_MODEL", "efficientnet_lite0")
 EXTRACT_CHUNK_SIZE = int(os.environ.get("OODC_EXTRACT_CHUNK_SIZE", "1024"))
-EXTRACT_BATCH_SIZE = int(os.environ.get("OODC_EXTRACT_BATCH_SIZE", "32"))
+EXTRACT_BATCH_SIZE = env_int("OODC_EXTRACT_BATCH_SIZE", 0)  # 0: 256 on a GPU, 32 on the CPU
+# How images become model inputs in jobs (recorded with every extraction and evaluation, part of the
+# evaluation cache key): pil (Pillow + timm's transform) or torchvision (tensor decode and resize;
+# nvJPEG on a GPU). Deployments with GPU workers set torchvision (docker-compose.yml's gpu profile).
+DECODER = os.environ.get("OODC_DECODER", "pil")
+if DECODER not in ("pil", "torchvision"):
+    raise ValueError(f"Environment variable OODC_DECODER={DECODER!r} must be pil or torchvision")
 EXTRACT_LOADER_WORKERS = int(os.environ["OODC_EXTRACT_LOADER_WORKERS"]) if os.environ.get("OODC_EXTRACT_LOADER_WORKERS") else None
 TORCH_THREADS = int(os.environ.get("OODC_TORCH_THREADS", "0"))  # 0: torch's default (all cores)
 NEAR_DUP_THRESHOLD = float(os.environ.get("OODC_NEAR_DUP_THRESHOLD", "0.70"))  # benchmarks/calibrate_near_dups.py

@@ -8,7 +8,7 @@ are returned with their reason and never stop the batch.
 """
 from __future__ import annotations
 
-import contextlib
+import functools
 import logging
 import multiprocessing
 import os
@@ -36,9 +36,37 @@ class ImageResult:
 
 @dataclass
 class Extraction:
-    results: list[ImageResult]  # one per input path, in input order
+    """Everything one pass gave, as arrays (rows of the decoded files, in input order); the
+    per-file ``results`` view is built from them when asked for."""
+
+    row_of: np.ndarray  # int64 [n_inputs]: row in ``features``, -1 for a file that failed
+    errors: dict[int, str]  # input index -> reason
     features: np.ndarray  # float16 [n_ok, feature_dim] (float32 with keep_logits)
+    top_index: np.ndarray  # int64 [n_ok, k]: class indices, best first
+    top_prob: np.ndarray  # float32 [n_ok, k]
+    max_logit: np.ndarray  # float32 [n_ok]
+    energy: np.ndarray  # float32 [n_ok]: log sum exp of the logits
+    wnids: tuple[str, ...] = ()
     logits: np.ndarray | None = None  # float32 [n_ok, classes], only with keep_logits
+    decoder: str = "pil"
+    counts: dict = field(default_factory=dict)  # files per decoder (torchvision path)
+    notes: list[str] = field(default_factory=list)  # what changed on the way (OOM back-off)
+
+    @property
+    def max_softmax(self) -> np.ndarray:
+        return self.top_prob[:, 0] if self.top_prob.shape[1] else np.zeros(len(self.top_prob), dtype=np.float32)
+
+    @functools.cached_property
+    def results(self) -> list[ImageResult]:
+        out = []
+        for i, row in enumerate(self.row_of.tolist()):
+            if row < 0:
+                out.append(ImageResult(ok=False, error=self.errors.get(i, "not decoded")))
+                continue
+            probs = self.top_prob[row].tolist()
+            out.append(ImageResult(ok=True, topk=[(self.wnids[c], p) for c, p in zip(self.top_index[row].tolist(), probs)],
+                                   max_softmax=probs[0], max_logit=float(self.max_logit[row]), energy=float(self.energy[row]), row=row))
+        return out
 
 
 class _Files:
@@ -91,78 +119,164 @@ def _threaded_batches(files: _Files, batch_size: int, threads: int, ahead: int =
 
 
 def default_loader_workers() -> int:
-    return min(4, max(0, (os.cpu_count() or 1) - 1))
+    """DataLoader processes for the Pillow path: one per core but the one the model uses."""
+    return max(0, (os.cpu_count() or 1) - 1)
 
 
-def extract(
-    lm: LoadedModel, paths: Sequence[str], *, batch_size: int = 32, num_workers: int | None = None, topk: int = 5,
-    max_pixels: int = DEFAULT_MAX_PIXELS, progress: Callable[[int], None] | None = None, keep_logits: bool = False,
-) -> Extraction:
-    """Run ``lm`` over ``paths``; decoding and transforms run in DataLoader workers while the
-    model computes, JPEGs decode at reduced size (``draft``), and on a GPU the forward pass
-    runs in bfloat16 (float16 where bf16 is unsupported)."""
+def default_batch_size(device: str) -> int:
+    return 256 if str(device).startswith("cuda") else 32
+
+
+def fast_model(lm: LoadedModel):
+    """(model, input dtype) for inference: on CUDA a copy with bfloat16 weights (float16 where
+    bf16 is unsupported) in channels_last, made once per loaded model (the float32 original
+    stays for ODIN's gradients and the saved classifier head); on the CPU the model as it is."""
     import torch
+
+    if not lm.device.startswith("cuda"):
+        return lm.model, torch.float32
+    if "fast_model" not in lm.extra:
+        import copy
+
+        dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        fast = copy.deepcopy(lm.model).to(dtype=dtype).to(memory_format=torch.channels_last).eval()
+        lm.extra["fast_model"] = (fast, dtype)
+    return lm.extra["fast_model"]
+
+
+def _pil_batches(lm: LoadedModel, paths: Sequence[str], *, batch_size: int, num_workers: int | None, max_pixels: int):
     from torch.utils.data import DataLoader
 
-    n = len(paths)
-    results: list[ImageResult | None] = [None] * n
-    if n == 0:
-        return Extraction(results=[], features=np.zeros((0, lm.feature_dim), dtype=np.float16))
     workers = default_loader_workers() if num_workers is None else num_workers
-    workers = min(workers, max(0, (n + batch_size - 1) // batch_size))
+    workers = min(workers, max(0, (len(paths) + batch_size - 1) // batch_size))
     files = _Files(paths, lm.transform, lm.resize_side, max_pixels)
+    cuda = lm.device.startswith("cuda")
     if workers and multiprocessing.current_process().daemon:
         # A daemonic process (a Celery prefork pool child) may not start the DataLoader's
         # worker processes; threads decode instead (Pillow and the transform release the GIL).
         log.info("extract: daemonic process, decoding with %d threads instead of DataLoader workers", workers)
-        loader = _threaded_batches(files, batch_size, workers)
-    else:
-        loader = DataLoader(
-            files, batch_size=batch_size, shuffle=False, num_workers=workers, collate_fn=_collate,
-            pin_memory=lm.device.startswith("cuda"), persistent_workers=False, prefetch_factor=4 if workers else None,
-        )
-    cuda = lm.device.startswith("cuda")
-    if cuda:
-        dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-        autocast = torch.autocast(device_type="cuda", dtype=dtype)
-    else:
-        autocast = contextlib.nullcontext()
-    k = min(topk, len(lm.wnids))
-    chunks: list[np.ndarray] = []
-    logit_chunks: list[np.ndarray] = []
-    feat_dtype = np.float32 if keep_logits else np.float16
-    row = 0
-    model = lm.model
-    with torch.inference_mode():
-        for idx, x, bad in loader:
-            for i, err in bad:
-                results[i] = ImageResult(ok=False, error=err)
+        for idx, x, bad in _threaded_batches(files, batch_size, workers):
+            yield idx, (x.pin_memory() if cuda and x is not None else x), bad
+        return
+    yield from DataLoader(files, batch_size=batch_size, shuffle=False, num_workers=workers, collate_fn=_collate,
+                          pin_memory=cuda, persistent_workers=False, prefetch_factor=4 if workers else None)
+
+
+def batches(lm: LoadedModel, paths: Sequence[str], *, decoder: str, batch_size: int, num_workers: int | None = None,
+            max_pixels: int = DEFAULT_MAX_PIXELS, dtype=None, channels_last: bool = False, counts: dict | None = None):
+    """(indices, inputs on lm.device, bad) batches of ``paths`` through ``decoder``."""
+    import torch
+
+    from .decode import Preprocess, TensorBatches, check_decoder
+
+    check_decoder(decoder)
+    if decoder == "pil":
+        for idx, x, bad in _pil_batches(lm, paths, batch_size=batch_size, num_workers=num_workers, max_pixels=max_pixels):
             if x is not None:
                 x = x.to(lm.device, non_blocking=True)
-                with autocast:
-                    pre = model.forward_head(model.forward_features(x), pre_logits=True)
-                    logits = model.get_classifier()(pre)
-                logits = logits.float()
-                probs = logits.softmax(dim=1)
-                top_p, top_i = probs.topk(k, dim=1)
-                max_logit = logits.max(dim=1).values
-                energy = torch.logsumexp(logits, dim=1)
-                feats = pre.float().cpu().numpy().astype(feat_dtype)
+                if dtype is not None:
+                    x = x.to(dtype)
+                if channels_last:
+                    x = x.contiguous(memory_format=torch.channels_last)
+            yield idx, x, bad
+        return
+    loader = TensorBatches(paths, preprocess=Preprocess.from_data_config(lm.data_config), device=lm.device,
+                           batch_size=batch_size, threads=num_workers or None, max_pixels=max_pixels,
+                           min_side=lm.resize_side, dtype=dtype, channels_last=channels_last)
+    yield from loader
+    if counts is not None:
+        counts.update(loader.counts)
+
+
+class _BackOff:
+    """Runs a batch through the model in parts no larger than ``size``; on out-of-memory the
+    size halves (down to 1) and the part is tried again, with a note saying so."""
+
+    def __init__(self, size: int, notes: list[str]):
+        self.size, self.notes = size, notes
+
+    def __call__(self, fn, x):
+        import torch
+
+        outs, s = [], 0
+        while s < len(x):
+            part = x[s:s + self.size]
+            try:
+                outs.append(fn(part))
+            except torch.cuda.OutOfMemoryError:
+                if self.size == 1:
+                    raise
+                if torch.cuda.is_available():
+                    torch.cuda.empty_cache()
+                note = f"out of GPU memory at batch {self.size}; continuing with batch {self.size // 2}"
+                log.warning("extract: %s", note)
+                self.notes.append(note)
+                self.size //= 2
+                continue
+            s += len(part)
+        return outs
+
+
+def extract(
+    lm: LoadedModel, paths: Sequence[str], *, batch_size: int | None = None, num_workers: int | None = None, topk: int = 5,
+    max_pixels: int = DEFAULT_MAX_PIXELS, progress: Callable[[int], None] | None = None, keep_logits: bool = False,
+    decoder: str | None = None,
+) -> Extraction:
+    """Run ``lm`` over ``paths``. ``decoder``: ``torchvision`` (tensor decode and resize,
+    nvJPEG on a GPU; ``pipelines.decode``) or ``pil`` (Pillow and timm's transform in DataLoader
+    workers, JPEGs decoded at reduced size); default torchvision on a GPU, pil otherwise. On a
+    GPU the forward pass runs with bfloat16 weights in channels_last, batch 256 unless told
+    otherwise, halving on out-of-memory. Results leave the device once per batch."""
+    import torch
+
+    from .decode import check_decoder, default_decoder
+
+    decoder = check_decoder(decoder or default_decoder(lm.device))
+    cuda = lm.device.startswith("cuda")
+    batch_size = int(batch_size or default_batch_size(lm.device))
+    n = len(paths)
+    k = min(topk, len(lm.wnids))
+    feat_dtype = np.float32 if keep_logits else np.float16
+    row_of = np.full(n, -1, dtype=np.int64)
+    errors: dict[int, str] = {}
+    counts: dict = {}
+    notes: list[str] = []
+    chunks: dict[str, list[np.ndarray]] = {"feat": [], "top_i": [], "stats": [], "logits": []}
+    model, dtype = fast_model(lm)
+    backoff = _BackOff(batch_size, notes)
+
+    def forward(x):
+        pre = model.forward_head(model.forward_features(x), pre_logits=True)
+        return pre, model.get_classifier()(pre)
+
+    row = 0
+    with torch.inference_mode():
+        for idx, x, bad in batches(lm, paths, decoder=decoder, batch_size=batch_size, num_workers=num_workers,
+                                   max_pixels=max_pixels, dtype=dtype if cuda else None, channels_last=cuda, counts=counts):
+            for i, err in bad:
+                errors[i] = err
+            if x is not None:
+                parts = backoff(forward, x)
+                pre = torch.cat([p for p, _l in parts]) if len(parts) > 1 else parts[0][0]
+                logits = (torch.cat([lg for _p, lg in parts]) if len(parts) > 1 else parts[0][1]).float()
+                top_p, top_i = logits.softmax(dim=1).topk(k, dim=1)
+                # one float32 block (top-k probabilities, max logit, energy) and one feature block per batch
+                stats = torch.cat([top_p, logits.max(dim=1, keepdim=True).values, torch.logsumexp(logits, dim=1, keepdim=True)], dim=1)
+                chunks["stats"].append(stats.cpu().numpy())
+                chunks["top_i"].append(top_i.cpu().numpy())
+                chunks["feat"].append(pre.float().cpu().numpy().astype(feat_dtype, copy=False))
                 if keep_logits:
-                    logit_chunks.append(logits.cpu().numpy())
-                top_p, top_i = top_p.cpu().numpy(), top_i.cpu().numpy()
-                max_logit, energy = max_logit.cpu().numpy(), energy.cpu().numpy()
-                for j, i in enumerate(idx):
-                    results[i] = ImageResult(
-                        ok=True, topk=[(lm.wnids[c], float(p)) for c, p in zip(top_i[j], top_p[j])],
-                        max_softmax=float(top_p[j, 0]), max_logit=float(max_logit[j]), energy=float(energy[j]), row=row + j,
-                    )
+                    chunks["logits"].append(logits.cpu().numpy())
+                row_of[idx] = np.arange(row, row + len(idx))
                 row += len(idx)
-                chunks.append(feats)
             if progress:
                 progress(len(idx) + len(bad))
-    features = np.concatenate(chunks) if chunks else np.zeros((0, lm.feature_dim), dtype=feat_dtype)
-    all_logits = None
-    if keep_logits:
-        all_logits = np.concatenate(logit_chunks) if logit_chunks else np.zeros((0, len(lm.wnids)), dtype=np.float32)
-    return Extraction(results=results, features=features, logits=all_logits)  # type: ignore[arg-type]
+    stats = np.concatenate(chunks["stats"]) if chunks["stats"] else np.zeros((0, k + 2), dtype=np.float32)
+    return Extraction(
+        row_of=row_of, errors=errors,
+        features=np.concatenate(chunks["feat"]) if chunks["feat"] else np.zeros((0, lm.feature_dim), dtype=feat_dtype),
+        top_index=np.concatenate(chunks["top_i"]).astype(np.int64) if chunks["top_i"] else np.zeros((0, k), dtype=np.int64),
+        top_prob=np.ascontiguousarray(stats[:, :k]), max_logit=np.ascontiguousarray(stats[:, k]), energy=np.ascontiguousarray(stats[:, k + 1]),
+        wnids=tuple(lm.wnids), decoder=decoder, counts=counts, notes=notes,
+        logits=(np.concatenate(chunks["logits"]) if chunks["logits"] else np.zeros((0, len(lm.wnids)), dtype=np.float32)) if keep_logits else None,
+    )

@@ -191,12 +191,14 @@ def load_rgb(path: str | os.PathLike, *, background: tuple[int, int, int] = (255
         return to_rgb(ImageOps.exif_transpose(im), background=background)
 
 
-def load_rgb_for_model(path: str | os.PathLike, *, min_side: int, max_pixels: int = DEFAULT_MAX_PIXELS) -> Image.Image:
+def load_rgb_for_model(path: str | os.PathLike, *, min_side: int, max_pixels: int = DEFAULT_MAX_PIXELS,
+                       data: bytes | None = None) -> Image.Image:
     """``load_rgb`` for a model's input: a JPEG is decoded at the smallest power-of-two scale
     that keeps both sides at least ``min_side`` (Pillow's ``draft``: the DCT does the
     downscaling, several times faster than a full decode for photo-sized files). Raises
-    ``ValueError`` for an image over ``max_pixels`` (a decompression bomb)."""
-    with Image.open(path) as im:
+    ``ValueError`` for an image over ``max_pixels`` (a decompression bomb). ``data``: the
+    file's bytes when the caller has already read them (``path`` then only names it)."""
+    with Image.open(io.BytesIO(data) if data is not None else path) as im:
         w, h = im.size
         if w * h > max_pixels:
             raise ValueError(f"{path}: {w}x{h} pixels is over the limit of {max_pixels} (decompression bomb)")

@@ -1,4 +1,4 @@
-"""Near-duplicate search over image features with faiss.
+"""Near-duplicate search over image features: exact on a GPU (torch, blockwise), faiss on the CPU.
 
 Features are L2-normalised, so inner product is cosine similarity. Below ``exact_below``
 reference vectors the search is exact (faiss ``IndexFlatIP``). Above it, the search is
@@ -72,17 +72,30 @@ def normalise(x: np.ndarray) -> np.ndarray:
 
 
 def knn(queries: np.ndarray, base: np.ndarray, k: int, *, exact_below: int = DEFAULT_EXACT_BELOW, nlist: int | None = None,
-        nprobe: int = 16, train_size: int | None = None, seed: int = 0, block: int = 16384) -> tuple[np.ndarray, np.ndarray, bool]:
+        nprobe: int = 16, train_size: int | None = None, seed: int = 0, block: int = 16384,
+        device: str | None = "auto") -> tuple[np.ndarray, np.ndarray, bool]:
     """The ``k`` most similar ``base`` rows for every query row: (similarities, indices, exact),
-    each array [n_queries, k], best first; index -1 (similarity -inf) where fewer exist."""
-    import faiss
-
+    each array [n_queries, k], best first; index -1 (similarity -inf) where fewer exist.
+    ``device``: "auto" searches exactly on a GPU where torch sees one (any size: blockwise
+    products, ``pipelines.gpu_search``) and with faiss on the CPU otherwise; "cuda"/"cpu" force
+    the torch search there; None forces faiss."""
     same = queries is base
     x = normalise(base)
     q = x if same else normalise(queries)
     n, k = len(x), max(1, min(k, len(x))) if len(x) else 0
     if len(q) == 0 or n == 0:
         return np.full((len(q), max(k, 1)), -np.inf, dtype=np.float32), np.full((len(q), max(k, 1)), -1, dtype=np.int64), True
+    if device == "auto":
+        from .gpu_search import preferred_device
+
+        device = preferred_device()
+    if device is not None:
+        from .gpu_search import exact_topk
+
+        sims, ids = exact_topk(q, x, k, device=device)
+        return sims, ids, True
+    import faiss
+
     if n < exact_below:
         index = faiss.IndexFlatIP(x.shape[1])
         index.add(x)
@@ -156,7 +169,7 @@ class Grouping:
 def group_near_duplicates(
     vectors: np.ndarray, *, threshold: float = DEFAULT_THRESHOLD, k: int = 10, priority: Sequence[tuple] | None = None,
     exact_below: int = DEFAULT_EXACT_BELOW, nprobe: int = 16, same: Sequence[tuple[int, int]] = (),
-    verify: Callable[[int, int], bool] | None = None,
+    verify: Callable[[int, int], bool] | None = None, device: str | None = "auto",
 ) -> Grouping:
     """Group items whose features are at least ``threshold`` similar (each item's ``k``
     nearest neighbours are examined). ``same`` adds pairs known to be duplicates (same bytes).
@@ -170,7 +183,7 @@ def group_near_duplicates(
         uf.union(a, b)
     x = normalise(vectors) if n else np.zeros((0, 1), dtype=np.float32)
     if n > 1:
-        sims, idx, _exact = knn(x, x, k + 1, exact_below=exact_below, nprobe=nprobe)
+        sims, idx, _exact = knn(x, x, k + 1, exact_below=exact_below, nprobe=nprobe, device=device)
         rows, cols = np.nonzero((sims >= threshold) & (idx >= 0))
         for r, c in zip(rows.tolist(), cols.tolist()):
             j = int(idx[r, c])
@@ -195,10 +208,11 @@ def group_near_duplicates(
     return Grouping(group_of=group_of, representative=representative, similarity=similarity)
 
 
-def nearest(queries: np.ndarray, reference: np.ndarray, *, exact_below: int = DEFAULT_EXACT_BELOW, nprobe: int = 16) -> tuple[np.ndarray, np.ndarray]:
+def nearest(queries: np.ndarray, reference: np.ndarray, *, exact_below: int = DEFAULT_EXACT_BELOW, nprobe: int = 16,
+            device: str | None = "auto") -> tuple[np.ndarray, np.ndarray]:
     """For each query, the most similar reference item: (similarity, index) arrays; -1 / -inf
     when there is no reference at all."""
     if len(reference) == 0 or len(queries) == 0:
         return np.full(len(queries), -np.inf, dtype=np.float32), np.full(len(queries), -1, dtype=np.int64)
-    sims, idx, _exact = knn(queries, reference, 1, exact_below=exact_below, nprobe=nprobe)
+    sims, idx, _exact = knn(queries, reference, 1, exact_below=exact_below, nprobe=nprobe, device=device)
     return sims[:, 0], idx[:, 0]

@@ -214,6 +214,15 @@ def evaluation_create(*, export: Export, id_test: str, id_fit: str, models: list
         if s.kind == "import" and models != [s.obj.model_name]:
             raise EvaluationError(f"{s.key} holds outputs of {s.obj.model_name}; a run that uses it can only evaluate that model "
                                   f"(asked for {', '.join(models)})")
+    from pipelines.decode import DECODERS
+
+    decoder = params.get("decoder") or settings.DECODER
+    if decoder not in DECODERS:
+        raise EvaluationError(f"decoder {decoder!r}: choose one of {', '.join(DECODERS)}")
+    for role, s in (("ID test set", test_set), ("ID fit set", fit_set)):
+        if s.kind == "import" and s.obj.decoder not in (decoder, "unknown"):
+            raise EvaluationError(f"{s.key} was computed with the {s.obj.decoder} decoder and this run decodes with {decoder}: "
+                                  f"outputs of one evaluation must come from one decoder (choose decoder {s.obj.decoder})")
     method_params = {k: v for k, v in _method_params(params).items() if k in methods}
     weights = params.get("weights") if isinstance(params.get("weights"), dict) else {}
     seed = int(params.get("seed", 0))
@@ -228,6 +237,7 @@ def evaluation_create(*, export: Export, id_test: str, id_fit: str, models: list
         "chunk_size": settings.EVAL_CHUNK_SIZE, "batch_size": settings.EXTRACT_BATCH_SIZE,
         "unit_test_fpr_limit": 0.10,
         "conventions": _conventions(params),
+        "decoder": decoder,
     }
     with transaction.atomic():
         Export.objects.select_for_update().get(pk=export.pk)
@@ -256,16 +266,23 @@ def _enqueue_plan(job_id: int) -> None:
 # -- cache layout ---------------------------------------------------------------------------------
 
 
-def cache_dir(model_name: str, key: str, version: str) -> Path:
-    return Path(settings.EVAL_ROOT) / "cache" / safe_name(model_name) / f"{safe_name(key)}-{version[:16]}"
+def cache_dir(model_name: str, key: str, version: str, decoder: str = "pil") -> Path:
+    """Where one (model, set, version, decoder)'s outputs live; the pil decoder's keep the
+    folder names they had before the decoder became part of the key."""
+    suffix = "" if decoder in ("pil", "unknown") else f"-{safe_name(decoder)}"
+    return Path(settings.EVAL_ROOT) / "cache" / safe_name(model_name) / f"{safe_name(key)}-{version[:16]}{suffix}"
 
 
 def head_path(model_name: str) -> Path:
     return Path(settings.EVAL_ROOT) / "cache" / safe_name(model_name) / "head.npz"
 
 
-def _cached(model_name: str, s: dict) -> EvalFeatureSet | None:
-    return EvalFeatureSet.objects.filter(model_name=model_name, dataset=s["key"], version=s["version"]).first()
+def _decoder(cfg: dict) -> str:
+    return cfg.get("decoder", "pil")  # runs created before the decoder was recorded used Pillow
+
+
+def _cached(model_name: str, s: dict, decoder: str) -> EvalFeatureSet | None:
+    return EvalFeatureSet.objects.filter(model_name=model_name, dataset=s["key"], version=s["version"], decoder=decoder).first()
 
 
 def _odin_key(run_config: dict) -> str | None:
@@ -311,7 +328,7 @@ def evaluation_plan(*, job_id: int) -> list[int]:
             s = _set_of(entry)
             if s.kind == "import":
                 continue
-            cached = _cached(model, entry)
+            cached = _cached(model, entry, _decoder(cfg))
             n = None
             wanted = [] if cached else ["features"]
             if odin and role != "id_fit" and (cached is None or odin not in cached.extras):
@@ -335,8 +352,8 @@ def evaluation_plan(*, job_id: int) -> list[int]:
     return list(range(len(payloads)))
 
 
-def _part_path(model: str, entry: dict, what: str, start: int) -> Path:
-    return cache_dir(model, entry["key"], entry["version"]) / "parts" / f"{what}_{start:08d}.npz"
+def _part_path(model: str, entry: dict, what: str, start: int, decoder: str) -> Path:
+    return cache_dir(model, entry["key"], entry["version"], decoder) / "parts" / f"{what}_{start:08d}.npz"
 
 
 def _write_head(lm) -> None:
@@ -368,14 +385,15 @@ def evaluation_process_chunk(*, job_id: int, index: int, progress: Callable[[int
     p, cfg = chunk.payload, job.config
     entry = cfg["sets"][p["role"]]
     items = set_items(_set_of(entry))[p["start"]:p["stop"]]
-    part = _part_path(p["model"], entry, p["what"], p["start"])
+    decoder = _decoder(cfg)
+    part = _part_path(p["model"], entry, p["what"], p["start"], decoder)
     if not part.is_file():
         lm = _model(p["model"], cfg["weights"].get(p["model"], ""))
         _write_head(lm)
         paths = [it.path for it in items if it.path]
         if p["what"] == "features":
-            ex = extract(lm, paths, batch_size=int(cfg["batch_size"]), num_workers=settings.EXTRACT_LOADER_WORKERS,
-                         max_pixels=settings.MAX_IMAGE_PIXELS, progress=progress, keep_logits=True)
+            ex = extract(lm, paths, batch_size=int(cfg["batch_size"] or 0) or None, num_workers=settings.EXTRACT_LOADER_WORKERS,
+                         max_pixels=settings.MAX_IMAGE_PIXELS, progress=progress, keep_logits=True, decoder=decoder)
             res = iter(ex.results)
             ok, errors = [], []
             for it in items:
@@ -395,7 +413,8 @@ def evaluation_process_chunk(*, job_id: int, index: int, progress: Callable[[int
 
             odin = cfg["method_params"]["odin"]
             scores = odin_scores(lm, paths, temperature=float(odin["temperature"]), epsilon=float(odin["epsilon"]),
-                                 batch_size=int(cfg["batch_size"]), max_pixels=settings.MAX_IMAGE_PIXELS, progress=progress)
+                                 batch_size=min(int(cfg["batch_size"] or 0) or 32, 64), max_pixels=settings.MAX_IMAGE_PIXELS,
+                                 progress=progress, decoder=decoder)
             arrays = {"scores": scores, "keys": np.array([it.key for it in items if it.path], dtype=str)}
         atomic_write(part, lambda fh: np.savez(fh, **arrays))
     with transaction.atomic():
@@ -408,12 +427,12 @@ def evaluation_process_chunk(*, job_id: int, index: int, progress: Callable[[int
         return not job.chunks.filter(done=False).exists()
 
 
-def _assemble(model: str, entry: dict, what: str, user) -> EvalFeatureSet:
+def _assemble(model: str, entry: dict, what: str, user, decoder: str) -> EvalFeatureSet:
     """Join a (model, set)'s part files into the cache; idempotent (the row is unique)."""
-    folder = cache_dir(model, entry["key"], entry["version"])
+    folder = cache_dir(model, entry["key"], entry["version"], decoder)
     parts = sorted((folder / "parts").glob(f"{what}_*.npz"))
     if what == "features":
-        cached = _cached(model, entry)
+        cached = _cached(model, entry, decoder)
         if cached is not None:
             return cached
         if not parts:
@@ -426,13 +445,13 @@ def _assemble(model: str, entry: dict, what: str, user) -> EvalFeatureSet:
         try:
             with transaction.atomic():
                 row = EvalFeatureSet.objects.create(
-                    model_name=model, dataset=entry["key"], version=entry["version"], path=str((folder / "outputs.npz").relative_to(settings.EVAL_ROOT)),
+                    model_name=model, dataset=entry["key"], version=entry["version"], decoder=decoder, path=str((folder / "outputs.npz").relative_to(settings.EVAL_ROOT)),
                     images=len(arrays["keys"]), feature_dim=int(arrays["features"].shape[1]), failed=[str(e) for e in arrays["errors"]],
                     created_by=user)
         except IntegrityError:
-            row = _cached(model, entry)
+            row = _cached(model, entry, decoder)
         return row
-    row = _cached(model, entry)
+    row = _cached(model, entry, decoder)
     if what in row.extras or not parts:
         return row  # nothing computed (no readable image): the detector reports the scores missing
     loaded = [dict(np.load(p, allow_pickle=False)) for p in parts]
@@ -509,14 +528,17 @@ def evaluation_finalize(*, job_id: int, progress: Callable[[str], None] | None =
     odin = _odin_key(cfg)
     results: dict = {"models": {}, "detectors": detector_info(cfg["methods"]), "sets": cfg["sets"], "plots": {}}
     sets = {role: _set_of(entry) for role, entry in cfg["sets"].items()}
+    decoder = _decoder(cfg)
+    results["decoder"] = decoder
     for model in cfg["models"]:
         rows = {}
         for role, entry in cfg["sets"].items():
             s = sets[role]
-            row = s.obj if s.kind == "import" else _assemble(model, entry, "features", run.created_by)
+            row = s.obj if s.kind == "import" else _assemble(model, entry, "features", run.created_by, decoder)
             if odin and role != "id_fit" and s.kind != "import":
-                row = _assemble(model, entry, odin, run.created_by)
+                row = _assemble(model, entry, odin, run.created_by, decoder)
             rows[role] = row
+        check_one_decoder(rows, decoder)
         fit, _, _, _ = load_outputs(rows["id_fit"])
         test, _, _, _ = load_outputs(rows["id_test"], extras=[odin] if odin else [])
         ood, ood_keys, _, ood_groups = load_outputs(rows["ood"], extras=[odin] if odin else [])
@@ -548,6 +570,17 @@ def evaluation_finalize(*, job_id: int, progress: Callable[[str], None] | None =
         locked.save(update_fields=["results", "status", "finished_at", "message"])
         Job.objects.filter(pk=job.pk).update(status=Job.Status.DONE, finished_at=locked.finished_at, message=locked.message)
     return locked
+
+
+def check_one_decoder(rows: dict[str, EvalFeatureSet], decoder: str) -> None:
+    """ID fit, ID test and OOD outputs of one run come from one decoder (Pillow's and
+    torchvision's inputs differ slightly; a detector fitted on one and scored on the other would
+    measure the decoders); imported outputs whose decoder is not recorded are taken as they are."""
+    other = {role: row.decoder for role, row in rows.items() if row.decoder not in (decoder, "unknown")}
+    if other:
+        raise EvaluationError("refusing to mix decoders: " + ", ".join(f"{role} ({rows[role].dataset}) was computed with {d}"
+                                                                      for role, d in other.items())
+                              + f", the run decodes with {decoder}; start a run with one decoder")
 
 
 def _plots(run: EvaluationRun, model: str, r: dict, info: dict) -> dict:
@@ -602,12 +635,15 @@ def evaluation_run_inline(*, run: EvaluationRun, progress: Callable[[int], None]
 # -- imported outputs ------------------------------------------------------------------------------------
 
 
-def outputs_import(*, name: str, path: Path, model_name: str, user=None) -> EvalFeatureSet:
+def outputs_import(*, name: str, path: Path, model_name: str, user=None, decoder: str = "unknown") -> EvalFeatureSet:
     """Import precomputed outputs (.npz with ``features`` [n, d] and ``logits`` [n, C]; optional
     ``labels`` (class indices or wnids), ``keys``, ``weight`` [C, d] and ``bias`` [C]) as an ID
     set named ``import:NAME`` for ``model_name``."""
+    from pipelines.decode import DECODERS
     from pipelines.models import imagenet_1k_classes
 
+    if decoder not in (*DECODERS, "unknown"):
+        raise EvaluationError(f"decoder {decoder!r}: choose one of {', '.join(DECODERS)} or unknown")
     path = Path(path)
     if not path.is_file():
         raise EvaluationError(f"{path}: no such file")
@@ -656,7 +692,7 @@ def outputs_import(*, name: str, path: Path, model_name: str, user=None) -> Eval
         raise EvaluationError(f"imported outputs named {name!r} already exist (from another file or model); choose another name")
     folder = cache_dir(model_name, key, digest)
     atomic_write(folder / "outputs.npz", lambda fh: np.savez(fh, **arrays))
-    row = EvalFeatureSet.objects.create(model_name=model_name, dataset=key, version=digest,
+    row = EvalFeatureSet.objects.create(model_name=model_name, dataset=key, version=digest, decoder=decoder,
                                         path=str((folder / "outputs.npz").relative_to(settings.EVAL_ROOT)), images=len(f),
                                         feature_dim=int(f.shape[1]), has_head=has_head, created_by=user,
                                         note=f"imported from {path}")

@@ -17,16 +17,17 @@ from typing import Callable
 
 import numpy as np
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
 from curation.models import (ClassVisualSignal, FeatureShard, Image, ImageEmbedding, Job, JobChunk,
                              Source)
 from curation.services.audit import audit_record
+from curation.services.bulk import insert_rows
 from curation.services.jobs import job_fail, job_mark_running, job_run_chunks_inline
 from curation.version import code_version
-from pipelines.sources import UnsafePath, safe_join
+from pipelines.sources import SafeJoiner, UnsafePath, safe_join
 
 
 class PipelineError(ValueError):
@@ -53,9 +54,14 @@ def _check_model_name(model_name: str) -> None:
 
 
 def extract_start(*, source: Source, model_name: str | None = None, weights: str | None = None, user=None,
-                  enqueue: bool = True) -> Job:
+                  enqueue: bool = True, decoder: str | None = None) -> Job:
+    from pipelines.decode import DECODERS
+
     model_name = model_name or settings.DEFAULT_MODEL
     _check_model_name(model_name)
+    decoder = decoder or settings.DECODER
+    if decoder not in DECODERS:
+        raise PipelineError(f"decoder {decoder!r}: choose one of {', '.join(DECODERS)}")
     with transaction.atomic():
         Source.objects.select_for_update().get(pk=source.pk)
         active = Job.objects.filter(kind=Job.Kind.EXTRACT, source=source, config__model=model_name,
@@ -65,7 +71,8 @@ def extract_start(*, source: Source, model_name: str | None = None, weights: str
         job = Job.objects.create(
             kind=Job.Kind.EXTRACT, source=source, created_by=user if getattr(user, "pk", None) else None, code_version=code_version(),
             config={"model": model_name, "weights": weights or "", "chunk_size": settings.EXTRACT_CHUNK_SIZE,
-                    "batch_size": settings.EXTRACT_BATCH_SIZE, "topk": 5, "feature_store": str(settings.FEATURE_STORE)},
+                    "batch_size": settings.EXTRACT_BATCH_SIZE, "topk": 5, "feature_store": str(settings.FEATURE_STORE),
+                    "decoder": decoder},
         )
         audit_record(actor=user, action="extract_started", target=job, data={"source": source.name, "model": model_name})
         if enqueue:
@@ -143,69 +150,99 @@ def atomic_write(path: Path, write: Callable) -> None:
         raise
 
 
-def extract_process_chunk(*, job_id: int, index: int, progress: Callable[[int], None] | None = None) -> bool:
+def extract_process_chunk(*, job_id: int, index: int, progress: Callable[[int], None] | None = None,
+                          run_model: Callable | None = None) -> bool:
     """Predict and extract features for one chunk. Returns True when it was the last unfinished
-    chunk (the caller then queues the finalize step)."""
-    from pipelines.extract import extract
-
+    chunk (the caller then queues the finalize step). ``run_model(paths, job)`` stands in for
+    the model in benchmarks of the bookkeeping (benchmarks/bench_extract_bookkeeping.py)."""
     chunk = JobChunk.objects.select_related("job__source").get(job_id=job_id, index=index)
     job = chunk.job
     if chunk.done or job.status in (Job.Status.DONE, Job.Status.FAILED):
         return False
     JobChunk.objects.filter(pk=chunk.pk).update(attempts=F("attempts") + 1)
     model_name, source = job.config["model"], job.source
-    have = set(ImageEmbedding.objects.filter(model_name=model_name, image_id__in=chunk.payload).values_list("image_id", flat=True))
-    images = [img for img in Image.objects.filter(pk__in=chunk.payload).order_by("pk") if img.pk not in have]
-    root_real = os.path.realpath(source.root)
+    decoder = job.config.get("decoder", "pil")
+    # a chunk's ids are a sorted run: a range query and a set test cost less than a 1,000-item IN list
+    wanted = set(chunk.payload)
+    lo, hi = (min(wanted), max(wanted)) if wanted else (0, -1)
+    have = {i for i in ImageEmbedding.objects.filter(model_name=model_name, image_id__gte=lo, image_id__lte=hi)
+            .values_list("image_id", flat=True) if i in wanted}
+    images = [(pk, rel) for pk, rel in Image.objects.filter(pk__gte=lo, pk__lte=hi).order_by("pk").values_list("pk", "relative_path")
+              if pk in wanted and pk not in have]
+    join = SafeJoiner(source.root)
     paths, unsafe = [], {}
-    for img in images:
+    for pk, rel in images:
         try:
-            paths.append(str(safe_join(source.root, img.relative_path, root_real=root_real)))
+            paths.append(join(rel))
         except UnsafePath as exc:
             paths.append("")
-            unsafe[img.pk] = str(exc)
-    lm = _model(model_name, job.config.get("weights", ""))
+            unsafe[pk] = str(exc)
     todo = [p for p in paths if p]
-    ex = extract(lm, todo, batch_size=int(job.config.get("batch_size") or settings.EXTRACT_BATCH_SIZE),
-                 num_workers=settings.EXTRACT_LOADER_WORKERS, topk=int(job.config.get("topk") or 5),
-                 max_pixels=settings.MAX_IMAGE_PIXELS, progress=progress)
-    results = iter(ex.results)
+    if run_model is not None:
+        ex = run_model(todo, job)
+    else:
+        from pipelines.extract import extract
+
+        lm = _model(model_name, job.config.get("weights", ""))
+        ex = extract(lm, todo, batch_size=int(job.config.get("batch_size") or 0) or None,
+                     num_workers=settings.EXTRACT_LOADER_WORKERS, topk=int(job.config.get("topk") or 5),
+                     max_pixels=settings.MAX_IMAGE_PIXELS, progress=progress, decoder=decoder)
     rel = shard_path(model_name=model_name, source_id=source.pk, job_id=job.pk, index=index)
     if len(ex.features):
         atomic_write(Path(settings.FEATURE_STORE) / rel, lambda fh: np.save(fh, ex.features))
-    stats: Counter = Counter()
-    rows = []
-    for img, path in zip(images, paths):
-        if not path:
-            rows.append(ImageEmbedding(image=img, model_name=model_name, ok=False, error=unsafe[img.pk]))
-            stats["errors"] += 1
-            continue
-        r = next(results)
-        if r.ok:
-            rows.append(ImageEmbedding(
-                image=img, model_name=model_name, row=r.row, topk=[[w, round(p, 6)] for w, p in r.topk],
-                top1_wnid=r.topk[0][0], top1_prob=r.topk[0][1], max_softmax=r.max_softmax, max_logit=r.max_logit, energy=r.energy))
-            stats["ok"] += 1
-        else:
-            rows.append(ImageEmbedding(image=img, model_name=model_name, ok=False, error=r.error))
-            stats["errors"] += 1
-    stats["skipped_done"] = len(have)
+    rows = _embedding_rows(images, paths, unsafe, ex, model_name)
+    stats = Counter(ok=int((ex.row_of >= 0).sum()), errors=len(images) - int((ex.row_of >= 0).sum()), skipped_done=len(have))
+    stats.update({f"decoded_by_{k}": v for k, v in ex.counts.items() if v})
+    notes = list(ex.notes)
     with transaction.atomic():
+        if connection.vendor == "postgresql":
+            # The commit need not wait for its WAL flush: a crash can lose only whole chunks (rows and
+            # done flag commit together), which are then computed again; the database stays consistent.
+            with connection.cursor() as cur:
+                cur.execute("SET LOCAL synchronous_commit TO OFF")
         locked = JobChunk.objects.select_for_update().get(pk=chunk.pk)
         if locked.done:  # another delivery finished it first; its rows stand
             return False
         shard = None
         if len(ex.features):
             shard, _ = FeatureShard.objects.update_or_create(
-                path=rel, defaults={"model_name": model_name, "rows": len(ex.features), "dim": ex.features.shape[1], "job": job})
-        for row in rows:
-            if row.ok:
-                row.shard = shard
-        ImageEmbedding.objects.bulk_create(rows, batch_size=500, ignore_conflicts=True)
-        locked.done, locked.done_at, locked.stats = True, timezone.now(), dict(stats)
+                path=rel, defaults={"model_name": model_name, "rows": len(ex.features), "dim": ex.features.shape[1], "job": job,
+                                    "decoder": ex.decoder})
+        shard_id = shard.pk if shard is not None else None
+        insert_rows(ImageEmbedding, EMBEDDING_FIELDS, [r + (shard_id if r[2] else None,) for r in rows])
+        locked.done, locked.done_at, locked.stats = True, timezone.now(), {**dict(stats), **({"notes": notes} if notes else {})}
         locked.save(update_fields=["done", "done_at", "stats"])
         Job.objects.filter(pk=job_id).update(progress=F("progress") + len(chunk.payload))
         return not JobChunk.objects.filter(job_id=job_id, done=False).exists()
+
+
+EMBEDDING_FIELDS = ("image_id", "model_name", "ok", "error", "row", "topk", "top1_wnid", "top1_prob", "max_softmax", "max_logit",
+                    "energy", "created_at", "drop_reason", "shard_id")
+
+
+def _embedding_rows(images: list[tuple[int, str]], paths: list[str], unsafe: dict[int, str], ex, model_name: str) -> list[tuple]:
+    """One ImageEmbedding row per image (``EMBEDDING_FIELDS`` but the shard), built from the
+    extraction's arrays: one conversion to Python lists per chunk, no model instance per image."""
+    now = timezone.now()
+    k = ex.top_index.shape[1]
+    wnids = ex.wnids
+    top_i, top_p = ex.top_index.tolist(), np.round(ex.top_prob.astype(np.float64), 6).tolist()
+    max_logit, energy = ex.max_logit.tolist(), ex.energy.tolist()
+    rows, done = [], 0
+    row_of = ex.row_of.tolist()
+    for (pk, _rel), path in zip(images, paths):
+        if not path:
+            rows.append((pk, model_name, False, unsafe[pk], -1, [], "", None, None, None, None, now, ""))
+            continue
+        r = row_of[done]
+        if r < 0:
+            rows.append((pk, model_name, False, ex.errors.get(done, ""), -1, [], "", None, None, None, None, now, ""))
+        else:
+            ti, tp = top_i[r], top_p[r]
+            rows.append((pk, model_name, True, "", r, [[wnids[ti[c]], tp[c]] for c in range(k)], wnids[ti[0]], tp[0], tp[0],
+                         max_logit[r], energy[r], now, ""))
+        done += 1
+    return rows
 
 
 def extract_finalize(*, job_id: int) -> Job:
@@ -214,11 +251,16 @@ def extract_finalize(*, job_id: int) -> Job:
         if job.status in (Job.Status.DONE, Job.Status.FAILED) or JobChunk.objects.filter(job=job, done=False).exists():
             return job
         totals: Counter = Counter()
+        notes: list[str] = []
         for stats in JobChunk.objects.filter(job=job).values_list("stats", flat=True):
+            stats = dict(stats)
+            notes.extend(n for n in stats.pop("notes", []) if n not in notes)
             totals.update(stats)
         job.status, job.progress, job.finished_at = Job.Status.DONE, job.total, timezone.now()
-        job.result = {**job.result, **totals}
-        job.message = f"{job.config['model']}: {totals['ok']} images predicted, {totals['errors']} could not be decoded"
+        decoder = job.config.get("decoder", "pil")
+        job.result = {**job.result, **totals, "decoder": decoder, **({"notes": notes} if notes else {})}
+        job.message = (f"{job.config['model']} (decoder {decoder}): {totals['ok']} images predicted, "
+                       f"{totals['errors']} could not be decoded" + (f"; {'; '.join(notes)}" if notes else ""))
         job.save()
         audit_record(actor=job.created_by, action="extract_finished", target=job, data={"source": job.source.name, "message": job.message})
     return job

@@ -45,30 +45,26 @@ class ODIN(Detector):
 
 
 def odin_scores(lm, paths: Sequence[str], *, temperature: float = DEFAULT_TEMPERATURE, epsilon: float = DEFAULT_EPSILON,
-                batch_size: int = 16, max_pixels: int | None = None, progress: Callable[[int], None] | None = None) -> np.ndarray:
+                batch_size: int = 16, max_pixels: int | None = None, progress: Callable[[int], None] | None = None,
+                decoder: str = "pil") -> np.ndarray:
     """ODIN scores for image files with a loaded model (pipelines.models.LoadedModel): with x the
     normalised input, x' = x - epsilon * sign(grad_x L) / std (per channel), L the cross-entropy
     of softmax(f(x)/T) against its own top class; score = max softmax(f(x')/T). This is a step of
     epsilon in [0, 1] pixel space, as the reference code takes it. NaN for a file that cannot be
-    decoded."""
+    decoded. The float32 model is used (a step of 1e-5 would vanish in bfloat16 inputs), and the
+    images go through ``decoder`` as the run's features do."""
     import torch
 
-    from pipelines.images import DEFAULT_MAX_PIXELS, load_rgb_for_model
+    from pipelines.extract import batches
+    from pipelines.images import DEFAULT_MAX_PIXELS
 
     out = np.full(len(paths), np.nan)
     model = lm.model
     std = torch.tensor([float(v) for v in lm.data_config["std"]], dtype=torch.float32, device=lm.device).view(1, -1, 1, 1)
-    for start in range(0, len(paths), batch_size):
-        idx, tensors = [], []
-        for i in range(start, min(start + batch_size, len(paths))):
-            try:
-                im = load_rgb_for_model(paths[i], min_side=lm.resize_side, max_pixels=max_pixels or DEFAULT_MAX_PIXELS)
-            except Exception:
-                continue
-            idx.append(i)
-            tensors.append(lm.transform(im))
-        if tensors:
-            x = torch.stack(tensors).to(lm.device).requires_grad_(True)
+    for idx, x, bad in batches(lm, paths, decoder=decoder, batch_size=batch_size, num_workers=0 if decoder == "pil" else None,
+                               max_pixels=max_pixels or DEFAULT_MAX_PIXELS):
+        if x is not None:
+            x = x.detach().requires_grad_(True)
             with torch.enable_grad():
                 logits = model(x) / temperature
                 loss = torch.nn.functional.cross_entropy(logits, logits.argmax(dim=1))
@@ -78,7 +74,7 @@ def odin_scores(lm, paths: Sequence[str], *, temperature: float = DEFAULT_TEMPER
                 probs = (model(x2) / temperature).float().softmax(dim=1).max(dim=1).values.cpu().numpy()
             out[idx] = probs
         if progress:
-            progress(min(start + batch_size, len(paths)) - start)
+            progress(len(idx) + len(bad))
     if np.isnan(out).all() and len(paths):
         raise DetectorError("ODIN: none of the images could be decoded")
     return out

@@ -3,6 +3,7 @@ from django.core.management.base import BaseCommand, CommandError
 from curation.management.progress import InlineBar, wait_for_job
 from curation.models import EvaluationRun, Export
 from curation.services.evaluation import EvaluationError, evaluation_create, evaluation_run_inline
+from pipelines.decode import DECODERS
 from pipelines.metrics import FPR_METHODS, OAA_CONVENTIONS
 from pipelines.severity import ESTIMATION, PER_CLASS, PROTOCOLS
 
@@ -59,6 +60,9 @@ class Command(BaseCommand):
                             help="mOAA: rejected OOD count as correct (paper, default) or every rejected wrong prediction "
                                  "(the authors' compute_oaa)")
         parser.add_argument("--seed", type=int, default=0, help="seed for C-OOD's estimation/test split (default 0)")
+        parser.add_argument("--decoder", choices=DECODERS, default=None,
+                            help="how images become model inputs, for every set of the run (default OODC_DECODER, pil); "
+                                 "part of the output cache key")
         parser.add_argument("--queue", action="store_true", help="run on the Celery workers and wait, instead of in this process")
 
     def handle(self, *args, **o):
@@ -70,7 +74,7 @@ class Command(BaseCommand):
                   "react_percentile": o["react_percentile"], "ash_percentile": o["ash_percentile"], "vim_dim": o["vim_dim"],
                   "severity_window": o["severity_window"], "seed": o["seed"], "severity_protocol": o["severity_protocol"],
                   "severity_per_class": o["severity_per_class"], "severity_estimation": o["severity_estimation"],
-                  "fpr_method": o["fpr_method"], "oaa_convention": o["oaa_convention"]}
+                  "fpr_method": o["fpr_method"], "oaa_convention": o["oaa_convention"], "decoder": o["decoder"]}
         try:
             run = evaluation_create(export=export, unit_tests=unit, id_test=o["id_test"], id_fit=o["id_fit"],
                                     models=_csv(o["models"]) or [settings.DEFAULT_MODEL], methods=_csv(o["methods"]) or None,

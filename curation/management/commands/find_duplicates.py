@@ -24,17 +24,18 @@ class Command(BaseCommand):
                             help=f"the pixel check: largest mean absolute difference of 16x16 signatures, 0-255 (default {DEFAULT_MAX_PIXEL_DIFF}); inf turns it off")
         add_model_arguments(parser)
 
-    def handle(self, *args, paths, out, threshold, max_pixel_diff, model, weights, batch_size, workers, device, **opts):
+    def handle(self, *args, paths, out, threshold, max_pixel_diff, model, weights, batch_size, workers, device, decoder, **opts):
         from pipelines.extract import extract
         from pipelines.images import sha256_file
         from pipelines.near_dups import group_near_duplicates, pixel_difference, pixel_signature
 
         if not 0 < threshold <= 1:
             raise CommandError("--threshold is a cosine similarity in (0, 1]")
-        files, lm = files_and_model(self, paths, model=model, weights=weights, device=device, what="compare")
+        files, lm = files_and_model(self, paths, model=model, weights=weights, device=device, what="compare", decoder=decoder,
+                                    batch_size=batch_size)
         digests = [sha256_file(f) for f in files]
         with tqdm(total=len(files), desc="features", unit="img", file=sys.stderr, dynamic_ncols=True) as bar:
-            ex = extract(lm, files, batch_size=batch_size, num_workers=workers, progress=bar.update)
+            ex = extract(lm, files, batch_size=batch_size, num_workers=workers, progress=bar.update, decoder=decoder)
         ok = [i for i, r in enumerate(ex.results) if r.ok]
         for i, r in enumerate(ex.results):
             if not r.ok:

@@ -14,10 +14,12 @@ class Command(BaseCommand):
         parser.add_argument("name", help="name to use as import:NAME")
         parser.add_argument("file", help="the .npz file")
         parser.add_argument("--model", required=True, help="the model that produced the outputs (runs with it may use them)")
+        parser.add_argument("--decoder", choices=("pil", "torchvision", "unknown"), default="unknown",
+                            help="how the images became model inputs, when known (runs with another decoder refuse the set)")
 
-    def handle(self, *args, name, file, model, **opts):
+    def handle(self, *args, name, file, model, decoder, **opts):
         try:
-            row = outputs_import(name=name, path=Path(file), model_name=model)
+            row = outputs_import(name=name, path=Path(file), model_name=model, decoder=decoder)
         except EvaluationError as exc:
             raise CommandError(str(exc)) from None
         self.stdout.write(f"import:{name}: {row.images} images, {row.feature_dim}-d features of {row.model_name}"
