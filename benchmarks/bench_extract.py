@@ -10,7 +10,8 @@ so) cut from the real photos shipped in scikit-image / scikit-learn, written to 
   e2e  : pipelines.extract.extract over the files (decode with draft, EXIF, RGB, timm's
          transform in DataLoader workers, forward, softmax/top-k/energy, float16 features)
          plus writing the features shard with np.save: what an extraction chunk does
-         besides its database rows.
+         besides its database rows; with the pil decoder (the CPU default) and with the
+         torchvision decoder (pipelines/decode.py, libjpeg on the CPU).
 Alternated ``repeats`` times; medians, images/s and e2e/bare.
 """
 from __future__ import annotations
@@ -81,25 +82,27 @@ def main() -> None:
                     model.get_classifier()(pre).softmax(dim=1)
             return time.perf_counter() - t
 
-        def e2e() -> float:
+        def e2e(decoder: str) -> float:
             t = time.perf_counter()
-            ex = extract(lm, paths, batch_size=args.batch_size, num_workers=workers)
+            ex = extract(lm, paths, batch_size=args.batch_size, num_workers=workers if decoder == "pil" else None, decoder=decoder)
             np.save(Path(tmp) / "shard.npy", ex.features)
-            assert sum(r.ok for r in ex.results) == len(paths)
+            assert (ex.row_of >= 0).all()
             return time.perf_counter() - t
 
-        bare(), e2e()  # warm-up: page cache, allocator, worker start-up paths
-        times = {"bare": [], "e2e": []}
+        bare(), e2e("pil"), e2e("torchvision")  # warm-up: page cache, allocator, worker start-up paths
+        times = {"bare": [], "e2e": [], "tv": []}
         for _ in range(args.repeats):
             times["bare"].append(bare())
-            times["e2e"].append(e2e())
+            times["e2e"].append(e2e("pil"))
+            times["tv"].append(e2e("torchvision"))
     med = {k: statistics.median(v) for k, v in times.items()}
     n = args.images
     print(f"\n{args.model}, {n} JPEGs (~500x375), batch {args.batch_size}, {torch.get_num_threads()} torch threads, "
           f"{workers} DataLoader worker(s), {os.cpu_count()} CPUs, {args.repeats} repeats (medians)")
     print(f"  bare forward      {med['bare']:6.2f} s  {n / med['bare']:6.1f} images/s")
-    print(f"  end-to-end        {med['e2e']:6.2f} s  {n / med['e2e']:6.1f} images/s")
-    print(f"  e2e / bare throughput: {med['bare'] / med['e2e']:.2f}x  (goal >= 0.8x)")
+    print(f"  end-to-end, pil   {med['e2e']:6.2f} s  {n / med['e2e']:6.1f} images/s")
+    print(f"  end-to-end, torchvision decoder (threads) {med['tv']:6.2f} s  {n / med['tv']:6.1f} images/s")
+    print(f"  e2e / bare throughput: pil {med['bare'] / med['e2e']:.2f}x (goal >= 0.8x), torchvision {med['bare'] / med['tv']:.2f}x")
 
 
 if __name__ == "__main__":

@@ -295,3 +295,35 @@ def test_odin_scores_cached_under_the_old_rule_are_computed_again_not_mixed(tmp_
     whats = {(c.payload["role"], c.payload["what"]) for c in run.job.chunks.all()}
     assert ("id_test", "features") not in whats  # the features are reused...
     assert ("id_test", odin_key(2.0, 1e-5)) in whats  # ...but ODIN is computed again under the new key
+
+
+def test_the_decoder_is_recorded_keys_the_cache_and_is_never_mixed(tmp_path):
+    """Outputs computed through Pillow and through torchvision differ slightly: a run records its
+    decoder, finds cached outputs only under it, and refuses sets computed with another."""
+    from curation.services.evaluation import _cached, check_one_decoder, export_set
+
+    export = _world(tmp_path)  # the export's outputs are cached from the Pillow path
+    entry = {"key": export_set(export).key, "version": export_set(export).version}
+    run = evaluation_create(export=export, id_test="import:test", id_fit="import:fit", models=["toy"], methods=["msp"], enqueue=False)
+    assert run.config["decoder"] == "pil"  # the deployment's default (OODC_DECODER)
+    tv = evaluation_create(export=export, id_test="import:test", id_fit="import:fit", models=["toy"], methods=["msp"],
+                           params={"decoder": "torchvision"}, enqueue=False)
+    assert tv.config["decoder"] == "torchvision"
+    assert _cached("toy", entry, "pil") is not None and _cached("toy", entry, "torchvision") is None  # computed again, not reused
+    # an import that says which decoder made it is held to it; one that does not is taken as it is
+    w, b, make = _gaussians(1)
+    x, lg, y = make(50, 0.0)
+    outputs_import(name="fit_pil", path=_write_npz(tmp_path / "fp.npz", features=x, logits=lg, labels=y, weight=w, bias=b),
+                   model_name="toy", decoder="pil")
+    with pytest.raises(EvaluationError, match="computed with the pil decoder and this run decodes with torchvision"):
+        evaluation_create(export=export, id_test="import:test", id_fit="import:fit_pil", models=["toy"], methods=["msp"],
+                          params={"decoder": "torchvision"}, enqueue=False)
+    rows = {"id_fit": EvalFeatureSet(dataset="import:fit_pil", decoder="pil"), "ood": EvalFeatureSet(dataset="export:x", decoder="torchvision"),
+            "id_test": EvalFeatureSet(dataset="import:test", decoder="unknown")}
+    with pytest.raises(EvaluationError, match=r"refusing to mix decoders: id_fit \(import:fit_pil\) was computed with pil"):
+        check_one_decoder(rows, "torchvision")
+    with pytest.raises(EvaluationError, match="decoder 'nvjpeg'"):
+        evaluation_create(export=export, id_test="import:test", id_fit="import:fit", models=["toy"], params={"decoder": "nvjpeg"},
+                          enqueue=False)
+    with pytest.raises(EvaluationError, match="decoder 'x'"):
+        outputs_import(name="bad", path=tmp_path / "fp.npz", model_name="toy", decoder="x")

@@ -53,6 +53,15 @@ def test_predict_command_writes_topk_rows_and_skips_bad_files(tmp_path, capsys):
     assert "notes.txt: cannot decode it for the model" in err
     with pytest.raises(CommandError, match="unknown model"):
         call_command("predict", str(tmp_path), "--model", "no_such_net", "--out", str(out))
+    # the torchvision decoder on the CPU: the same files answered, the same top-1, the decoder named
+    out_tv = tmp_path / "preds_tv.csv"
+    said = io.StringIO()
+    call_command("predict", str(tmp_path), "--topk", "3", "--out", str(out_tv), "--decoder", "torchvision", stdout=said)
+    top1 = lambda rows: {r["path"]: r["wnid"] for r in rows if r["rank"] == "1"}  # noqa: E731
+    assert top1(_rows(out_tv)) == top1(rows)
+    assert "decoder torchvision" in said.getvalue() and "2 by pillow" in said.getvalue()  # the PNGs
+    with pytest.raises(CommandError, match="--batch-size 0"):
+        call_command("predict", str(tmp_path), "--out", str(out_tv), "--batch-size", "0")
 
 
 @SLOW
@@ -105,6 +114,9 @@ def test_pipeline_on_ingested_sources(tmp_path, settings):
     assert coffee.top1_wnid == "n07920052" and len(coffee.topk) == 5 and coffee.energy >= coffee.max_logit
     shard = np.load(Path(settings.FEATURE_STORE) / coffee.shard.path)
     assert shard.dtype == np.float16 and shard.shape[1] == 1280 and FeatureShard.objects.count() == 2
+    # the decoder is recorded with the job, its result and every shard
+    assert set(FeatureShard.objects.values_list("decoder", flat=True)) == {"pil"}
+    assert all(j.config["decoder"] == j.result["decoder"] == "pil" for j in Job.objects.filter(kind="extract"))
     # near-duplicates: the original (largest, then oldest) stays, its copies point to it
     cat = {e.image.relative_path: e for e in ImageEmbedding.objects.filter(image__relative_path__startswith="n02121808/").select_related("image")}
     rep = cat["n02121808/chelsea.png"]

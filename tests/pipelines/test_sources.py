@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from pipelines.sources import ClassMapError, UnsafePath, map_class_folders, read_class_map, safe_join, scan_source
+from pipelines.sources import ClassMapError, SafeJoiner, UnsafePath, map_class_folders, read_class_map, safe_join, scan_source
 
 
 def test_scan_lists_files_in_class_folders_and_refuses_what_must_not_be_read(tmp_path):
@@ -44,6 +44,24 @@ def test_safe_join_refuses_paths_that_leave_the_root(tmp_path):
     os.symlink("/etc/passwd", tmp_path / "cls" / "pw.jpg")
     with pytest.raises(UnsafePath, match="outside the source root"):
         safe_join(tmp_path, "cls/pw.jpg")
+
+
+def test_the_many_files_joiner_refuses_what_safe_join_refuses(tmp_path):
+    root = tmp_path / "root"
+    (root / "cls").mkdir(parents=True)
+    (root / "cls" / "ok.jpg").write_bytes(b"x")
+    (tmp_path / "outside").mkdir()
+    os.symlink(tmp_path / "outside", root / "linked")  # a folder that leads out
+    os.symlink("/etc/passwd", root / "cls" / "pw.jpg")  # a file that leads out
+    os.symlink(root / "cls" / "ok.jpg", root / "cls" / "inside.jpg")  # a link that stays in
+    join = SafeJoiner(root)
+    for rel in ["cls/ok.jpg", "cls/inside.jpg", "cls/missing.jpg", "cls/./ok.jpg", "top.jpg"]:
+        assert join(rel) == str(safe_join(root, rel)), rel
+    for rel in ["../etc/passwd", "/etc/passwd", "cls/../../x", "", "cls/pw.jpg", "linked/a.jpg", "cls/a\x00.jpg"]:
+        with pytest.raises(UnsafePath):
+            safe_join(root, rel)
+        with pytest.raises(UnsafePath):
+            join(rel)
 
 
 def test_class_folders_map_by_wnid_class_map_and_unambiguous_lemma(wn, tmp_path):
