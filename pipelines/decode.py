@@ -23,6 +23,7 @@ clamped to [0, 255] as Pillow clamps. Parity with the Pillow path is measured an
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
 import queue
@@ -33,6 +34,7 @@ from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 import numpy as np
+from PIL import UnidentifiedImageError
 
 from .images import DEFAULT_MAX_PIXELS, load_rgb_for_model
 
@@ -208,17 +210,31 @@ class Preprocess:
         return round(h / ratio), round(w / ratio)
 
     def __call__(self, images: list, *, dtype=None, channels_last: bool = False):
-        """[N, 3, H, W] normalised inputs from N uint8 [3, h, w] tensors on one device."""
+        """[N, 3, H, W] normalised inputs from N uint8 [3, h, w] tensors on one device, in input order."""
+        x, order = self.batch(images, dtype=dtype, channels_last=channels_last)
+        if order == list(range(len(images))):
+            return x
+        import torch
+
+        inverse = torch.empty(len(order), dtype=torch.long)
+        inverse[torch.tensor(order)] = torch.arange(len(order))
+        return x[inverse.to(x.device)]
+
+    def batch(self, images: list, *, dtype=None, channels_last: bool = False):
+        """(x, order): the inputs grouped by source size, ``order[j]`` the position in ``images``
+        of row j. One resize per distinct size, rows written as contiguous slices: no index
+        tensor crosses to the device and nothing waits for it."""
         import torch
         import torch.nn.functional as F
 
         device = images[0].device
-        out = torch.empty((len(images), 3, *self.input_size), dtype=torch.float32, device=device)
         groups: dict[tuple[int, int], list[int]] = {}
         for j, im in enumerate(images):
             groups.setdefault((int(im.shape[1]), int(im.shape[2])), []).append(j)
         th, tw = self.input_size
+        out = torch.empty((len(images), 3, th, tw), dtype=torch.float32, device=device)
         fill = [float(round(255 * m)) for m in self.mean] if self.crop_mode == "border" else [0.0, 0.0, 0.0]
+        order: list[int] = []
         for (h, w), members in groups.items():
             x = torch.stack([images[j] for j in members]).float()
             rh, rw = self.resized_size(h, w)
@@ -237,15 +253,24 @@ class Preprocess:
                 padded[:, :, pt:pt + rh, pl:pl + rw] = x
                 x, rh, rw = padded, rh + pt + pb, rw + pl + pr
             top, left = int(round((rh - th) / 2.0)), int(round((rw - tw) / 2.0))
-            out[members] = x[:, :, top:top + th, left:left + tw]
-        mean = torch.tensor(self.mean, device=device).view(1, 3, 1, 1) * 255.0
-        std = torch.tensor(self.std, device=device).view(1, 3, 1, 1) * 255.0
+            out[len(order):len(order) + len(members)] = x[:, :, top:top + th, left:left + tw]
+            order.extend(members)
+        mean, std = _stats(str(device), self.mean, self.std)
         out.sub_(mean).div_(std)
         if dtype is not None and dtype != out.dtype:
             out = out.to(dtype)
         if channels_last:
             out = out.contiguous(memory_format=torch.channels_last)
-        return out
+        return out, order
+
+
+@functools.lru_cache(maxsize=16)
+def _stats(device: str, mean: tuple, std: tuple):
+    """Mean and std on the 0-255 scale as [1, 3, 1, 1] tensors, made once per device (a fresh
+    host-to-device copy per batch would wait for the device)."""
+    import torch
+
+    return (torch.tensor(mean, device=device).view(1, 3, 1, 1) * 255.0, torch.tensor(std, device=device).view(1, 3, 1, 1) * 255.0)
 
 
 # -- the loader -------------------------------------------------------------------------------------
@@ -311,6 +336,8 @@ class TensorBatches:
         try:
             im = load_rgb_for_model(path, min_side=self.min_side, max_pixels=self.max_pixels, data=data)
             arr = np.asarray(im, dtype=np.uint8)
+        except UnidentifiedImageError:  # its message would name the in-memory buffer, not the file
+            return "err", _decode_error(path, ValueError("not an image file Pillow can read"))
         except Exception as exc:  # a bad file is a result, not a crash
             return "err", _decode_error(path, exc)
         self._count("pillow")
@@ -354,8 +381,10 @@ class TensorBatches:
                     if self.cuda:
                         t = t.pin_memory().to(self.device, non_blocking=True)
                     images[i] = t
-            idx = sorted(images)
-            x = self.pre([images[i] for i in idx], dtype=self.dtype, channels_last=self.channels_last) if idx else None
+            idx, x = sorted(images), None
+            if idx:
+                x, order = self.pre.batch([images[i] for i in idx], dtype=self.dtype, channels_last=self.channels_last)
+                idx = [idx[j] for j in order]  # rows come grouped by source size
             event = None
             if stream is not None:
                 event = torch.cuda.Event()

@@ -249,7 +249,7 @@ def extract(
         pre = model.forward_head(model.forward_features(x), pre_logits=True)
         return pre, model.get_classifier()(pre)
 
-    row = 0
+    inputs: list[int] = []
     with torch.inference_mode():
         for idx, x, bad in batches(lm, paths, decoder=decoder, batch_size=batch_size, num_workers=num_workers,
                                    max_pixels=max_pixels, dtype=dtype if cuda else None, channels_last=cuda, counts=counts):
@@ -260,17 +260,28 @@ def extract(
                 pre = torch.cat([p for p, _l in parts]) if len(parts) > 1 else parts[0][0]
                 logits = (torch.cat([lg for _p, lg in parts]) if len(parts) > 1 else parts[0][1]).float()
                 top_p, top_i = logits.softmax(dim=1).topk(k, dim=1)
-                # one float32 block (top-k probabilities, max logit, energy) and one feature block per batch
-                stats = torch.cat([top_p, logits.max(dim=1, keepdim=True).values, torch.logsumexp(logits, dim=1, keepdim=True)], dim=1)
-                chunks["stats"].append(stats.cpu().numpy())
-                chunks["top_i"].append(top_i.cpu().numpy())
-                chunks["feat"].append(pre.float().cpu().numpy().astype(feat_dtype, copy=False))
+                # everything leaves the device as one float32 block per batch: top-k probabilities,
+                # max logit, energy, top-k indices (exact in float32 below 2^24), features, logits
+                parts = [top_p, logits.max(dim=1, keepdim=True).values, torch.logsumexp(logits, dim=1, keepdim=True),
+                         top_i.float(), pre.float()] + ([logits] if keep_logits else [])
+                block = torch.cat(parts, dim=1).cpu().numpy()
+                d = pre.shape[1]
+                chunks["stats"].append(block[:, :k + 2])
+                chunks["top_i"].append(block[:, k + 2:2 * k + 2].astype(np.int64))
+                chunks["feat"].append(block[:, 2 * k + 2:2 * k + 2 + d].astype(feat_dtype))
                 if keep_logits:
-                    chunks["logits"].append(logits.cpu().numpy())
-                row_of[idx] = np.arange(row, row + len(idx))
-                row += len(idx)
+                    chunks["logits"].append(np.ascontiguousarray(block[:, 2 * k + 2 + d:]))
+                inputs.extend(idx)
             if progress:
                 progress(len(idx) + len(bad))
+    # rows in input order (a batch may come grouped by image size)
+    inputs_of_row = np.asarray(inputs, dtype=np.int64)
+    perm = np.argsort(inputs_of_row, kind="stable")
+    row_of[inputs_of_row[perm]] = np.arange(len(perm))
+    for key in ("stats", "top_i", "feat", "logits"):
+        if chunks[key]:
+            joined = np.concatenate(chunks[key])
+            chunks[key] = [joined if (perm == np.arange(len(perm))).all() else joined[perm]]
     stats = np.concatenate(chunks["stats"]) if chunks["stats"] else np.zeros((0, k + 2), dtype=np.float32)
     return Extraction(
         row_of=row_of, errors=errors,

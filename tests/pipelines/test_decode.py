@@ -99,6 +99,19 @@ def test_tensor_preprocess_matches_timms_eval_transform(cfg, size):
     assert err.mean() < 2.5, float(err.mean())
 
 
+def test_a_batch_of_mixed_sizes_is_resized_per_size_and_keeps_each_image_its_row():
+    cfg = {"input_size": (3, 48, 48), "crop_pct": 0.875, "interpolation": "bicubic", "mean": (0.5,) * 3, "std": (0.25,) * 3}
+    pre = Preprocess.from_data_config(cfg)
+    rng = np.random.default_rng(9)
+    ims = [torch.from_numpy(np.asarray(_photo(rng, size)).copy()).permute(2, 0, 1) for size in [(80, 60), (64, 64), (80, 60), (50, 90)]]
+    together = pre(ims)
+    alone = torch.cat([pre([im]) for im in ims])
+    assert torch.allclose(together, alone, atol=1e-5)
+    x, order = pre.batch(ims)
+    assert sorted(order) == [0, 1, 2, 3] and order[:2] == [0, 2]  # the two 80x60 images share one resize
+    assert torch.allclose(x, alone[order], atol=1e-5)
+
+
 def test_preprocess_refuses_what_a_tensor_resize_cannot_do():
     with pytest.raises(ValueError, match="--decoder pil"):
         Preprocess.from_data_config({"input_size": (3, 224, 224), "interpolation": "lanczos", "mean": (0, 0, 0), "std": (1, 1, 1)})
@@ -171,7 +184,7 @@ def test_a_decoder_error_in_a_producer_reaches_the_caller(tmp_path, monkeypatch)
     cfg = {"input_size": (3, 32, 32), "mean": (0.5,) * 3, "std": (0.25,) * 3}
     pre = Preprocess.from_data_config(cfg)
     loader = TensorBatches([str(p)] * 4, preprocess=pre, batch_size=2)
-    monkeypatch.setattr(Preprocess, "__call__", lambda self, *a, **k: (_ for _ in ()).throw(RuntimeError("boom")))
+    monkeypatch.setattr(Preprocess, "batch", lambda self, *a, **k: (_ for _ in ()).throw(RuntimeError("boom")))
     with pytest.raises(RuntimeError, match="boom"):
         list(loader)
 
