@@ -418,7 +418,12 @@ class TensorBatches:
                         except queue.Full:
                             continue
             except BaseException as exc:  # hand it to the consumer, who raises it
-                outs[p].put(("error", exc))
+                while not stop.is_set():
+                    try:
+                        outs[p].put(("error", exc), timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
 
         threads = [threading.Thread(target=produce, args=(p,), daemon=True, name=f"batches-{p}") for p in range(self.producers)]
         for t in threads:
