@@ -10,6 +10,7 @@ takes at best), so the ratio says how much the task adds on top.
     bash scripts/services.sh    # PostgreSQL and Redis
     DATABASE_URL=postgres://oodc:oodc@127.0.0.1:5432/oodc .venv/bin/python benchmarks/bench_extract_bookkeeping.py [--images 50000]
 
+BENCH_PROFILE=1 (and BENCH_PROFILE_SORT=tottime) prints a cProfile of the chunk loop.
 It creates and drops its own scratch database (``<name>_bench_bookkeeping``) beside DATABASE_URL's.
 """
 from __future__ import annotations

@@ -402,6 +402,15 @@ class TensorBatches:
         outs = [queue.Queue(maxsize=2) for _ in range(self.producers)]
         pool = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="decode")
 
+        def hand_over(p: int, item) -> None:
+            """Put ``item`` on producer p's queue unless the consumer has stopped."""
+            while not stop.is_set():
+                try:
+                    outs[p].put(item, timeout=0.1)
+                    return
+                except queue.Full:
+                    continue
+
         def produce(p: int) -> None:
             stream = torch.cuda.Stream(device=self.device) if self.cuda else None
             try:
@@ -410,20 +419,9 @@ class TensorBatches:
                         return
                     s = starts[b]
                     futures = [(i, pool.submit(self._prepare, i)) for i in range(s, min(s + bs, n))]
-                    item = self._assemble([(i, f.result()) for i, f in futures], stream)
-                    while not stop.is_set():
-                        try:
-                            outs[p].put(("ok", item), timeout=0.1)
-                            break
-                        except queue.Full:
-                            continue
+                    hand_over(p, ("ok", self._assemble([(i, f.result()) for i, f in futures], stream)))
             except BaseException as exc:  # hand it to the consumer, who raises it
-                while not stop.is_set():
-                    try:
-                        outs[p].put(("error", exc), timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
+                hand_over(p, ("error", exc))
 
         threads = [threading.Thread(target=produce, args=(p,), daemon=True, name=f"batches-{p}") for p in range(self.producers)]
         for t in threads:

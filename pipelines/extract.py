@@ -278,15 +278,16 @@ def extract(
     inputs_of_row = np.asarray(inputs, dtype=np.int64)
     perm = np.argsort(inputs_of_row, kind="stable")
     row_of[inputs_of_row[perm]] = np.arange(len(perm))
+    in_order = bool((np.diff(inputs_of_row) > 0).all())
     for key in ("stats", "top_i", "feat", "logits"):
         if chunks[key]:
             joined = np.concatenate(chunks[key])
-            chunks[key] = [joined if (perm == np.arange(len(perm))).all() else joined[perm]]
+            chunks[key] = [joined if in_order else joined[perm]]
     stats = np.concatenate(chunks["stats"]) if chunks["stats"] else np.zeros((0, k + 2), dtype=np.float32)
     return Extraction(
         row_of=row_of, errors=errors,
         features=np.concatenate(chunks["feat"]) if chunks["feat"] else np.zeros((0, lm.feature_dim), dtype=feat_dtype),
-        top_index=np.concatenate(chunks["top_i"]).astype(np.int64) if chunks["top_i"] else np.zeros((0, k), dtype=np.int64),
+        top_index=np.concatenate(chunks["top_i"]) if chunks["top_i"] else np.zeros((0, k), dtype=np.int64),
         top_prob=np.ascontiguousarray(stats[:, :k]), max_logit=np.ascontiguousarray(stats[:, k]), energy=np.ascontiguousarray(stats[:, k + 1]),
         wnids=tuple(lm.wnids), decoder=decoder, counts=counts, notes=notes,
         logits=(np.concatenate(chunks["logits"]) if chunks["logits"] else np.zeros((0, len(lm.wnids)), dtype=np.float32)) if keep_logits else None,
