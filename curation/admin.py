@@ -5,10 +5,12 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html
 
+from curation import jobs
 from curation.models import (AnnotatorScope, Assignment, AuditLog, CandidateClass, ClassDecision, ClassFilterRun, ClassOverride,
                              ClassVisualSignal, EvalFeatureSet, EvaluationRun, Export, ExportMember, FeatureShard, IdClassSet, Image, ImageEmbedding, Job, JobChunk, Review,
                              ReviewItem, ReviewSettings, Source)
 from curation.services.audit import audit_record
+from curation.validators import name_field
 from curation.services.class_filter import (ClassDecisionError, ClassFilterError, class_decisions_resolve, class_filter_start,
                                             class_override_pin, class_override_unpin)
 from curation.services.evaluation import EvaluationError, evaluation_create
@@ -17,8 +19,20 @@ from curation.services.image_pipeline import JobAlreadyRunning, PipelineError, d
 from curation.services.ingest import IngestAlreadyRunning, ingest_start
 from curation.services.review import ReviewError, review_items_set_gold, review_queue_sync, review_settings_save
 from pipelines.class_filter import PolicyError
+from pipelines.names import NAME_RULE
 from pipelines.class_filter.policy import DEFAULT_PRESET, PRESETS
 from pipelines.wordnet import WordNetUnavailable
+
+
+class StaleFilter(admin.SimpleListFilter):
+    title = "liveness"
+    parameter_name = "liveness"
+
+    def lookups(self, request, model_admin):
+        return [("stale", "stale (no worker reporting)")]
+
+    def queryset(self, request, queryset):
+        return queryset.filter(jobs.stale_filter()) if self.value() == "stale" else queryset
 
 
 class RecordAdmin(admin.ModelAdmin):
@@ -87,7 +101,7 @@ class SourceAdmin(admin.ModelAdmin):
     list_display = ("name", "role", "root", "created_at")
     list_filter = ("role",)
     search_fields = ("name", "root")
-    readonly_fields = ("root", "created_by", "created_at")
+    readonly_fields = ("name", "root", "created_by", "created_at")  # a name is how commands and specs refer to it
     actions = ["rescan", "run_class_filter", "extract", "find_near_duplicates", "build_review_queue"]
 
     def has_add_permission(self, request):
@@ -187,12 +201,49 @@ class ImageAdmin(RecordAdmin):
 
 
 class JobAdmin(RecordAdmin):
-    list_display = ("id", "kind", "source", "status", "progress_bar", "created_by", "created_at", "finished_at")
-    list_filter = ("kind", "status")
+    list_display = ("id", "kind", "source", "state", "progress_bar", "last_sign", "created_by", "created_at", "finished_at")
+    list_filter = ("kind", "status", StaleFilter)
+    actions = ["resume_jobs"]
 
     @admin.display(description="progress")
     def progress_bar(self, obj):
         return format_html('<progress max="100" value="{}"></progress> {}/{}', obj.percent, obj.progress, obj.total)
+
+    @admin.display(description="state")
+    def state(self, obj):
+        st = jobs.state(obj)
+        if st == "stale":
+            return format_html('<strong style="color:#b00">stale</strong> <small>(no worker for {} s: resume it)</small>',
+                               jobs.silent_for(obj))
+        return st
+
+    @admin.display(description="last sign of life")
+    def last_sign(self, obj):
+        if obj.status in (Job.Status.DONE, Job.Status.FAILED):
+            return ""
+        return f"{jobs.silent_for(obj)} s ago" + (f" ({obj.worker})" if obj.worker else "")
+
+    @admin.action(description="Resume the selected stale jobs (from where they stopped)")
+    def resume_jobs(self, request, queryset):
+        if not request.user.is_staff:
+            from django.core.exceptions import PermissionDenied
+
+            raise PermissionDenied
+        done, refused = [], []
+        for job in queryset.order_by("pk"):
+            try:
+                r = jobs.resume(job, user=request.user)
+            except jobs.JobNotResumable as exc:
+                refused.append(str(exc))
+                continue
+            except Exception as exc:  # an inline resume that failed: the job records it
+                refused.append(f"job #{job.pk}: {type(exc).__name__}: {exc}")
+                continue
+            done.append(f"#{job.pk} " + (f"re-queued ({r.queued} step(s))" if r.queued else f"run to {Job.objects.get(pk=job.pk).status}"))
+        if done:
+            self.message_user(request, "Resumed: " + "; ".join(done), messages.SUCCESS)
+        for line in refused:
+            self.message_user(request, line, messages.WARNING)
 
 
 @admin.register(JobChunk)
@@ -508,7 +559,8 @@ class AssignmentAdmin(NoDelete, NoChange, RecordAdmin):
 
 class ExportCreateForm(forms.Form):
     kind = forms.ChoiceField(choices=Export.Kind.choices, initial=Export.Kind.DATASET)
-    name = forms.SlugField(max_length=100, help_text="Each export under a name gets the next version; old versions are never rewritten")
+    name = name_field("export name", help_text="Each export under a name gets the next version; old versions are never rewritten. "
+                                               f"{NAME_RULE}")
     sources = forms.ModelMultipleChoiceField(queryset=Source.objects.filter(role=Source.Role.CANDIDATE).order_by("name"), required=False,
                                              help_text="Clean set: the candidate sources to export")
     classes = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 3}),
@@ -516,7 +568,8 @@ class ExportCreateForm(forms.Form):
     min_per_class = forms.IntegerField(min_value=1, initial=1, help_text="Clean set: classes with fewer clean images are left out")
     layouts = forms.MultipleChoiceField(choices=[(x, x) for x in ("ninco", "imagenet-ood", "openood")], initial=["ninco", "imagenet-ood", "openood"],
                                         widget=forms.CheckboxSelectMultiple, required=False)
-    split = forms.SlugField(max_length=40, initial="test", help_text="Clean set: images may not be near-duplicates of another split's")
+    split = name_field("split", max_length=40, initial="test",
+                       help_text="Clean set: images may not be near-duplicates of another split's")
     copy_files = forms.BooleanField(required=False, help_text="Copy files instead of hard-linking them to the sources")
     leakage_override = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}),
                                        help_text="Export despite leakage (ID near-duplicates, other splits): the reason, recorded in the manifest")

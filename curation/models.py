@@ -135,6 +135,8 @@ class Job(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True, help_text="When a worker last reported working on this job")
+    worker = models.CharField(max_length=200, blank=True, help_text="host:pid of the process that last reported")
 
     class Meta:
         ordering = ["-created_at"]
@@ -158,6 +160,10 @@ class JobChunk(models.Model):
     stats = models.JSONField(default=dict, blank=True)
     attempts = models.PositiveIntegerField(default=0)
     done_at = models.DateTimeField(null=True, blank=True)
+    # A worker holds a chunk while it works on it and extends the lease with its heartbeat; a
+    # second delivery of the chunk skips it while the lease is live (see curation/jobs/).
+    lease_owner = models.CharField(max_length=200, blank=True)
+    lease_until = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["job", "index"], name="unique_chunk_per_job")]

@@ -30,12 +30,18 @@ def env_int(name: str, default: int) -> int:
         raise ValueError(f"Environment variable {name}={raw!r} must be an integer") from exc
 
 
-DEBUG = env_bool("DJANGO_DEBUG", True)
-SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY") or (
-    "dev-only-insecure-key-set-DJANGO_SECRET_KEY-in-production" if DEBUG else ""
-)
-if not SECRET_KEY:
-    raise RuntimeError("DJANGO_SECRET_KEY must be set when DJANGO_DEBUG is off.")
+def env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return float(raw)
+    except ValueError as exc:
+        raise ValueError(f"Environment variable {name}={raw!r} must be a number") from exc
+
+
+# Off unless asked for: a forgotten variable must not show tracebacks and settings to the world.
+DEBUG = env_bool("DJANGO_DEBUG", False)
 ALLOWED_HOSTS = [h for h in os.environ.get("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",") if h]
 CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("DJANGO_CSRF_TRUSTED_ORIGINS", "").split(",") if o]
 
@@ -45,6 +51,35 @@ try:  # SQLite, media and caches live here by default; a fresh folder is created
     DATA_DIR.mkdir(parents=True, exist_ok=True)
 except OSError:
     pass
+
+
+def _secret_key() -> str:
+    """DJANGO_SECRET_KEY, or a random key made once per data folder (file mode 0600), so a
+    single-machine install is neither insecure nor logged out by every restart."""
+    key = os.environ.get("DJANGO_SECRET_KEY", "")
+    if key:
+        return key
+    path = DATA_DIR / "secret_key"
+    try:
+        return path.read_text(encoding="ascii").strip()
+    except FileNotFoundError:
+        pass
+    import secrets
+
+    key = secrets.token_urlsafe(50)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:  # another process made it first
+        return path.read_text(encoding="ascii").strip()
+    except OSError as exc:
+        raise RuntimeError(f"DJANGO_SECRET_KEY is unset and {path} cannot be written ({exc.strerror}); "
+                           "set DJANGO_SECRET_KEY, or OODC_DATA_DIR to a writable folder") from None
+    with os.fdopen(fd, "w", encoding="ascii") as fh:
+        fh.write(key + "\n")
+    return key
+
+
+SECRET_KEY = _secret_key()
 MEDIA_ROOT = Path(os.environ.get("OODC_MEDIA_ROOT", DATA_DIR / "media"))
 FEATURE_STORE = Path(os.environ.get("OODC_FEATURE_STORE", DATA_DIR / "features"))
 NLTK_DATA = Path(os.environ.get("NLTK_DATA", DATA_DIR / "nltk_data"))
@@ -124,6 +159,16 @@ LOGOUT_REDIRECT_URL = "/accounts/login/"
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False  # the review UI reads it for fetch() POSTs
 X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+# Behind HTTPS (production): `manage.py check --deploy` passes with these set (README, Configuration).
+SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", False)
+SECURE_HSTS_SECONDS = env_int("DJANGO_SECURE_HSTS_SECONDS", 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", SECURE_HSTS_SECONDS > 0)
+SECURE_HSTS_PRELOAD = env_bool("DJANGO_SECURE_HSTS_PRELOAD", False)
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env_bool("DJANGO_SECURE_COOKIES", False)
+if env_bool("DJANGO_BEHIND_PROXY", False):  # a TLS-terminating proxy that sets X-Forwarded-Proto
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
 # --- Celery ------------------------------------------------------------------------------
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "")
@@ -134,20 +179,9 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_IGNORE_RESULT = True  # job status lives on the Job model, not in a result backend
 CELERY_TASK_DEFAULT_QUEUE = "cpu"
-CELERY_TASK_ROUTES = {
-    "curation.ingest.*": {"queue": "cpu"},
-    "curation.class_filter.*": {"queue": "cpu"},
-    "curation.dedup.*": {"queue": "cpu"},
-    "curation.export.*": {"queue": "cpu"},
-    "curation.unit_tests.*": {"queue": "cpu"},
-    # Extraction goes where the models run: "gpu" when GPU workers serve it, "cpu" (the
-    # default) where only CPU workers run.
-    "curation.extract.*": {"queue": os.environ.get("OODC_EXTRACT_QUEUE", "cpu")},
-    "curation.gpu.*": {"queue": "gpu"},
-    # Evaluation: model outputs where the models run, detectors and metrics on the cpu workers
-    "curation.evaluate.chunk": {"queue": os.environ.get("OODC_EVAL_QUEUE", os.environ.get("OODC_EXTRACT_QUEUE", "cpu"))},
-    "curation.evaluate.*": {"queue": "cpu"},
-}
+# Each job step is queued on the queue its kind declares (curation/jobs/kinds.py):
+# extraction on OODC_EXTRACT_QUEUE (gpu where GPU workers serve it), evaluation outputs on
+# OODC_EVAL_QUEUE, everything else on "cpu".
 # How long a task may stay unacknowledged before Redis hands it to another worker. A killed
 # worker's chunk comes back after this long; chunks are idempotent, so a shorter value only
 # costs repeated work.
@@ -158,6 +192,16 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     "unacked_restore_throttle": env_int("CELERY_UNACKED_RESTORE_THROTTLE", 10),
 }
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+# --- Jobs (curation/jobs/) --------------------------------------------------------------
+# A working process reports every JOB_HEARTBEAT_S seconds; a job nobody has reported on for
+# JOB_STALE_AFTER_S is shown as stale (its worker died) and can be resumed. A chunk's lease
+# lasts as long, so a resumed chunk is never worked on by two live processes.
+JOB_HEARTBEAT_S = env_float("OODC_JOB_HEARTBEAT_S", 10.0)
+JOB_STALE_AFTER_S = env_float("OODC_JOB_STALE_AFTER_S", 60.0)
+if not 0 < JOB_HEARTBEAT_S < JOB_STALE_AFTER_S:
+    raise ValueError("OODC_JOB_HEARTBEAT_S must be positive and below OODC_JOB_STALE_AFTER_S "
+                     f"(got {JOB_HEARTBEAT_S} and {JOB_STALE_AFTER_S})")
 
 # --- Ingest -----------------------------------------------------------------------------
 INGEST_CHUNK_SIZE = env_int("OODC_INGEST_CHUNK_SIZE", 512)

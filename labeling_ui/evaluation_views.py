@@ -2,7 +2,6 @@
 table, unit tests, plots drawn by the worker), CSV/JSON downloads. Researchers and curators."""
 from __future__ import annotations
 
-import csv
 import io
 
 from django.http import Http404, HttpResponse
@@ -13,6 +12,8 @@ from curation import selectors
 from curation.models import EvaluationRun
 from curation.roles import CURATOR, RESEARCHER
 from labeling_ui.review_views import _roles, role_required
+from labeling_ui.http import attachment
+from pipelines import csv_cells
 
 
 @require_GET
@@ -68,12 +69,12 @@ def evaluation(request, run_id: int):
 def evaluation_csv(request, run_id: int):
     run = get_object_or_404(selectors.evaluation_list(), pk=run_id)
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=selectors.EVAL_CSV_COLUMNS, extrasaction="ignore")
+    writer = csv_cells.DictWriter(buf, fieldnames=selectors.EVAL_CSV_COLUMNS, extrasaction="ignore")
     writer.writeheader()
     for row in selectors.evaluation_csv_rows(run):
         writer.writerow(row)
     response = HttpResponse(buf.getvalue(), content_type="text/csv; charset=utf-8")
-    response["Content-Disposition"] = f'attachment; filename="evaluation-{run.pk}.csv"'
+    response["Content-Disposition"] = attachment(f"evaluation-{run.pk}.csv")
     return response
 
 
@@ -82,7 +83,7 @@ def evaluation_csv(request, run_id: int):
 def evaluation_json(request, run_id: int):
     run = get_object_or_404(selectors.evaluation_list(), pk=run_id)
     response = HttpResponse(selectors.evaluation_json(run), content_type="application/json")
-    response["Content-Disposition"] = f'attachment; filename="evaluation-{run.pk}.json"'
+    response["Content-Disposition"] = attachment(f"evaluation-{run.pk}.json")
     return response
 
 

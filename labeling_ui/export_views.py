@@ -2,6 +2,8 @@
 never built in memory), and a source's contamination report. Curators and researchers only."""
 from __future__ import annotations
 
+import logging
+
 from django.http import Http404, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_GET
@@ -11,9 +13,11 @@ from curation.models import Export, Source
 from curation.roles import CURATOR, RESEARCHER
 from curation.services.exports import export_path
 from labeling_ui.review_views import _roles, role_required
-from pipelines.export import LAYOUTS, MANIFEST, ExportError, archive_members, iter_tar_gz, iter_zip, read_manifest
+from labeling_ui.http import attachment
+from pipelines.export import LAYOUTS, MANIFEST, DownloadAborted, ExportError, archive_members, iter_tar_gz, iter_zip, read_manifest
 from pipelines.images import sha256_file
 
+log = logging.getLogger("curation.downloads")
 FORMATS = {"tar.gz": ("application/gzip", iter_tar_gz), "zip": ("application/zip", iter_zip)}
 
 
@@ -47,11 +51,21 @@ def download(request, export_id: int, fmt: str):
                             status=409, content_type="text/plain")
     content_type, writer = FORMATS[fmt]
     prefix = export.label + (f"-{layout}" if layout else "")
-    response = StreamingHttpResponse(writer(root, archive_members(root, manifest, layout=layout), prefix=prefix), content_type=content_type)
-    response["Content-Disposition"] = f'attachment; filename="{prefix}.{fmt}"'
+    stream = writer(root, archive_members(root, manifest, layout=layout), prefix=prefix, expected=manifest["files"])
+    response = StreamingHttpResponse(_logged(stream, export), content_type=content_type)
+    response["Content-Disposition"] = attachment(f"{prefix}.{fmt}")
     response["Cache-Control"] = "private, no-store"
     response["X-Accel-Buffering"] = "no"
     return response
+
+
+def _logged(stream, export: Export):
+    """The archive stream; a file that fails its re-hash stops it, with a log line for the operator."""
+    try:
+        yield from stream
+    except DownloadAborted as exc:
+        log.error("download of export %s (#%s) aborted: %s", export.label, export.pk, exc)
+        raise
 
 
 @require_GET

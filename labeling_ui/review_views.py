@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from functools import wraps
 
 from django.conf import settings
@@ -60,14 +61,26 @@ def role_required(*roles, api: bool = False):
     return deco
 
 
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a JSON number")
+
+
 def _json_body(request) -> dict:
+    """The request's JSON object; NaN and Infinity (which Python's json accepts) are refused."""
     try:
-        data = json.loads(request.body or b"{}")
-    except ValueError as exc:
+        data = json.loads(request.body or b"{}", parse_constant=_no_constant)
+    except (ValueError, RecursionError) as exc:
         raise ReviewError(f"the request body is not JSON ({exc})") from exc
     if not isinstance(data, dict):
         raise ReviewError("the request body must be a JSON object")
     return data
+
+
+def _object_id(value, what: str) -> int:
+    """A row id from a request: a positive integer (or its digits), not a float, bool or infinity."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).isdigit() or not 0 < int(value) < 2**63:
+        raise ValueError(f"{what} must be a positive integer id, not {str(value)[:40]!r}")
+    return int(value)
 
 
 def _items(assignments, have=()) -> list[dict]:
@@ -105,10 +118,10 @@ def api_submit(request):
     try:
         data = _json_body(request)
         seconds = data.get("seconds")
-        done = review_submit(user=request.user, assignment_id=int(data.get("assignment") or 0), decision=str(data.get("decision", "")),
-                             wnids=data.get("wnids") or [], note=str(data.get("note") or ""),
-                             seconds=float(seconds) if isinstance(seconds, (int, float)) else None)
-    except (ReviewError, TypeError, ValueError) as exc:
+        done = review_submit(user=request.user, assignment_id=_object_id(data.get("assignment"), "assignment"),
+                             decision=str(data.get("decision", "")), wnids=data.get("wnids") or [], note=str(data.get("note") or ""),
+                             seconds=float(seconds) if isinstance(seconds, (int, float)) and math.isfinite(seconds) else None)
+    except (ReviewError, TypeError, ValueError, OverflowError) as exc:
         return JsonResponse({"error": str(exc)}, status=400)
     saved = {"assignment": done.assignment.pk, "decision": done.review.decision if done.review else "skip", "replay": done.replay}
     have = data.get("have") if isinstance(data.get("have"), list) else ()
@@ -198,8 +211,11 @@ def source_settings(request, source_id: int):
             report = review_queue_sync(source=source, user=request.user)
             messages.success(request, report.summary())
         else:
+            gold_rate = float(request.POST.get("gold_rate", 0) or 0)
+            if not math.isfinite(gold_rate):
+                raise ValueError(f"gold rate must be a number between 0 and 1, not {gold_rate}")
             review_settings_save(source=source, reviews_required=int(request.POST.get("reviews_required", 1)),
-                                 order=request.POST.get("order"), gold_rate=float(request.POST.get("gold_rate", 0) or 0), user=request.user)
+                                 order=request.POST.get("order"), gold_rate=gold_rate, user=request.user)
             messages.success(request, f"Review settings of {source.name} saved and applied to its queue.")
     except (ReviewError, ValueError) as exc:
         messages.error(request, f"{source.name}: {exc}")
@@ -210,7 +226,7 @@ def source_settings(request, source_id: int):
 def adjudicate(request):
     if request.method == "POST":
         try:
-            item = review_adjudicate(item_id=int(request.POST.get("item", 0)), decision=request.POST.get("decision", ""),
+            item = review_adjudicate(item_id=_object_id(request.POST.get("item", ""), "item"), decision=request.POST.get("decision", ""),
                                      wnids=[w for w in request.POST.get("wnids", "").replace(",", " ").split() if w],
                                      note=request.POST.get("note", ""), make_gold=bool(request.POST.get("gold")), user=request.user)
         except (ReviewError, ValueError) as exc:
@@ -234,7 +250,7 @@ def classes(request):
     if request.method == "POST":
         kind, verdict, note = request.POST.get("kind"), request.POST.get("verdict"), request.POST.get("note", "")
         try:
-            pk = int(request.POST.get("pk", ""))
+            pk = _object_id(request.POST.get("pk", ""), "pk")
             if kind == "flag":
                 d = get_object_or_404(ClassDecision.objects.select_related("candidate_class__source"), pk=pk)
                 class_decisions_resolve(decision_ids=[pk], resolution={"accept": "keep", "reject": "remove"}[verdict], note=note, user=request.user)

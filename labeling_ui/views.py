@@ -1,4 +1,3 @@
-import csv
 
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -10,6 +9,8 @@ from django.views.decorators.http import require_GET
 from curation import selectors
 from curation.models import ClassFilterRun
 from curation.roles import CURATOR, RESEARCHER, user_roles
+from labeling_ui.http import attachment
+from pipelines import csv_cells
 
 
 @login_required
@@ -58,7 +59,7 @@ class _Echo:
 def class_filter_csv(request, run_id: int):
     _require_curation_reader(request)
     run = get_object_or_404(ClassFilterRun, pk=run_id)
-    writer = csv.DictWriter(_Echo(), fieldnames=selectors.CLASS_DECISION_CSV_COLUMNS)
+    writer = csv_cells.DictWriter(_Echo(), fieldnames=selectors.CLASS_DECISION_CSV_COLUMNS)
 
     def rows():
         yield ",".join(selectors.CLASS_DECISION_CSV_COLUMNS) + "\r\n"
@@ -66,5 +67,5 @@ def class_filter_csv(request, run_id: int):
             yield writer.writerow(row)
 
     response = StreamingHttpResponse(rows(), content_type="text/csv; charset=utf-8")
-    response["Content-Disposition"] = f'attachment; filename="class-filter-{run.pk}.csv"'
+    response["Content-Disposition"] = attachment(f"class-filter-{run.pk}.csv")
     return response

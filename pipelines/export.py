@@ -19,7 +19,6 @@ an export is either complete or absent; an existing export folder is never writt
 """
 from __future__ import annotations
 
-import csv
 import errno
 import gzip
 import hashlib
@@ -34,7 +33,9 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from pipelines import csv_cells
 from pipelines.images import sha256_file
+from pipelines.names import PathOutsideRoot, inside
 
 LAYOUTS = ("ninco", "imagenet-ood", "openood")
 MANIFEST = "manifest.json"
@@ -74,6 +75,17 @@ def readable_folder(name: str) -> str:
     return text[:100] or "class"
 
 
+def listable_name(name: str, layout: str) -> str:
+    """A file name that the layout's line-based listing can hold: control characters (a
+    newline would split a line) become '_' in every layout, and so does any whitespace in
+    OpenOOD's, whose imglist.txt is '<path> <label>' split on spaces by OpenOOD's loader (a
+    quoted path would not be understood there). The original name stays in decisions.csv."""
+    name = "".join("_" if unicodedata.category(c)[0] == "C" else c for c in name)
+    if layout == "openood":
+        name = re.sub(r"\s", "_", name)
+    return name
+
+
 def plan_paths(items: Sequence[ExportItem], layouts: Sequence[str]) -> dict[int, dict[str, str]]:
     """Relative path of every item in every layout. Two classes that would share a readable
     folder get their wnid appended; two files that would share a name in one folder get the
@@ -97,7 +109,7 @@ def plan_paths(items: Sequence[ExportItem], layouts: Sequence[str]) -> dict[int,
                 base = f"imagenet-ood/{it.wnid}"
             else:
                 base = f"openood/images/{it.wnid}"
-            name = PurePosixPath(it.file_name).name or f"{it.image_id}"
+            name = listable_name(PurePosixPath(it.file_name).name or f"{it.image_id}", layout)
             rel = f"{base}/{name}"
             if rel.lower() in taken:  # case-insensitive filesystems too
                 p = PurePosixPath(name)
@@ -141,7 +153,7 @@ def place_items(root: Path, items: Sequence[ExportItem], paths: dict[int, dict[s
         first: Path | None = None
         try:
             for layout, rel in targets.items():
-                dst = root / rel
+                dst = inside(root, rel)  # rel is built from sanitised parts; this is the last word
                 if first is None:
                     p.method, digest = place(it.src, dst, link=link)
                     if digest != it.sha256:
@@ -152,6 +164,8 @@ def place_items(root: Path, items: Sequence[ExportItem], paths: dict[int, dict[s
                 else:
                     place(str(first), dst, link=True)
                 p.files[layout] = rel
+        except PathOutsideRoot as exc:
+            p.problem = f"unsafe_path: {exc}"
         except FileNotFoundError:
             p.problem = f"missing: {it.src} no longer exists; re-ingest the source"
         except OSError as exc:
@@ -167,8 +181,9 @@ def place_items(root: Path, items: Sequence[ExportItem], paths: dict[int, dict[s
 
 
 def write_csv(path: Path, header: Sequence[str], rows: Iterable[Sequence]) -> None:
+    """A new CSV file, its cells neutralised against spreadsheet formulas (pipelines/csv_cells.py)."""
     with open(path, "x", newline="", encoding="utf-8") as fh:
-        w = csv.writer(fh)
+        w = csv_cells.Writer(fh)
         w.writerow(header)
         w.writerows(rows)
 
@@ -344,20 +359,60 @@ def archive_members(root: Path, manifest: dict, *, layout: str | None = None) ->
     return [MANIFEST, *names]
 
 
-def iter_tar_gz(root: Path, members: Sequence[str], *, prefix: str, level: int = 1) -> Iterator[bytes]:
+class DownloadAborted(RuntimeError):
+    """A file of an export no longer matches its manifest (or is gone) while it is streamed."""
+
+
+class _Hashing:
+    """A read-only file wrapper that hashes what is read through it."""
+
+    def __init__(self, fh):
+        self.fh, self.h, self.n = fh, hashlib.sha256(), 0
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.fh.read(size)
+        self.h.update(data)
+        self.n += len(data)
+        return data
+
+
+def _open_member(root: Path, name: str):
+    try:
+        return open(root / name, "rb")
+    except FileNotFoundError:
+        raise DownloadAborted(f"{name}: missing from {root}; the download was stopped "
+                              f"(check the export with `python manage.py verify_export {root}`)") from None
+
+
+def _check_member(root: Path, name: str, got: _Hashing, expected: dict[str, str] | None) -> None:
+    want = (expected or {}).get(name)
+    if want is not None and got.h.hexdigest() != want:
+        raise DownloadAborted(f"{name}: its bytes changed since the export was written (sha256 {got.h.hexdigest()[:12]}..., "
+                              f"manifest {want[:12]}...); the download was stopped (check the export with "
+                              f"`python manage.py verify_export {root}`)")
+
+
+def iter_tar_gz(root: Path, members: Sequence[str], *, prefix: str, level: int = 1,
+                expected: dict[str, str] | None = None) -> Iterator[bytes]:
     """Stream ``members`` of ``root`` as a .tar.gz, one file at a time (gzip level 1 by default:
-    photos do not compress, so a higher level only costs time)."""
+    photos do not compress, so a higher level only costs time). With ``expected`` (name ->
+    sha256, the manifest's table) every file is re-hashed as it is read, and a file that
+    differs or is missing stops the stream with ``DownloadAborted`` before its bytes are sent."""
     sink = _Sink()
     gz = gzip.GzipFile(fileobj=sink, mode="wb", compresslevel=level, mtime=0)
     with tarfile.open(fileobj=gz, mode="w|", format=tarfile.PAX_FORMAT) as tar:
         for name in members:
-            path = root / name
-            with open(path, "rb") as fh:
+            with _open_member(root, name) as fh:
                 st = os.fstat(fh.fileno())
                 # built by hand: TarInfo from gettarinfo looks up user and group names per file
                 info = tarfile.TarInfo(f"{prefix}/{name}")
                 info.size, info.mtime, info.mode = st.st_size, int(st.st_mtime), 0o644
-                tar.addfile(info, fh)
+                reader = _Hashing(fh)
+                try:
+                    tar.addfile(info, reader)
+                except OSError as exc:  # shorter than its size: cut while being read
+                    raise DownloadAborted(f"{name}: {exc}; the download was stopped") from None
+            _check_member(root, name, reader, expected)
             data = sink.drain()
             if data:
                 yield data
@@ -365,21 +420,25 @@ def iter_tar_gz(root: Path, members: Sequence[str], *, prefix: str, level: int =
     yield sink.drain()
 
 
-def iter_zip(root: Path, members: Sequence[str], *, prefix: str) -> Iterator[bytes]:
+def iter_zip(root: Path, members: Sequence[str], *, prefix: str, expected: dict[str, str] | None = None) -> Iterator[bytes]:
     """Stream ``members`` of ``root`` as a .zip (stored, not deflated; ZIP64 where needed),
-    written block by block into an unseekable stream."""
+    written block by block into an unseekable stream. With ``expected`` every file is
+    re-hashed as it is streamed; one that differs or is missing stops the stream with
+    ``DownloadAborted`` before the archive's directory is written (the .zip is then invalid)."""
     sink = _Sink()
     with zipfile.ZipFile(sink, mode="w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
         for name in members:
-            path = root / name
-            info = zipfile.ZipInfo.from_file(path, arcname=f"{prefix}/{name}")
-            info.compress_type = zipfile.ZIP_STORED
-            with open(path, "rb") as fi, zf.open(info, "w", force_zip64=info.file_size > 0x7FFF0000) as fo:
-                for block in iter(lambda: fi.read(BLOCK), b""):
-                    fo.write(block)
-                    data = sink.drain()
-                    if data:
-                        yield data
+            with _open_member(root, name) as raw:
+                info = zipfile.ZipInfo.from_file(root / name, arcname=f"{prefix}/{name}")
+                info.compress_type = zipfile.ZIP_STORED
+                fi = _Hashing(raw)
+                with zf.open(info, "w", force_zip64=info.file_size > 0x7FFF0000) as fo:
+                    for block in iter(lambda: fi.read(BLOCK), b""):
+                        fo.write(block)
+                        data = sink.drain()
+                        if data:
+                            yield data
+            _check_member(root, name, fi, expected)
             data = sink.drain()
             if data:
                 yield data

@@ -74,8 +74,12 @@ def _efficientnet_lite0(weights: Path | None):
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:
-        raise ModelUnavailable(f"{path}: cannot read it as a PyTorch checkpoint ({exc})") from None
+        first = (str(exc).strip().splitlines() or [""])[0][:160]
+        raise ModelUnavailable(f"--weights {path}: not a readable PyTorch checkpoint ({type(exc).__name__}: {first}); "
+                               "pass the model's .pth/.pt state dict") from None
     state = state.get("state_dict", state) if isinstance(state, dict) else state
+    if not isinstance(state, dict) or not all(hasattr(v, "shape") for v in state.values()):
+        raise ModelUnavailable(f"--weights {path}: holds no state dict of tensors; pass the model's .pth/.pt state dict")
     target = model.state_dict()
     if set(state) == set(target):  # already in timm's naming
         mapped = state
@@ -134,7 +138,12 @@ def _generic_timm(name: str, weights: Path | None):
     if weights is not None:
         if not Path(weights).is_file():
             raise ModelUnavailable(f"--weights {weights}: no such file")
-        model = timm.create_model(name, pretrained=True, pretrained_cfg_overlay={"file": str(weights)})
+        try:
+            model = timm.create_model(name, pretrained=True, pretrained_cfg_overlay={"file": str(weights)})
+        except Exception as exc:
+            first = (str(exc).strip().splitlines() or [""])[0][:160]
+            raise ModelUnavailable(f"--weights {weights}: not weights timm can load into {name} ({type(exc).__name__}: {first}); "
+                                   "pass that model's checkpoint (.pth, .bin or .safetensors)") from None
         return model, str(weights)
     try:
         cfg = timm.models.get_pretrained_cfg(name)

@@ -7,6 +7,7 @@ paths with ``..`` are refused, and refused entries are reported, not dropped sil
 from __future__ import annotations
 
 import csv
+import io
 import os
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -176,24 +177,30 @@ def read_class_map(path: str | os.PathLike, wn) -> dict[str, str]:
     """``folder,wnid`` rows (a header row ``folder,wnid`` is allowed). Every wnid must exist."""
     path = Path(path)
     try:
-        fh = open(path, newline="", encoding="utf-8")
+        raw = path.read_bytes()
     except OSError as exc:
         raise ClassMapError(f"{path}: cannot open the class map ({exc.strerror})") from None
+    if b"\x00" in raw:
+        raise ClassMapError(f"{path}: the class map holds NUL bytes (a binary or UTF-16 file?); save it as UTF-8 CSV text")
+    try:
+        text = raw.decode("utf-8-sig")  # a byte-order mark (as spreadsheets write) is dropped
+    except UnicodeDecodeError as exc:
+        raise ClassMapError(f"{path}: the class map is not UTF-8 (byte {exc.start}: {raw[exc.start:exc.start + 1]!r}); "
+                            "save it as UTF-8 CSV") from None
     out: dict[str, str] = {}
-    with fh:
-        for lineno, row in enumerate(csv.reader(fh), start=1):
-            if not row or not "".join(row).strip() or row[0].startswith("#"):
-                continue
-            if lineno == 1 and [c.strip().lower() for c in row[:2]] == ["folder", "wnid"]:
-                continue
-            if len(row) < 2:
-                raise ClassMapError(f"{path}, line {lineno}: expected 'folder,wnid', got {','.join(row)!r}")
-            folder, wnid = row[0].strip(), row[1].strip()
-            if not is_wnid(wnid) or synset_info(wn, wnid) is None:
-                raise ClassMapError(f"{path}, line {lineno}: {wnid!r} is not a WordNet 3.0 noun id")
-            if folder in out and out[folder] != wnid:
-                raise ClassMapError(f"{path}, line {lineno}: folder {folder!r} is mapped twice ({out[folder]} and {wnid})")
-            out[folder] = wnid
+    for lineno, row in enumerate(csv.reader(io.StringIO(text, newline="")), start=1):
+        if not row or not "".join(row).strip() or row[0].startswith("#"):
+            continue
+        if lineno == 1 and [c.strip().lower() for c in row[:2]] == ["folder", "wnid"]:
+            continue
+        if len(row) < 2:
+            raise ClassMapError(f"{path}, line {lineno}: expected 'folder,wnid', got {','.join(row)!r}")
+        folder, wnid = row[0].strip(), row[1].strip()
+        if not is_wnid(wnid) or synset_info(wn, wnid) is None:
+            raise ClassMapError(f"{path}, line {lineno}: {wnid!r} is not a WordNet 3.0 noun id")
+        if folder in out and out[folder] != wnid:
+            raise ClassMapError(f"{path}, line {lineno}: folder {folder!r} is mapped twice ({out[folder]} and {wnid})")
+        out[folder] = wnid
     return out
 
 

@@ -37,7 +37,6 @@ Two conventions (``convention=``):
 """
 from __future__ import annotations
 
-import csv
 import json
 import os
 from collections.abc import Callable, Sequence
@@ -47,6 +46,7 @@ from pathlib import Path
 
 import numpy as np
 from PIL import Image as PILImage
+from pipelines import csv_cells
 
 GAUSSIAN_SIGMAS = (0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5)
 SMOOTH_SIGMAS = (10, 15, 25, 40, 60, 85)
@@ -380,7 +380,7 @@ def write_unit_tests(out: Path, *, samples: Sequence[IdSample], per_test: int = 
             if progress:
                 progress(1)
     with open(out / "unit_tests.csv", "w", newline="", encoding="utf-8") as fh:
-        w = csv.writer(fh)
+        w = csv_cells.Writer(fh)
         w.writerow(["file", "test", "index", "width", "height", "format", "id_sample", "params"])
         for r in rows:
             w.writerow([r.file, r.test, r.index, r.width, r.height, r.format, r.id_sample, json.dumps(r.params, sort_keys=True)])

@@ -12,7 +12,8 @@ from django.utils import timezone
 
 from curation.models import CandidateClass, ClassDecision, ClassFilterRun, ClassOverride, IdClassSet, Image, Job, Source
 from curation.services.audit import audit_record
-from curation.services.jobs import job_fail, job_mark_running
+from curation.jobs import enqueue_on_commit, run_inline
+from curation.services.jobs import job_mark_running
 from curation.version import code_version
 from pipelines.class_filter import Candidate, Override, Policy, load_policy, policy_from_text, run_class_filter
 from pipelines.class_filter.engine import decide
@@ -109,14 +110,8 @@ def class_filter_start(
         audit_record(actor=user, action="class_filter_started", target=run,
                      data={"candidates": candidates_spec, "id": id_name, "policy": policy.name, "digest": policy.digest})
         if enqueue:
-            transaction.on_commit(lambda: _enqueue(run.pk))
+            enqueue_on_commit(run.job)
     return run
-
-
-def _enqueue(run_id: int) -> None:
-    from curation.tasks import class_filter_task
-
-    class_filter_task.delay(run_id)
 
 
 def _as_override(o: ClassOverride) -> Override:
@@ -194,11 +189,8 @@ def _summary_line(counts: dict) -> str:
 
 
 def class_filter_run_inline(*, run: ClassFilterRun, progress: Callable[[int], None] | None = None) -> ClassFilterRun:
-    try:
-        return class_filter_execute(run_id=run.pk, progress=progress)
-    except Exception as exc:
-        job_fail(job_id=run.job_id, error=exc)
-        raise
+    run_inline(run.job, progress=progress)
+    return ClassFilterRun.objects.select_related("job").get(pk=run.pk)
 
 
 def _apply_effective(row: ClassDecision, override: ClassOverride | None) -> None:

@@ -25,9 +25,10 @@ from django.utils import timezone
 
 from curation.models import EvalFeatureSet, EvaluationRun, Export, Image, Job, JobChunk, Source, SynsetText
 from curation.services.audit import audit_record
-from curation.services.image_pipeline import atomic_write, safe_name
-from curation.services.jobs import job_fail, job_mark_running, job_run_chunks_inline
+from curation.jobs import JobActive, enqueue_on_commit, run_inline
+from curation.services.jobs import job_fail, job_mark_running
 from curation.version import code_version
+from pipelines.names import InvalidName, atomic_write, check_name, safe_component
 from pipelines.sources import UnsafePath, safe_join
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff"}
@@ -39,6 +40,14 @@ class EvaluationError(ValueError):
 
 
 # -- image sets ------------------------------------------------------------------------------------
+
+
+class EvaluationRunning(JobActive, EvaluationError):
+    """The same evaluation (same export, sets, models, detectors and parameters) is unfinished."""
+
+    def __init__(self, run: EvaluationRun):
+        self.run = run
+        super().__init__(run.job, f"the same evaluation is already {run.status} as run #{run.pk}; wait for it")
 
 
 @dataclass
@@ -243,7 +252,7 @@ def evaluation_create(*, export: Export, id_test: str, id_fit: str, models: list
         Export.objects.select_for_update().get(pk=export.pk)
         for active in EvaluationRun.objects.filter(export=export, status__in=[EvaluationRun.Status.PENDING, EvaluationRun.Status.RUNNING]):
             if active.config == config and active.unit_tests_id == (unit_tests.pk if unit_tests else None):
-                raise EvaluationError(f"the same evaluation is already {active.status} as run #{active.pk}; wait for it")
+                raise EvaluationRunning(active)
         job = Job.objects.create(kind=Job.Kind.EVALUATE, config=config, code_version=code_version(),
                                  created_by=user if getattr(user, "pk", None) else None)
         run = EvaluationRun.objects.create(
@@ -253,14 +262,8 @@ def evaluation_create(*, export: Export, id_test: str, id_fit: str, models: list
         audit_record(actor=user, action="evaluation_started", target=run,
                      data={"export": export.label, "models": models, "methods": methods})
         if enqueue:
-            transaction.on_commit(lambda: _enqueue_plan(job.pk))
+            enqueue_on_commit(job)
     return run
-
-
-def _enqueue_plan(job_id: int) -> None:
-    from curation.tasks import evaluation_plan_task
-
-    evaluation_plan_task.delay(job_id)
 
 
 # -- cache layout ---------------------------------------------------------------------------------
@@ -269,12 +272,12 @@ def _enqueue_plan(job_id: int) -> None:
 def cache_dir(model_name: str, key: str, version: str, decoder: str = "pil") -> Path:
     """Where one (model, set, version, decoder)'s outputs live; the pil decoder's keep the
     folder names they had before the decoder became part of the key."""
-    suffix = "" if decoder in ("pil", "unknown") else f"-{safe_name(decoder)}"
-    return Path(settings.EVAL_ROOT) / "cache" / safe_name(model_name) / f"{safe_name(key)}-{version[:16]}{suffix}"
+    suffix = "" if decoder in ("pil", "unknown") else f"-{safe_component(decoder)}"
+    return Path(settings.EVAL_ROOT) / "cache" / safe_component(model_name) / f"{safe_component(key)}-{version[:16]}{suffix}"
 
 
 def head_path(model_name: str) -> Path:
-    return Path(settings.EVAL_ROOT) / "cache" / safe_name(model_name) / "head.npz"
+    return Path(settings.EVAL_ROOT) / "cache" / safe_component(model_name) / "head.npz"
 
 
 def _decoder(cfg: dict) -> str:
@@ -367,7 +370,7 @@ def _write_head(lm) -> None:
         return  # ViM, ReAct and ASH then report that they need the last layer
     weight = layer.weight.detach().float().cpu().numpy()
     bias = layer.bias.detach().float().cpu().numpy() if layer.bias is not None else np.zeros(weight.shape[0], dtype=np.float32)
-    atomic_write(path, lambda fh: np.savez(fh, weight=weight, bias=bias, weights_source=np.array(lm.weights)))
+    atomic_write(path, lambda fh: np.savez(fh, weight=weight, bias=bias, weights_source=np.array(lm.weights)), root=settings.EVAL_ROOT)
 
 
 def evaluation_process_chunk(*, job_id: int, index: int, progress: Callable[[int], None] | None = None) -> bool:
@@ -416,7 +419,7 @@ def evaluation_process_chunk(*, job_id: int, index: int, progress: Callable[[int
                                  batch_size=min(int(cfg["batch_size"] or 0) or 32, 64), max_pixels=settings.MAX_IMAGE_PIXELS,
                                  progress=progress, decoder=decoder)
             arrays = {"scores": scores, "keys": np.array([it.key for it in items if it.path], dtype=str)}
-        atomic_write(part, lambda fh: np.savez(fh, **arrays))
+        atomic_write(part, lambda fh: np.savez(fh, **arrays), root=settings.EVAL_ROOT)
     with transaction.atomic():
         locked = JobChunk.objects.select_for_update().get(pk=chunk.pk)
         if locked.done:
@@ -441,7 +444,7 @@ def _assemble(model: str, entry: dict, what: str, user, decoder: str) -> EvalFea
         arrays = {k: np.concatenate([d[k] for d in loaded]) for k in ("features", "logits", "keys", "wnids", "groups", "errors")}
         if not len(arrays["keys"]):
             raise EvaluationError(f"{entry['key']}: {model} could read none of its images ({'; '.join(arrays['errors'][:3])})")
-        atomic_write(folder / "outputs.npz", lambda fh: np.savez(fh, **arrays))
+        atomic_write(folder / "outputs.npz", lambda fh: np.savez(fh, **arrays), root=settings.EVAL_ROOT)
         try:
             with transaction.atomic():
                 row = EvalFeatureSet.objects.create(
@@ -458,7 +461,7 @@ def _assemble(model: str, entry: dict, what: str, user, decoder: str) -> EvalFea
     scores = np.concatenate([d["scores"] for d in loaded])
     keys = np.concatenate([d["keys"] for d in loaded])
     out = folder / f"{what}.npz"
-    atomic_write(out, lambda fh: np.savez(fh, scores=scores, keys=keys))
+    atomic_write(out, lambda fh: np.savez(fh, scores=scores, keys=keys), root=settings.EVAL_ROOT)
     with transaction.atomic():
         locked = EvalFeatureSet.objects.select_for_update().get(pk=row.pk)
         locked.extras = {**locked.extras, what: str(out.relative_to(settings.EVAL_ROOT))}
@@ -586,7 +589,7 @@ def check_one_decoder(rows: dict[str, EvalFeatureSet], decoder: str) -> None:
 def _plots(run: EvaluationRun, model: str, r: dict, info: dict) -> dict:
     from pipelines.eval_plots import class_bars_svg, fpr_cdf_svg, severity_svg
 
-    folder = Path(settings.EVAL_ROOT) / "runs" / str(run.pk) / safe_name(model)
+    folder = Path(settings.EVAL_ROOT) / "runs" / str(run.pk) / safe_component(model)
     folder.mkdir(parents=True, exist_ok=True)
     ok = {d: e for d, e in r["detectors"].items() if e["status"] == "ok"}
     out: dict = {"bars": {}}
@@ -604,7 +607,7 @@ def _plots(run: EvaluationRun, model: str, r: dict, info: dict) -> dict:
                                          title=f"{model}: AUROC per C-OOD severity level")
     for name, svg in files.items():
         (folder / f"{name}.svg").write_text(svg, encoding="utf-8")
-        rel = f"{safe_name(model)}/{name}.svg"
+        rel = f"{safe_component(model)}/{name}.svg"
         if name.startswith("bars_"):
             out["bars"][name[5:]] = rel
         else:
@@ -623,12 +626,7 @@ def evaluation_fail(*, job_id: int, error: BaseException | str) -> None:
 def evaluation_run_inline(*, run: EvaluationRun, progress: Callable[[int], None] | None = None,
                           on_total: Callable[[int], None] | None = None) -> EvaluationRun:
     """Run every step in this process (commands without a broker); a failure marks the run failed and is raised."""
-    try:
-        job_run_chunks_inline(job=run.job, plan=evaluation_plan, process=evaluation_process_chunk, finalize=evaluation_finalize,
-                              progress=progress, on_total=on_total)
-    except Exception as exc:
-        evaluation_fail(job_id=run.job_id, error=exc)
-        raise
+    run_inline(run.job, progress=progress, on_total=on_total)
     return EvaluationRun.objects.select_related("job").get(pk=run.pk)
 
 
@@ -644,6 +642,10 @@ def outputs_import(*, name: str, path: Path, model_name: str, user=None, decoder
 
     if decoder not in (*DECODERS, "unknown"):
         raise EvaluationError(f"decoder {decoder!r}: choose one of {', '.join(DECODERS)} or unknown")
+    try:
+        check_name(name, what="import name")
+    except InvalidName as exc:
+        raise EvaluationError(str(exc)) from None
     path = Path(path)
     if not path.is_file():
         raise EvaluationError(f"{path}: no such file")
@@ -691,7 +693,7 @@ def outputs_import(*, name: str, path: Path, model_name: str, user=None, decoder
             return existing  # the same file again: nothing to do
         raise EvaluationError(f"imported outputs named {name!r} already exist (from another file or model); choose another name")
     folder = cache_dir(model_name, key, digest)
-    atomic_write(folder / "outputs.npz", lambda fh: np.savez(fh, **arrays))
+    atomic_write(folder / "outputs.npz", lambda fh: np.savez(fh, **arrays), root=settings.EVAL_ROOT)
     row = EvalFeatureSet.objects.create(model_name=model_name, dataset=key, version=digest, decoder=decoder,
                                         path=str((folder / "outputs.npz").relative_to(settings.EVAL_ROOT)), images=len(f),
                                         feature_dim=int(f.shape[1]), has_head=has_head, created_by=user,

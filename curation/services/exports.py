@@ -9,7 +9,6 @@ folder from scratch, so a redelivered task cannot leave a half-written export be
 from __future__ import annotations
 
 import json
-import random
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -26,9 +25,11 @@ from curation.models import (
 )
 from curation.selectors import contamination_report, latest_class_filter_run
 from curation.services.audit import audit_record
+from curation.jobs import enqueue_on_commit, run_inline
 from curation.services.jobs import job_fail, job_mark_running
 from curation.version import code_version
 from pipelines.export import LAYOUTS, MANIFEST_FORMAT
+from pipelines.names import InvalidName, check_name, inside
 from pipelines.sources import UnsafePath, safe_join
 
 Progress = Callable[[int], None]
@@ -47,6 +48,11 @@ def _next_version(name: str) -> int:
 
 
 def _create(*, name: str, kind: str, split: str, config: dict, user, enqueue: bool, override: str = "") -> Export:
+    try:
+        check_name(name, what="export name")
+        check_name(split, what="split", max_length=40)
+    except InvalidName as exc:
+        raise ExportRequestError(str(exc)) from None
     job_kind = Job.Kind.EXPORT if kind == Export.Kind.DATASET else Job.Kind.UNIT_TESTS
     for _attempt in range(5):  # two curators exporting under one name at once: the loser retries
         try:
@@ -58,17 +64,11 @@ def _create(*, name: str, kind: str, split: str, config: dict, user, enqueue: bo
                                                leakage_override=override, created_by=job.created_by)
                 audit_record(actor=user, action="export_requested", target=export, data={"kind": kind, "config": job.config})
                 if enqueue:
-                    transaction.on_commit(lambda: _enqueue(export.pk, kind))
+                    enqueue_on_commit(job)
                 return export
         except IntegrityError:
             continue
     raise ExportRequestError(f"could not allocate a version for export {name!r}; try again")
-
-
-def _enqueue(export_id: int, kind: str) -> None:
-    from curation.tasks import export_task, unit_tests_task
-
-    (export_task if kind == Export.Kind.DATASET else unit_tests_task).delay(export_id)
 
 
 def export_create(*, name: str, sources: list[Source], wnids: list[str] | None = None, min_per_class: int = 1,
@@ -307,8 +307,27 @@ def _manifest_head(export: Export) -> dict:
 
 
 def _export_dir(export: Export) -> tuple[Path, Path]:
-    final = Path(settings.EXPORT_ROOT) / export.name / f"v{export.version}"
+    """The export's folder and its temporary twin; the name was checked when it was requested,
+    and the folder must still resolve inside EXPORT_ROOT (no link planted on the way)."""
+    check_name(export.name, what="export name")
+    final = inside(settings.EXPORT_ROOT, Path(settings.EXPORT_ROOT) / export.name / f"v{export.version}")
     return final, final.with_name(f".v{export.version}.partial")
+
+
+def _reclaim_orphan(final: Path, export: Export) -> bool:
+    """A folder this very export wrote before its worker died, between moving it into place and
+    recording it (so it was never listed or downloadable): removed, to be written again.
+    Anything else at that path is left alone."""
+    from pipelines.export import ExportError, clear_partial, read_manifest
+
+    try:
+        manifest = read_manifest(final)
+    except (ExportError, OSError):
+        return False
+    if manifest.get("id") != export.pk or manifest.get("version") != export.version or export.status == Export.Status.DONE:
+        return False
+    clear_partial(final)
+    return True
 
 
 def _begin(export_id: int) -> Export | None:
@@ -433,7 +452,7 @@ def export_execute(*, export_id: int, progress: Progress | None = None, on_total
                        message=f"nothing to export: no image of {', '.join(cfg['sources'])} has the final label ood in a kept class "
                                f"(excluded: {', '.join(f'{k} {v}' for k, v in sorted(sel.excluded.items())) or 'none reviewed'})")
     final, tmp = _export_dir(export)
-    if final.exists():
+    if final.exists() and not _reclaim_orphan(final, export):
         return _finish(export, status=Export.Status.FAILED, message=f"{final} already exists; exports are never rewritten")
     px.clear_partial(tmp)
     tmp.mkdir(parents=True)
@@ -511,7 +530,7 @@ def unit_tests_execute(*, export_id: int, progress: Progress | None = None, on_t
     if on_total:
         on_total(total)
     final, tmp = _export_dir(export)
-    if final.exists():
+    if final.exists() and not _reclaim_orphan(final, export):
         return _finish(export, status=Export.Status.FAILED, message=f"{final} already exists; exports are never rewritten")
     px.clear_partial(tmp)
     tmp.mkdir(parents=True)
@@ -556,12 +575,8 @@ def id_samples_of_source(source: Source):
 
 def export_run_inline(*, export: Export, progress: Progress | None = None, on_total: Callable[[int], None] | None = None) -> Export:
     """Run an export in this process (commands without a broker); failures mark it failed and raise."""
-    run = export_execute if export.kind == Export.Kind.DATASET else unit_tests_execute
-    try:
-        return run(export_id=export.pk, progress=progress, on_total=on_total)
-    except Exception as exc:
-        export_fail(export_id=export.pk, error=exc)
-        raise
+    run_inline(export.job, progress=progress, on_total=on_total)
+    return Export.objects.select_related("job").get(pk=export.pk)
 
 
 def export_verify(*, path: Path, progress: Progress | None = None):

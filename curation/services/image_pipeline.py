@@ -9,8 +9,6 @@ changes nothing, and a killed worker's chunk is simply computed again.
 """
 from __future__ import annotations
 
-import os
-import tempfile
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Callable
@@ -25,8 +23,10 @@ from curation.models import (ClassVisualSignal, FeatureShard, Image, ImageEmbedd
                              Source)
 from curation.services.audit import audit_record
 from curation.services.bulk import insert_rows
-from curation.services.jobs import job_fail, job_mark_running, job_run_chunks_inline
+from curation.jobs import JobActive, enqueue_on_commit, run_inline
+from curation.services.jobs import job_mark_running
 from curation.version import code_version
+from pipelines.names import atomic_write, safe_component
 from pipelines.sources import SafeJoiner, UnsafePath, safe_join
 
 
@@ -34,11 +34,8 @@ class PipelineError(ValueError):
     pass
 
 
-class JobAlreadyRunning(RuntimeError):
-    def __init__(self, job: Job):
-        self.job = job
-        super().__init__(f"{job.get_kind_display()} job #{job.pk} is already {job.status} ({job.progress}/{job.total}); "
-                         "wait for it to finish")
+class JobAlreadyRunning(JobActive):
+    """The same extraction or duplicate search is unfinished (running, queued, or stale: resume it)."""
 
 
 def _check_model_name(model_name: str) -> None:
@@ -76,14 +73,8 @@ def extract_start(*, source: Source, model_name: str | None = None, weights: str
         )
         audit_record(actor=user, action="extract_started", target=job, data={"source": source.name, "model": model_name})
         if enqueue:
-            transaction.on_commit(lambda: _enqueue_plan(job.pk))
+            enqueue_on_commit(job)
     return job
-
-
-def _enqueue_plan(job_id: int) -> None:
-    from curation.tasks import extract_plan_task
-
-    extract_plan_task.delay(job_id)
 
 
 def extract_plan(*, job_id: int) -> list[int]:
@@ -126,28 +117,8 @@ def _model(name: str, weights: str):
     return _MODEL_CACHE[key]
 
 
-def safe_name(text: str) -> str:
-    """``text`` as one file-name component (model names hold dots, slashes in hub ids...)."""
-    return "".join(c if c.isalnum() or c in "._-" else "_" for c in text)
-
-
 def shard_path(*, model_name: str, source_id: int, job_id: int, index: int) -> str:
-    return f"{safe_name(model_name)}/source_{source_id}/job_{job_id}_chunk_{index:05d}.npy"
-
-
-def atomic_write(path: Path, write: Callable) -> None:
-    """Write a file through ``write(binary file)`` into a temporary name, then rename it into
-    place: readers never see half a file, and a killed worker leaves no partial one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            write(fh)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    return f"{safe_component(model_name)}/source_{source_id}/job_{job_id}_chunk_{index:05d}.npy"
 
 
 def extract_process_chunk(*, job_id: int, index: int, progress: Callable[[int], None] | None = None,
@@ -189,7 +160,7 @@ def extract_process_chunk(*, job_id: int, index: int, progress: Callable[[int], 
                      max_pixels=settings.MAX_IMAGE_PIXELS, progress=progress, decoder=decoder)
     rel = shard_path(model_name=model_name, source_id=source.pk, job_id=job.pk, index=index)
     if len(ex.features):
-        atomic_write(Path(settings.FEATURE_STORE) / rel, lambda fh: np.save(fh, ex.features))
+        atomic_write(Path(settings.FEATURE_STORE) / rel, lambda fh: np.save(fh, ex.features), root=settings.FEATURE_STORE)
     rows = _embedding_rows(images, paths, unsafe, ex, model_name)
     stats = Counter(ok=int((ex.row_of >= 0).sum()), errors=len(images) - int((ex.row_of >= 0).sum()), skipped_done=len(have))
     stats.update({f"decoded_by_{k}": v for k, v in ex.counts.items() if v})
@@ -267,8 +238,7 @@ def extract_finalize(*, job_id: int) -> Job:
 
 
 def extract_run_inline(*, job: Job, progress: Callable[[int], None] | None = None, on_total: Callable[[int], None] | None = None) -> Job:
-    return job_run_chunks_inline(job=job, plan=extract_plan, process=extract_process_chunk, finalize=extract_finalize,
-                                 progress=progress, on_total=on_total)
+    return run_inline(job, progress=progress, on_total=on_total)
 
 
 # -- near-duplicates, duplicates of ID images, similarity to ID, visual ambiguity -----------------
@@ -291,14 +261,8 @@ def dedup_start(*, model_name: str | None = None, user=None, enqueue: bool = Tru
         )
         audit_record(actor=user, action="dedup_started", target=job, data={"model": model_name})
         if enqueue:
-            transaction.on_commit(lambda: _enqueue_dedup(job.pk))
+            enqueue_on_commit(job)
     return job
-
-
-def _enqueue_dedup(job_id: int) -> None:
-    from curation.tasks import dedup_task
-
-    dedup_task.delay(job_id)
 
 
 def load_features(embeddings: list[ImageEmbedding]) -> np.ndarray:
@@ -440,9 +404,5 @@ def _visual_signals(cands: list[ImageEmbedding], cfg: dict, model_name: str) -> 
 
 
 def dedup_run_inline(*, job: Job) -> Job:
-    try:
-        return dedup_execute(job_id=job.pk)
-    except Exception as exc:
-        job_fail(job_id=job.pk, error=exc)
-        raise
-
+    run_inline(job)
+    return Job.objects.get(pk=job.pk)

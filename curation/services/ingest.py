@@ -18,7 +18,8 @@ from django.utils import timezone
 
 from curation.models import CandidateClass, Image, ImageEmbedding, Job, JobChunk, Source
 from curation.services.audit import audit_record
-from curation.services.jobs import job_mark_running, job_run_chunks_inline
+from curation.jobs import JobActive, enqueue_on_commit, run_inline
+from curation.services.jobs import job_mark_running
 from curation.services.sources import source_sync_classes
 from curation.version import code_version
 from pipelines.images import inspect_image
@@ -27,13 +28,8 @@ from pipelines.sources import PATH_ESCAPES_ROOT, UnsafePath, safe_join, scan_sou
 ProgressCallback = Callable[[int], None]
 
 
-class IngestAlreadyRunning(RuntimeError):
-    def __init__(self, job: Job):
-        self.job = job
-        super().__init__(
-            f"source {job.source.name!r} already has ingest job #{job.pk} ({job.status}, {job.progress}/{job.total}); "
-            "wait for it, or resume it with `python manage.py add_source NAME PATH --resume`"
-        )
+class IngestAlreadyRunning(JobActive):
+    """This source's ingest job is unfinished (running, queued, or stale: resume it)."""
 
 
 def ingest_start(*, source: Source, user=None, rehash: bool = False, enqueue: bool = True) -> Job:
@@ -58,31 +54,8 @@ def ingest_start(*, source: Source, user=None, rehash: bool = False, enqueue: bo
         )
         audit_record(actor=user, action="ingest_started", target=job, data={"source": source.name})
         if enqueue:
-            transaction.on_commit(lambda: ingest_enqueue(job=job))
+            enqueue_on_commit(job)
     return job
-
-
-def ingest_enqueue(*, job: Job) -> None:
-    from curation.tasks import ingest_plan_task
-
-    ingest_plan_task.delay(job.pk)
-
-
-def ingest_resume(*, job: Job) -> list[int]:
-    """Queue again whatever of ``job`` is unfinished (after a lost worker or a restart)."""
-    from curation.tasks import ingest_chunk_task, ingest_finalize_task, ingest_plan_task
-
-    if job.status in (Job.Status.DONE, Job.Status.FAILED):
-        return []
-    if not job.chunks.exists() and job.total == 0 and job.status == Job.Status.PENDING:
-        ingest_plan_task.delay(job.pk)
-        return []
-    pending = list(job.chunks.filter(done=False).values_list("index", flat=True))
-    for index in pending:
-        ingest_chunk_task.delay(job.pk, index)
-    if not pending:
-        ingest_finalize_task.delay(job.pk)
-    return pending
 
 
 def ingest_plan(*, job_id: int) -> list[int]:
@@ -310,5 +283,4 @@ def _resolve_exact_duplicates(source: Source) -> int:
 
 def ingest_run_inline(*, job: Job, progress: ProgressCallback | None = None, on_total: Callable[[int], None] | None = None) -> Job:
     """Run a whole ingest job in this process (no broker configured, or a CLI run)."""
-    return job_run_chunks_inline(job=job, plan=ingest_plan, process=ingest_process_chunk, finalize=ingest_finalize,
-                                 progress=progress, on_total=on_total)
+    return run_inline(job, progress=progress, on_total=on_total)

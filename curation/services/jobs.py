@@ -1,8 +1,6 @@
 from __future__ import annotations
 
 import traceback
-from typing import Callable
-
 from django.utils import timezone
 
 from curation.models import Job
@@ -30,22 +28,3 @@ def job_fail(*, job_id: int, error: BaseException | str) -> None:
     job.result = {**job.result, "traceback": detail}
     job.finished_at = timezone.now()
     job.save(update_fields=["status", "message", "result", "finished_at"])
-
-
-def job_run_chunks_inline(
-    *, job: Job, plan: Callable[..., list[int]], process: Callable[..., bool], finalize: Callable[..., Job],
-    progress: Callable[[int], None] | None = None, on_total: Callable[[int], None] | None = None,
-) -> Job:
-    """Run a chunked job (plan -> every chunk -> finalize) in this process, as its Celery tasks
-    would: for commands without a broker. A failure marks the job failed and is raised."""
-    try:
-        indices = plan(job_id=job.pk)
-        job.refresh_from_db()
-        if on_total:
-            on_total(job.total)
-        for index in indices:
-            process(job_id=job.pk, index=index, progress=progress)
-        return finalize(job_id=job.pk)
-    except Exception as exc:
-        job_fail(job_id=job.pk, error=exc)
-        raise

@@ -8,6 +8,7 @@ from django.db import transaction
 
 from curation.models import CandidateClass, Source
 from curation.services.audit import audit_record
+from pipelines.names import InvalidName, check_name
 from pipelines.sources import ClassMapping, map_class_folders, read_class_map, scan_class_folders
 from pipelines.wordnet import load_wordnet
 
@@ -36,6 +37,10 @@ def source_register(
     ``restrict_to_allowed_roots`` is set by web entry points: there, a root must lie under
     ``settings.SOURCE_ALLOWED_ROOTS`` so that a browser cannot point the server at any folder.
     """
+    try:
+        check_name(name, what="source name")
+    except InvalidName as exc:
+        raise SourceError(str(exc)) from None
     root = Path(root).expanduser()
     if not root.is_dir():
         raise SourceError(f"{root}: no such folder (a source is ROOT/<class folder>/<image files>)")

@@ -50,11 +50,16 @@ class Workers:
     def __init__(self, env, tmp_path):
         self.env, self.tmp_path, self.procs = env, tmp_path, []
 
-    def start(self, name: str, concurrency: int = 1) -> subprocess.Popen:
+    def start(self, name: str, concurrency: int = 1, slow: tuple[str, float] | None = None) -> subprocess.Popen:
+        """A worker on the cpu queue; ``slow=("module:function", seconds)`` delays that function
+        in it (tests/integration/slow_worker.py), so a test can kill it mid-step."""
         log = open(self.tmp_path / f"{name}.log", "w")
+        worker_args = ["worker", "-Q", "cpu", "-c", str(concurrency), "-n", f"{name}@%h", "--without-gossip", "--without-mingle",
+                       "-l", "info"]
+        launcher = ([sys.executable, str(REPO / "tests" / "integration" / "slow_worker.py"), slow[0], str(slow[1]), "--"] if slow
+                    else [sys.executable, "-m", "celery", "-A", "curation"])
         proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "curation", "worker", "-Q", "cpu", "-c", str(concurrency),
-             "-n", f"{name}@%h", "--without-gossip", "--without-mingle", "-l", "info"],
+            [*launcher, *worker_args],
             cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )
         self.procs.append(proc)
@@ -161,7 +166,7 @@ def test_class_filter_job_queued_by_the_command_runs_on_a_worker(services_env, w
     run = ClassFilterRun.objects.get()
     assert run.job.status == "done" and run.job.progress == 21843
     assert run.decisions.count() == 21843 and run.decisions.filter(rule="id_class").count() == 999
-    assert "curation.class_filter.run" in workers.logs()  # it ran in the worker, not in the command
+    assert "curation.class_filter.chunk" in workers.logs()  # it ran in the worker, not in the command
 
 
 @pytest.mark.slow
@@ -215,7 +220,7 @@ def test_export_queued_by_the_command_is_written_by_a_worker(services_env, worke
     assert proc.returncode == 0, proc.stdout + proc.stderr + workers.logs()
     export = Export.objects.get(name="queued")
     assert export.status == "done" and export.counts["images"] == len(decided)
-    assert "curation.export.run" in workers.logs()  # written by the worker, not the command
+    assert "curation.export.chunk" in workers.logs()  # written by the worker, not the command
     check = subprocess.run([sys.executable, "manage.py", "verify_export", str(tmp_path / "exports" / "queued" / "v1")],
                            cwd=REPO, env=services_env, capture_output=True, text=True, timeout=120)
     assert check.returncode == 0 and f"{3 * len(decided) + 5} files match" in check.stdout, check.stderr

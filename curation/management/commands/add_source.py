@@ -2,9 +2,9 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from curation import selectors
-from curation.management.progress import InlineBar, wait_for_job
+from curation.management.progress import InlineBar, resume_and_wait, wait_for_job
 from curation.models import Job, Source
-from curation.services.ingest import IngestAlreadyRunning, ingest_resume, ingest_run_inline, ingest_start
+from curation.services.ingest import IngestAlreadyRunning, ingest_run_inline, ingest_start
 from curation.services.sources import SourceError, source_register
 from pipelines.sources import ClassMapError
 from pipelines.wordnet import WordNetUnavailable
@@ -24,7 +24,8 @@ class Command(BaseCommand):
         parser.add_argument("--class-map", help="CSV of folder,wnid for folders not named by wnid")
         parser.add_argument("--rehash", action="store_true", help="Re-read every file, not only new or changed ones")
         parser.add_argument("--no-wait", action="store_true", help="With a broker: queue the job and return")
-        parser.add_argument("--resume", action="store_true", help="Queue the unfinished part of this source's running ingest job")
+        parser.add_argument("--resume", action="store_true",
+                            help="Resume this source's stale ingest job (its worker died) from where it stopped")
         parser.add_argument("--show-broken", type=int, default=20, help="How many broken files to list (default 20)")
 
     def handle(self, *args, name, path, role, class_map=None, rehash=False, no_wait=False, resume=False, show_broken=20, **opts):
@@ -47,12 +48,11 @@ class Command(BaseCommand):
         except IngestAlreadyRunning as exc:
             if not resume:
                 raise CommandError(str(exc)) from None
-            job = exc.job
-            if eager:
-                job = self._run_inline(job)
-            else:
-                pending = ingest_resume(job=job)
-                self.stdout.write(f"Re-queued {len(pending)} unfinished chunk(s) of job #{job.pk}")
+            job = resume_and_wait(self, exc.job, desc=f"ingest {source.name}")
+            self._report(job, show_broken)
+            if job.status == Job.Status.FAILED:
+                raise CommandError(f"ingest job #{job.pk} failed: {job.message}")
+            return
         else:
             if eager:
                 job = self._run_inline(job)

@@ -73,7 +73,8 @@ class Command(BaseCommand):
         out.write(f"  Annotators review at {url}review/ (log in as annotator or annotator2); curators follow progress at "
                   f"{url}curate/reviews/, adjudicate at {url}curate/adjudicate/ and judge flagged classes at {url}curate/classes/")
         if no_serve:
-            out.write(self.style.SUCCESS(f"Done. Serve with: python manage.py runserver {addr}  then open {url}"))
+            out.write(self.style.SUCCESS(f"Done. Serve with: python manage.py runserver --insecure {addr}  then open {url}"))
             return
         out.write(self.style.SUCCESS(f"Serving on {url} (admin: {url}admin/). Ctrl-C to stop."))
-        call_command("runserver", addr, use_reloader=False)
+        # DEBUG stays off; --insecure only lets the development server hand out the static files
+        call_command("runserver", addr, use_reloader=False, insecure_serving=True)

@@ -1,8 +1,8 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from curation.management.progress import InlineBar, wait_for_job
+from curation.management.progress import InlineBar, resume_and_wait, wait_for_job
 from curation.models import EvaluationRun, Export
-from curation.services.evaluation import EvaluationError, evaluation_create, evaluation_run_inline
+from curation.services.evaluation import EvaluationError, EvaluationRunning, evaluation_create, evaluation_run_inline
 from pipelines.decode import DECODERS
 from pipelines.metrics import FPR_METHODS, OAA_CONVENTIONS
 from pipelines.severity import ESTIMATION, PER_CLASS, PROTOCOLS
@@ -64,6 +64,8 @@ class Command(BaseCommand):
                             help="how images become model inputs, for every set of the run (default OODC_DECODER, pil); "
                                  "part of the output cache key")
         parser.add_argument("--queue", action="store_true", help="run on the Celery workers and wait, instead of in this process")
+        parser.add_argument("--resume", action="store_true",
+                            help="if the same evaluation is unfinished and stale (its worker died), resume it instead of refusing")
 
     def handle(self, *args, **o):
         from django.conf import settings
@@ -79,6 +81,15 @@ class Command(BaseCommand):
             run = evaluation_create(export=export, unit_tests=unit, id_test=o["id_test"], id_fit=o["id_fit"],
                                     models=_csv(o["models"]) or [settings.DEFAULT_MODEL], methods=_csv(o["methods"]) or None,
                                     params=params, enqueue=o["queue"])
+        except EvaluationRunning as exc:
+            if not o["resume"]:
+                raise CommandError(str(exc)) from None
+            resume_and_wait(self, exc.run.job, desc=f"evaluation #{exc.run.pk}")
+            run = EvaluationRun.objects.get(pk=exc.run.pk)
+            report(self, run)
+            if run.status != EvaluationRun.Status.DONE:
+                raise CommandError(f"evaluation #{run.pk} {run.status}: {run.message}")
+            return
         except EvaluationError as exc:
             raise CommandError(str(exc)) from None
         self.stdout.write(f"evaluation #{run.pk}: {', '.join(run.model_names)} x {len(run.methods)} detectors on {export.label}"

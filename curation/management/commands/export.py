@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from curation.management.progress import InlineBar, wait_for_job
+from curation.management.progress import InlineBar, resume_and_wait, wait_for_job
 from curation.models import Export, Source
 from curation.services.exports import ExportRequestError, export_create, export_path, export_run_inline
 from pipelines.export import LAYOUTS
@@ -24,7 +24,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--name", required=True, help="export name (a slug); each export under it gets the next version")
-        parser.add_argument("--source", action="append", required=True, dest="sources", help="candidate source (repeat for several)")
+        parser.add_argument("--source", action="append", dest="sources", help="candidate source (repeat for several; required)")
         parser.add_argument("--classes", help="comma-separated wnids to export (default: every class)")
         parser.add_argument("--classes-file", help="file with one wnid per line")
         parser.add_argument("--min-per-class", type=int, default=1, help="classes with fewer clean images are left out (default 1)")
@@ -33,8 +33,15 @@ class Command(BaseCommand):
         parser.add_argument("--copy", action="store_true", help="copy files instead of hard-linking them")
         parser.add_argument("--override-leakage", default="", metavar="NOTE", help="export despite leakage, recording this note")
         parser.add_argument("--queue", action="store_true", help="run on the Celery workers and wait, instead of in this process")
+        parser.add_argument("--resume", action="store_true",
+                            help="resume the unfinished (stale) export NAME instead of starting a new version")
 
-    def handle(self, *args, name, sources, classes, classes_file, min_per_class, layouts, split, copy, override_leakage, queue, **opts):
+    def handle(self, *args, name, sources, classes, classes_file, min_per_class, layouts, split, copy, override_leakage, queue,
+               resume=False, **opts):
+        if resume:
+            return resume_export(self, name=name, kind=Export.Kind.DATASET)
+        if not sources:
+            raise CommandError("--source is required: the candidate source(s) to export (repeat --source for several)")
         found = {s.name: s for s in Source.objects.filter(name__in=sources)}
         missing = [s for s in sources if s not in found]
         if missing:
@@ -55,6 +62,19 @@ class Command(BaseCommand):
         report(self, export)
         if export.status != Export.Status.DONE:
             raise CommandError(f"export {export.label} {export.status}: {export.message}")
+
+
+def resume_export(cmd, *, name: str, kind: str) -> None:
+    export = Export.objects.filter(name=name, kind=kind, status__in=[Export.Status.PENDING, Export.Status.RUNNING]).order_by("-version").first()
+    if export is None:
+        raise CommandError(f"--resume: no unfinished export named {name!r}; "
+                           "`python manage.py resume_job --list` lists every unfinished job")
+    cmd.stdout.write(f"resuming export {export.label} (#{export.pk}, job #{export.job_id})")
+    resume_and_wait(cmd, export.job, desc=f"export {export.label}")
+    export.refresh_from_db()
+    report(cmd, export)
+    if export.status != Export.Status.DONE:
+        raise CommandError(f"export {export.label} {export.status}: {export.message}")
 
 
 def report(cmd, export: Export) -> None:

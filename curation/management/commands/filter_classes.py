@@ -1,8 +1,8 @@
-import csv
 import sys
 from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
+from curation.management.cli import output_file
 from tqdm import tqdm
 
 from curation import selectors
@@ -12,6 +12,7 @@ from curation.services.class_filter import ClassFilterError, class_filter_run_in
 from pipelines.class_filter import FilterInputError, PolicyError
 from pipelines.class_filter.policy import DEFAULT_PRESET, PRESETS
 from pipelines.wordnet import WordNetUnavailable
+from pipelines import csv_cells
 
 
 class Command(BaseCommand):
@@ -32,6 +33,7 @@ class Command(BaseCommand):
         parser.add_argument("--queue", action="store_true", help="run it on the Celery workers and wait (default: in this process)")
 
     def handle(self, *args, candidates, id_spec, policy, out, report=None, queue=False, **opts):
+        out, report = output_file(out, "--out"), output_file(report, "--report")
         try:
             run = class_filter_start(candidates_spec=candidates, id_spec=id_spec, policy_spec=policy, enqueue=queue)
             total = run.job.total
@@ -55,7 +57,7 @@ class Command(BaseCommand):
     def _write_csv(self, run, out):
         fh = sys.stdout if out == "-" else open(out, "w", newline="", encoding="utf-8")
         try:
-            writer = csv.DictWriter(fh, fieldnames=selectors.CLASS_DECISION_CSV_COLUMNS)
+            writer = csv_cells.DictWriter(fh, fieldnames=selectors.CLASS_DECISION_CSV_COLUMNS)
             writer.writeheader()
             writer.writerows(selectors.class_decision_csv_rows(run=run))
         except OSError as exc:

@@ -1,11 +1,12 @@
-import csv
 import sys
 
 from django.core.management.base import BaseCommand, CommandError
+from curation.management.cli import output_file
 from tqdm import tqdm
 
 from curation.management.model_cli import add_model_arguments, files_and_model
 from pipelines.near_dups import DEFAULT_MAX_PIXEL_DIFF, DEFAULT_THRESHOLD
+from pipelines import csv_cells
 
 
 class Command(BaseCommand):
@@ -25,6 +26,7 @@ class Command(BaseCommand):
         add_model_arguments(parser)
 
     def handle(self, *args, paths, out, threshold, max_pixel_diff, model, weights, batch_size, workers, device, decoder, **opts):
+        out = output_file(out, "--out")
         from pipelines.extract import extract
         from pipelines.images import sha256_file
         from pipelines.near_dups import group_near_duplicates, pixel_difference, pixel_signature
@@ -63,7 +65,7 @@ class Command(BaseCommand):
                                          verify=looks_same)
         fh = sys.stdout if out == "-" else open(out, "w", newline="", encoding="utf-8")
         try:
-            w = csv.writer(fh)
+            w = csv_cells.Writer(fh)
             w.writerow(["group", "path", "similarity"])
             order = sorted(range(len(ok)), key=lambda j: (grouping.group_of[j], j != grouping.representative[grouping.group_of[j]], j))
             for j in order:

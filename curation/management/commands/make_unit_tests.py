@@ -3,6 +3,7 @@ import sys
 from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
+from curation.management.cli import output_folder
 from tqdm import tqdm
 
 from curation.management.progress import InlineBar
@@ -30,9 +31,17 @@ class Command(BaseCommand):
                             help="paper: recipes as NINCO's appendix G states them (default); ninco: as NINCO's published "
                                  "generator computes them (wrapping filters, leftover rows to the last stripe, colour range "
                                  "[c, c + 2 delta], truncated 8 bits, PNG/JPEG by sample index); docs/exports.md")
+        parser.add_argument("--resume", action="store_true", help="with --name: resume that unit-test export if it is unfinished (stale)")
         parser.add_argument("--workers", type=int, default=max(1, min(4, os.cpu_count() or 1)), help="processes (default: up to 4)")
 
-    def handle(self, *args, out, name, per_test, seed, id_images, id_source, tests, workers, convention="paper", **opts):
+    def handle(self, *args, out, name, per_test, seed, id_images, id_source, tests, workers, convention="paper", resume=False, **opts):
+        if resume:
+            if not name:
+                raise CommandError("--resume needs --name: the unit-test export to resume")
+            from curation.management.commands.export import resume_export
+            from curation.models import Export
+
+            return resume_export(self, name=name, kind=Export.Kind.UNIT_TESTS)
         if per_test < 1:
             raise CommandError(f"--per-test must be at least 1 (got {per_test})")
         source = None
@@ -54,9 +63,7 @@ class Command(BaseCommand):
                 raise CommandError(f"{export.label}: {export.message}")
             self.stdout.write(self.style.SUCCESS(f"{export.message} (verify: python manage.py verify_export {export_path(export)})"))
             return
-        target = Path(out)
-        if target.exists() and any(target.iterdir()):
-            raise CommandError(f"--out {target}: the folder is not empty; unit-test sets are written into a fresh folder")
+        target = output_folder(out, "--out")
         if id_images:
             try:
                 samples, refused = id_samples_from_folder(Path(id_images))

@@ -1,10 +1,11 @@
-import csv
 import sys
 
 from django.core.management.base import BaseCommand, CommandError
+from curation.management.cli import output_file
 from tqdm import tqdm
 
 from curation.management.model_cli import add_model_arguments, files_and_model
+from pipelines import csv_cells
 
 
 class Command(BaseCommand):
@@ -20,6 +21,7 @@ class Command(BaseCommand):
         parser.add_argument("--out", required=True, help="CSV to write; - for stdout")
 
     def handle(self, *args, paths, model, weights, topk, out, batch_size, workers, device, decoder, **opts):
+        out = output_file(out, "--out")
         from pipelines.extract import extract
 
         if topk < 1 or topk > 1000:
@@ -31,7 +33,7 @@ class Command(BaseCommand):
         label = dict(zip(lm.wnids, lm.labels))
         fh = sys.stdout if out == "-" else open(out, "w", newline="", encoding="utf-8")
         try:
-            w = csv.writer(fh)
+            w = csv_cells.Writer(fh)
             w.writerow(["path", "rank", "wnid", "label", "prob"])
             for path, r in zip(files, ex.results):
                 for rank, (wnid, prob) in enumerate(r.topk, start=1):

@@ -1,7 +1,7 @@
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from curation.management.progress import InlineBar, wait_for_job
+from curation.management.progress import InlineBar, resume_and_wait, wait_for_job
 from curation.models import ClassVisualSignal, Job, Source
 from curation.services.image_pipeline import (JobAlreadyRunning, PipelineError, dedup_run_inline, dedup_start,
                                               extract_run_inline, extract_start)
@@ -21,8 +21,10 @@ class Command(BaseCommand):
         parser.add_argument("--weights", help="checkpoint file for the model, where the hub is unreachable")
         parser.add_argument("--no-dedup", action="store_true", help="extract only")
         parser.add_argument("--no-wait", action="store_true", help="queue the extraction jobs and return")
+        parser.add_argument("--resume", action="store_true",
+                            help="resume a stale extraction or duplicate-search job of these sources and model instead of refusing")
 
-    def handle(self, *args, sources=None, model=None, weights=None, no_dedup=False, no_wait=False, **opts):
+    def handle(self, *args, sources=None, model=None, weights=None, no_dedup=False, no_wait=False, resume=False, **opts):
         model = model or settings.DEFAULT_MODEL
         qs = Source.objects.order_by("role", "name")
         if sources:
@@ -46,7 +48,12 @@ class Command(BaseCommand):
         for source in chosen:
             try:
                 job = extract_start(source=source, model_name=model, weights=weights, enqueue=not settings.CELERY_TASK_ALWAYS_EAGER)
-            except (JobAlreadyRunning, PipelineError) as exc:
+            except JobAlreadyRunning as exc:
+                if not resume:
+                    raise CommandError(str(exc)) from None
+                jobs.append(resume_and_wait(self, exc.job, desc=f"{model} {source.name}"))
+                continue
+            except PipelineError as exc:
                 raise CommandError(str(exc)) from None
             if settings.CELERY_TASK_ALWAYS_EAGER:
                 job = self._inline(job, source)
@@ -55,7 +62,8 @@ class Command(BaseCommand):
             self.stdout.write(f"Queued {len(jobs)} extraction job(s): " + ", ".join(f"#{j.pk} {j.source.name}" for j in jobs))
             if no_wait:
                 return
-            jobs = [wait_for_job(j, desc=f"{model} {j.source.name}") for j in jobs]
+            jobs = [j if j.status in (Job.Status.DONE, Job.Status.FAILED) else wait_for_job(j, desc=f"{model} {j.source.name}")
+                    for j in jobs]
         failed = [j for j in jobs if j.status != Job.Status.DONE]
         for j in jobs:
             self.stdout.write(f"  {j.source.name:<20} {j.status}: {j.message}")
@@ -63,8 +71,14 @@ class Command(BaseCommand):
             raise CommandError(f"{len(failed)} extraction job(s) failed: " + "; ".join(f"#{j.pk}: {j.message}" for j in failed))
         if no_dedup:
             return
-        job = dedup_start(model_name=model, enqueue=not settings.CELERY_TASK_ALWAYS_EAGER)
-        job = dedup_run_inline(job=job) if settings.CELERY_TASK_ALWAYS_EAGER else wait_for_job(job, desc="near-duplicates", unit="step")
+        try:
+            job = dedup_start(model_name=model, enqueue=not settings.CELERY_TASK_ALWAYS_EAGER)
+        except JobAlreadyRunning as exc:
+            if not resume:
+                raise CommandError(str(exc)) from None
+            job = resume_and_wait(self, exc.job, desc="near-duplicates")
+        else:
+            job = dedup_run_inline(job=job) if settings.CELERY_TASK_ALWAYS_EAGER else wait_for_job(job, desc="near-duplicates", unit="step")
         if job.status != Job.Status.DONE:
             raise CommandError(f"duplicate search job #{job.pk} {job.status}: {job.message}")
         self.stdout.write(self.style.SUCCESS(f"Near-duplicates (threshold {job.config['threshold']}): {job.message}"))

@@ -27,6 +27,8 @@ class Command(BaseCommand):
             if export is None:
                 raise CommandError(f"{path}: no such folder, and no finished export by that id or NAME/vN")
             target = export_path(export)
+        if not target.is_dir():
+            raise CommandError(f"{path}: not an export folder (a folder holding manifest.json), nor NAME/vN or an export id")
         with tqdm(desc=f"verify {target.name}", unit="file", file=sys.stderr, dynamic_ncols=True) as bar:
             v = export_verify(path=target, progress=bar.update)
         if v.ok:

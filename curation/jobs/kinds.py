@@ -1,0 +1,107 @@
+"""The built-in job kinds: each stage's steps, from its service, declared once."""
+from __future__ import annotations
+
+import os
+
+from curation.jobs.protocol import JobKind, register_kind, single_step
+from curation.models import ClassFilterRun, Export, Job
+
+
+def _cpu(step: str) -> str:
+    return "cpu"
+
+
+def _extract_queue(step: str) -> str:
+    # Extraction goes where the models run: "gpu" when GPU workers serve it, else "cpu".
+    return os.environ.get("OODC_EXTRACT_QUEUE", "cpu")
+
+
+def _eval_queue(step: str) -> str:
+    # Model outputs where the models run; detectors and metrics (finalize) on the cpu workers.
+    if step == "chunk":
+        return os.environ.get("OODC_EVAL_QUEUE", os.environ.get("OODC_EXTRACT_QUEUE", "cpu"))
+    return "cpu"
+
+
+def _job_fail(job_id: int, error) -> None:
+    from curation.services.jobs import job_fail
+
+    job_fail(job_id=job_id, error=error)
+
+
+# -- chunked kinds ------------------------------------------------------------------------------
+
+
+def _ingest() -> JobKind:
+    from curation.services import ingest as s
+
+    return JobKind(
+        kind=Job.Kind.INGEST, label="ingest",
+        plan=lambda job_id: s.ingest_plan(job_id=job_id),
+        process=lambda job_id, index, progress=None, on_total=None: s.ingest_process_chunk(job_id=job_id, index=index, progress=progress),
+        finalize=lambda job_id: s.ingest_finalize(job_id=job_id),
+        fail=_job_fail, queue=_cpu, resume_hint="`python manage.py add_source NAME PATH --resume`")
+
+
+def _extract() -> JobKind:
+    from curation.services import image_pipeline as s
+
+    return JobKind(
+        kind=Job.Kind.EXTRACT, label="extraction",
+        plan=lambda job_id: s.extract_plan(job_id=job_id),
+        process=lambda job_id, index, progress=None, on_total=None: s.extract_process_chunk(job_id=job_id, index=index, progress=progress),
+        finalize=lambda job_id: s.extract_finalize(job_id=job_id),
+        fail=_job_fail, queue=_extract_queue, resume_hint="`python manage.py run_image_pipeline --resume`")
+
+
+def _evaluate() -> JobKind:
+    from curation.services import evaluation as s
+
+    return JobKind(
+        kind=Job.Kind.EVALUATE, label="evaluation",
+        plan=lambda job_id: s.evaluation_plan(job_id=job_id),
+        process=lambda job_id, index, progress=None, on_total=None: s.evaluation_process_chunk(job_id=job_id, index=index, progress=progress),
+        finalize=lambda job_id: s.evaluation_finalize(job_id=job_id),
+        fail=lambda job_id, error: s.evaluation_fail(job_id=job_id, error=error),
+        queue=_eval_queue, resume_hint="`python manage.py evaluate ... --resume`")
+
+
+# -- one-step kinds ---------------------------------------------------------------------------------
+
+
+def _dedup() -> JobKind:
+    from curation.services import image_pipeline as s
+
+    return single_step(kind=Job.Kind.DEDUP, label="duplicate search",
+                       execute=lambda job_id, progress, on_total: s.dedup_execute(job_id=job_id),
+                       fail=_job_fail, queue=_cpu, resume_hint="`python manage.py run_image_pipeline --resume`")
+
+
+def _export_id(job_id: int) -> int:
+    return Export.objects.values_list("pk", flat=True).get(job_id=job_id)
+
+
+def _exports(kind: str) -> JobKind:
+    from curation.services import exports as s
+
+    execute = s.export_execute if kind == Job.Kind.EXPORT else s.unit_tests_execute
+    return single_step(
+        kind=kind, label="export" if kind == Job.Kind.EXPORT else "unit-test export",
+        execute=lambda job_id, progress, on_total: execute(export_id=_export_id(job_id), progress=progress, on_total=on_total),
+        fail=lambda job_id, error: s.export_fail(export_id=_export_id(job_id), error=error),
+        queue=_cpu, resume_hint="`python manage.py export --name NAME --resume`" if kind == Job.Kind.EXPORT
+        else "`python manage.py make_unit_tests --name NAME --resume`")
+
+
+def _class_filter() -> JobKind:
+    from curation.services import class_filter as s
+
+    def execute(job_id, progress, on_total):
+        s.class_filter_execute(run_id=ClassFilterRun.objects.values_list("pk", flat=True).get(job_id=job_id), progress=progress)
+
+    return single_step(kind=Job.Kind.CLASS_FILTER, label="class filter", execute=execute, fail=_job_fail, queue=_cpu)
+
+
+for _make in (_ingest, _extract, _evaluate, _dedup, lambda: _exports(Job.Kind.EXPORT), lambda: _exports(Job.Kind.UNIT_TESTS),
+              _class_filter):
+    register_kind(_make())

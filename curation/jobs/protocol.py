@@ -1,0 +1,91 @@
+"""What a job kind declares, and the registry of kinds.
+
+A kind is three idempotent steps over a ``Job`` row and its ``JobChunk`` rows:
+
+- ``plan(job_id) -> [index, ...]``: split the work into chunks (once; a second call returns
+  the indices still to do);
+- ``process(job_id, index, progress, on_total) -> last``: do one chunk; its results and its
+  done flag commit together, so a chunk is done exactly once; returns True when no chunk is
+  left;
+- ``finalize(job_id)``: combine the chunks' results and mark the job done (a no-op when done).
+
+``fail(job_id, error)`` records a failure on the job (and on the row the kind owns, such as an
+export). ``queue(step)`` names the Celery queue of a step. The runner (``curation.jobs.runner``)
+adds the rest for every kind alike: heartbeat, chunk leases, stale detection, resume, failure
+handling, progress, and the one rule for running inline or on workers.
+
+A kind whose work is one step (duplicate search, export, unit tests, class filter) is declared
+with ``single_step``: one chunk, whose ``process`` is the step.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from django.db import transaction
+from django.utils import timezone
+
+Progress = Callable[[int], None]
+STEPS = ("plan", "chunk", "finalize")
+
+
+@dataclass(frozen=True)
+class JobKind:
+    kind: str
+    label: str
+    plan: Callable[[int], list[int]]
+    process: Callable[..., bool]
+    finalize: Callable[[int], Any]
+    fail: Callable[[int, BaseException | str], None]
+    queue: Callable[[str], str]
+    resume_hint: str = ""  # the stage command's flag, for messages
+
+
+_KINDS: dict[str, JobKind] = {}
+
+
+def register_kind(kind: JobKind) -> JobKind:
+    if kind.kind in _KINDS and _KINDS[kind.kind] is not kind:
+        raise ValueError(f"job kind {kind.kind!r} is registered twice")
+    _KINDS[kind.kind] = kind
+    return kind
+
+
+def kind_of(name: str) -> JobKind:
+    if not _KINDS:
+        from curation.jobs import kinds  # noqa: F401  (registers the built-in kinds)
+    try:
+        return _KINDS[name]
+    except KeyError:
+        raise ValueError(f"unknown job kind {name!r}; registered: {', '.join(sorted(_KINDS))}") from None
+
+
+def registered_kinds() -> list[str]:
+    kind_of(next(iter(_KINDS), "ingest"))
+    return sorted(_KINDS)
+
+
+def single_step(*, kind: str, label: str, execute: Callable[..., Any], fail: Callable[[int, BaseException | str], None],
+                queue: Callable[[str], str], resume_hint: str = "") -> JobKind:
+    """A kind whose whole work is ``execute(job_id, progress, on_total)`` (itself idempotent: a
+    finished job is left as it is). It gets one chunk so it has a lease like any other."""
+    from curation.models import Job, JobChunk
+
+    def plan(job_id: int) -> list[int]:
+        job = Job.objects.get(pk=job_id)
+        if job.status in (Job.Status.DONE, Job.Status.FAILED):
+            return []
+        chunk, _ = JobChunk.objects.get_or_create(job=job, index=0, defaults={"payload": {}})
+        return [] if chunk.done else [0]
+
+    def process(job_id: int, index: int, progress: Progress | None = None, on_total: Callable[[int], None] | None = None) -> bool:
+        execute(job_id, progress, on_total)
+        with transaction.atomic():
+            JobChunk.objects.filter(job_id=job_id, index=index).update(done=True, done_at=timezone.now(), lease_until=None)
+        return True
+
+    def finalize(job_id: int):
+        return Job.objects.get(pk=job_id)
+
+    return JobKind(kind=kind, label=label, plan=plan, process=process, finalize=finalize, fail=fail, queue=queue,
+                   resume_hint=resume_hint)

@@ -1,0 +1,179 @@
+"""Running a job's steps, for every kind alike: on Celery workers (one task per step), or in
+this process (commands without a broker), with the same heartbeat, leases, failure handling
+and resume."""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from curation.jobs.heartbeat import Heartbeat, claim_chunk, is_stale, new_owner, release_chunk, silent_for
+from curation.jobs.protocol import JobKind, Progress, kind_of
+from curation.models import Job, JobChunk
+
+log = logging.getLogger("curation.jobs")
+
+
+class JobNotResumable(ValueError):
+    """A resume that cannot be done as asked; the message says why and what to do."""
+
+
+class JobActive(RuntimeError):
+    """A second start of work that an unfinished job already does; ``job`` is that job, and
+    the message says whether to wait for it or to resume it (when it is stale)."""
+
+    def __init__(self, job: Job, message: str = ""):
+        self.job = job
+        super().__init__(describe(kind_of(job.kind), job) if is_stale(job) or not message else message)
+
+
+def on_workers() -> bool:
+    """The one rule for inline or queued: jobs go to Celery workers when a broker is set
+    (CELERY_BROKER_URL), and run in the calling process otherwise."""
+    return not settings.CELERY_TASK_ALWAYS_EAGER
+
+
+def dispatch(job: Job | int, step: str, index: int | None = None) -> None:
+    """Queue one step of a job on its kind's queue."""
+    from curation.tasks import task_for
+
+    job = job if isinstance(job, Job) else Job.objects.only("pk", "kind").get(pk=job)
+    kind = kind_of(job.kind)
+    args = (job.pk,) if index is None else (job.pk, index)
+    if on_workers():
+        task_for(kind.kind, step).apply_async(args=args, queue=kind.queue(step))
+        return
+    try:  # no broker: the step runs here and now (and queues the next ones the same way)
+        task_for(kind.kind, step).apply_async(args=args)
+    except Exception as exc:  # recorded on the job by run_step; the caller (a web request) goes on
+        log.warning("job #%s (%s) failed in its %s step: %s: %s", job.pk, kind.kind, step, type(exc).__name__, exc)
+
+
+def enqueue_on_commit(job: Job) -> None:
+    """Queue the job's plan once the current transaction commits (the row must exist for the worker)."""
+    transaction.on_commit(lambda: dispatch(job, "plan"))
+
+
+def _ticking(progress: Progress | None, hb: Heartbeat) -> Progress:
+    def report(n: int) -> None:
+        hb.tick()
+        if progress:
+            progress(n)
+    return report
+
+
+def run_step(*, job_id: int, step: str, index: int | None = None, queue_next: bool = True,
+             progress: Progress | None = None, on_total: Callable[[int], None] | None = None) -> Any:
+    """Run one step with a heartbeat; a failure is recorded by the kind and raised. With
+    ``queue_next`` (workers) the following steps are queued: every chunk after the plan, the
+    finalize step after the last chunk. Returns the plan's indices, the chunk's "last" flag
+    (None when skipped), or what finalize returns."""
+    job = Job.objects.only("pk", "kind", "status").filter(pk=job_id).first()
+    if job is None:
+        log.warning("job #%s no longer exists; its %s step is dropped", job_id, step)
+        return None
+    kind = kind_of(job.kind)
+    owner = new_owner()
+    try:
+        if step == "plan":
+            with Heartbeat(job_id):
+                indices = kind.plan(job_id)
+            if queue_next:
+                for i in indices:
+                    dispatch(job, "chunk", i)
+                if not indices:
+                    dispatch(job, "finalize")
+            return indices
+        if step == "chunk":
+            assert index is not None
+            if not claim_chunk(job_id=job_id, index=index, owner=owner):
+                log.info("job #%s chunk %s: done already, or held by a live worker; skipped", job_id, index)
+                return None
+            try:
+                with Heartbeat(job_id, owner=owner, chunk_index=index) as hb:
+                    last = kind.process(job_id, index, _ticking(progress, hb), on_total)
+            except BaseException:
+                release_chunk(job_id=job_id, index=index, owner=owner)
+                raise
+            if last and queue_next:
+                dispatch(job, "finalize")
+            return last
+        if step == "finalize":
+            with Heartbeat(job_id):
+                return kind.finalize(job_id)
+        raise ValueError(f"unknown step {step!r}")
+    except Exception as exc:
+        kind.fail(job_id, exc)
+        raise
+
+
+def run_inline(job: Job, *, progress: Progress | None = None, on_total: Callable[[int], None] | None = None) -> Any:
+    """Every step of ``job`` in this process, as the workers would run them (commands without a
+    broker, and resumes of such jobs). Chunks another live process holds are left to it; the
+    job then stays unfinished and says so."""
+    indices = run_step(job_id=job.pk, step="plan", queue_next=False)
+    job.refresh_from_db()
+    if on_total:
+        on_total(job.total)
+    if progress and job.progress:
+        progress(job.progress)  # a resumed job: what is done already
+    for index in indices or []:
+        run_step(job_id=job.pk, step="chunk", index=index, queue_next=False, progress=progress, on_total=on_total)
+    held = JobChunk.objects.filter(job=job, done=False).count()
+    if held:
+        raise JobNotResumable(f"job #{job.pk}: {held} chunk(s) are held by another live process; "
+                              "wait for it, or resume once it is stale")
+    return run_step(job_id=job.pk, step="finalize", queue_next=False)
+
+
+@dataclass
+class Resumed:
+    job: Job
+    queued: int  # steps queued (workers), 0 when run inline
+    result: Any = None
+
+
+def check_resumable(job: Job, *, force: bool = False) -> None:
+    if job.status in (Job.Status.DONE, Job.Status.FAILED):
+        raise JobNotResumable(f"job #{job.pk} ({job.kind}) is {job.status}: there is nothing to resume")
+    if not force and not is_stale(job):
+        raise JobNotResumable(
+            f"job #{job.pk} ({job.kind}) is {job.status} and {job.worker or 'a worker'} reported {silent_for(job)} s ago "
+            f"(stale after {settings.JOB_STALE_AFTER_S:g} s): it is not lost; wait for it")
+
+
+def resume(job: Job, *, user=None, force: bool = False, progress: Progress | None = None,
+           on_total: Callable[[int], None] | None = None) -> Resumed:
+    """Carry on with an unfinished, stale job from where it stopped: its unfinished chunks (or
+    its plan, or its finalize step) are queued again, or run here without a broker. Done
+    chunks are never redone; a chunk a lost worker held is redone from the start."""
+    from curation.services.audit import audit_record
+
+    job.refresh_from_db()
+    check_resumable(job, force=force)
+    Job.objects.filter(pk=job.pk).update(heartbeat_at=timezone.now())  # not stale while it waits
+    audit_record(actor=user, action="job_resumed", target=job, data={"kind": job.kind, "progress": job.progress, "total": job.total})
+    if not on_workers():
+        return Resumed(job=job, queued=0, result=run_inline(job, progress=progress, on_total=on_total))
+    if not job.chunks.exists():
+        dispatch(job, "plan")
+        return Resumed(job=job, queued=1)
+    pending = list(job.chunks.filter(done=False).values_list("index", flat=True))
+    for index in pending:
+        dispatch(job, "chunk", index)
+    if not pending:
+        dispatch(job, "finalize")
+    return Resumed(job=job, queued=max(1, len(pending)))
+
+
+def describe(kind: JobKind, job: Job) -> str:
+    """What a refused second start says about the job in the way."""
+    if is_stale(job):
+        return (f"{kind.label} job #{job.pk} is stale: no worker has reported on it for {silent_for(job)} s "
+                f"({job.progress}/{job.total} done); resume it with `python manage.py resume_job {job.pk}`"
+                + (f" or {kind.resume_hint}" if kind.resume_hint else ""))
+    return (f"{kind.label} job #{job.pk} is already {job.status} ({job.progress}/{job.total}); wait for it to finish")

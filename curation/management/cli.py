@@ -1,0 +1,36 @@
+"""Checks of command-line paths, made before any work starts: a bad path is one line naming
+the flag and the fix (CommandError, exit status 1), never a traceback after minutes of work."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from django.core.management.base import CommandError
+
+
+def output_file(path: str | None, flag: str) -> str | None:
+    """``path`` if a file can be written there ('-' is standard output)."""
+    if path is None or path == "-":
+        return path
+    p = Path(path).expanduser()
+    if p.is_dir():
+        raise CommandError(f"{flag} {path}: is a folder; give a file name inside it (e.g. {p / 'out.csv'})")
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise CommandError(f"{flag} {path}: the folder {parent} does not exist; create it first (mkdir -p {parent})")
+    if not os.access(parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise CommandError(f"{flag} {path}: not writable by this user; choose another place")
+    return str(p)
+
+
+def output_folder(path: str, flag: str) -> Path:
+    """``path`` if it is an empty folder or can be created as one."""
+    p = Path(path).expanduser()
+    if p.exists() and not p.is_dir():
+        raise CommandError(f"{flag} {path}: is a file, not a folder; give a new folder's path")
+    if p.is_dir() and any(p.iterdir()):
+        raise CommandError(f"{flag} {path}: the folder is not empty; give a new or empty folder")
+    anchor = next((a for a in (p, *p.parents) if a.exists()), Path("."))
+    if not anchor.is_dir() or not os.access(anchor, os.W_OK):
+        raise CommandError(f"{flag} {path}: {anchor} is not a writable folder; choose another place")
+    return p
