@@ -18,6 +18,8 @@ def main() -> None:
         sys.exit(130)
     except Exception as exc:  # the last net: one line, exit status 1 (commands raise CommandError for known cases)
         text = " ".join(str(exc).split())[:600]
+        if type(exc).__name__ in ("OperationalError", "ProgrammingError") and ("no such table" in text or "does not exist" in text):
+            text += "; the database is not set up or not up to date: run python manage.py migrate"
         print(f"error: {type(exc).__name__}: {text} (rerun with --traceback for the details)", file=sys.stderr)
         sys.exit(1)
 
