@@ -20,24 +20,22 @@ def env_bool(name: str, default: bool) -> bool:
     return raw.strip().lower() in {"1", "true", "yes", "on"}
 
 
-def env_int(name: str, default: int) -> int:
+def _env_number(name: str, default, cast, what: str):
     raw = os.environ.get(name)
     if raw is None or raw == "":
         return default
     try:
-        return int(raw)
+        return cast(raw)
     except ValueError as exc:  # a clear message beats a traceback deep in Django
-        raise ValueError(f"Environment variable {name}={raw!r} must be an integer") from exc
+        raise ValueError(f"Environment variable {name}={raw!r} must be {what}") from exc
+
+
+def env_int(name: str, default: int) -> int:
+    return _env_number(name, default, int, "an integer")
 
 
 def env_float(name: str, default: float) -> float:
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        return float(raw)
-    except ValueError as exc:
-        raise ValueError(f"Environment variable {name}={raw!r} must be a number") from exc
+    return _env_number(name, default, float, "a number")
 
 
 # Off unless asked for: a forgotten variable must not show tracebacks and settings to the world.

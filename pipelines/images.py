@@ -101,6 +101,17 @@ def inspect_image_bytes(data: bytes, *, name: str, max_pixels: int = DEFAULT_MAX
                           error=f"{name}: the decoder failed ({type(exc).__name__}: {exc})")
 
 
+_SIGNATURES = ((b"\x89PNG\r\n\x1a\n", "PNG"), (b"\xff\xd8\xff", "JPEG"), (b"GIF87a", "GIF"), (b"GIF89a", "GIF"),
+               (b"II*\x00", "TIFF"), (b"MM\x00*", "TIFF"))
+
+
+def _signature(data: bytes) -> str:
+    """The image format a file's first bytes announce (its magic number), or ''."""
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "WebP"
+    return next((kind for magic, kind in _SIGNATURES if data.startswith(magic)), "")
+
+
 def _inspect_bytes(data: bytes, *, name: str, max_pixels: int) -> Inspection:
     digest = sha256_bytes(data)
     base = {"bytes": len(data), "sha256": digest}
@@ -114,6 +125,9 @@ def _inspect_bytes(data: bytes, *, name: str, max_pixels: int) -> Inspection:
         except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
             return Inspection(**base, error_code=DECOMPRESSION_BOMB, error=f"{name}: refused as a decompression bomb ({exc})")
         except UnidentifiedImageError:
+            kind = _signature(data)
+            if kind:  # an image by its magic number whose header Pillow rejects (e.g. a PNG chunk with a bad CRC)
+                return Inspection(**base, error_code=CORRUPT, error=f"{name}: a {kind} file whose header is corrupt")
             return Inspection(**base, error_code=NOT_AN_IMAGE, error=f"{name}: not an image file Pillow can read")
         except (OSError, SyntaxError, ValueError) as exc:
             return Inspection(**base, error_code=CORRUPT, error=f"{name}: the image header is corrupt ({exc})")

@@ -101,6 +101,10 @@ def scan_source(root: str | os.PathLike) -> ScanResult:
                     result.class_folders.append(name)
                 walk(full, rel_parts + (name,), cls)
                 continue
+            if entry.is_symlink() and not os.path.exists(full):
+                refuse(rel, class_folder, NOT_A_REGULAR_FILE, f"{full}: a dangling symlink (its target {os.readlink(full)!r} does not "
+                                                              "exist); refused")
+                continue
             if not entry.is_file(follow_symlinks=True):
                 refuse(rel, class_folder, NOT_A_REGULAR_FILE, f"{full}: not a regular file (device, socket or fifo); refused")
                 continue

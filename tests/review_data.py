@@ -69,3 +69,20 @@ def queue_with_real_model(tmp_path: Path, n: int = 30) -> Source:
     call_command("run_image_pipeline", stdout=io.StringIO(), stderr=io.StringIO())
     review_queue_sync(source=source)
     return source
+
+
+def id_sets(tmp_path: Path, sizes: dict[str, tuple[int, int]]) -> None:
+    """Ingest small ID reference sources: ``{name: (images per class, width)}``, two ImageNet
+    classes each, distinct pictures across the sets (no duplicate from one set to another)."""
+    from PIL import Image as PILImage
+
+    from pipelines.models import imagenet_1k_classes
+
+    wnids = imagenet_1k_classes()[0]
+    for name, (n, width) in sizes.items():
+        for c in range(2):
+            folder = tmp_path / name / wnids[c]
+            folder.mkdir(parents=True)
+            for i in range(n):
+                PILImage.new("RGB", (width, 80), (120 * c + 10 * i, 120, 60)).save(folder / f"{i}.png")
+        ingest(name, tmp_path / name, role="id")

@@ -320,3 +320,52 @@ def test_command_errors_are_one_line_naming_the_input(tmp_path):
         one_line_error(cli(*args, data_dir=data), *needles)
     bom = cli("add_source", "p3", str(tmp_path / "pool"), "--class-map", str(tmp_path / "bom.csv"), data_dir=data)
     assert bom.returncode == 0 and "1 mapped to WordNet" in bom.stdout, bom.stderr  # a BOM is not part of the folder name
+
+
+# -- smaller rough edges seen while probing ------------------------------------------------------------------
+
+
+def test_dangling_symlinks_bad_png_crcs_and_empty_sources_are_named_for_what_they_are(tmp_path):
+    from PIL import Image as PILImage
+
+    from pipelines.images import inspect_image
+    from pipelines.sources import scan_source
+
+    root = tmp_path / "src"
+    (root / "sky").mkdir(parents=True)
+    os.symlink(root / "sky" / "nowhere.jpg", root / "sky" / "gone.jpg")  # inside the root, to nothing
+    refused = {r.rel_path: r.message for r in scan_source(str(root)).refused}
+    assert "dangling symlink" in refused["sky/gone.jpg"] and "device" not in refused["sky/gone.jpg"]
+
+    buf = io.BytesIO()
+    PILImage.new("RGB", (8, 8), (1, 2, 3)).save(buf, "PNG")
+    data = bytearray(buf.getvalue())
+    data[29] ^= 0xFF  # the IHDR chunk's CRC (8-byte signature, 4 length, 4 type, 13 data)
+    (root / "sky" / "bad_crc.png").write_bytes(bytes(data))
+    assert inspect_image(root / "sky" / "bad_crc.png").error_code == "corrupt"
+
+    (tmp_path / "empty").mkdir()
+    out = io.StringIO()
+    call_command("add_source", "empty", str(tmp_path / "empty"), stdout=out, stderr=io.StringIO())
+    assert "now no images" in out.getvalue()
+
+
+def test_no_malformed_request_is_a_500(tmp_path, client, role_groups):
+    source, _ = reviewed_pool(tmp_path, n=4, answer=lambda img: ("ood", []))
+    big = "9" * 30
+    gets = ["/", f"/class-filter/{big}/", f"/class-filter/{big}/decisions.csv", f"/images/{big}/thumb", "/images/1/..%2f..%2fetc",
+            f"/exports/{big}/download.zip", "/exports/1/download.tar.gz?layout=../../x", f"/evaluations/{big}/",
+            f"/evaluations/{big}/plots/../../../../etc/passwd", f"/curate/contamination/{big}/?sample=1e999&seed=-x",
+            f"/curate/contamination/{source.pk}/?sample=NaN&seed=" + big, "/api/review/next?x=%00"]
+    posts = [("/api/review/submit", "\x00\xff"), ("/api/review/undo", "{"),
+             ("/curate/adjudicate/", {"item": big, "decision": "ood"}), ("/curate/adjudicate/", {"item": "1e5"}),
+             ("/curate/classes/", {"pk": "Infinity", "kind": "flag", "verdict": "accept"}),
+             (f"/curate/reviews/source/{source.pk}/", {"reviews_required": "1e9", "gold_rate": "nan"}),
+             (f"/curate/reviews/source/{source.pk}/", {"reviews_required": big, "gold_rate": "inf"})]
+    for i, role in enumerate(("annotator", "curator", "researcher")):
+        client.force_login(user(f"u{i}", role, staff=(role == "curator")))
+        for url in gets:
+            assert client.get(url).status_code < 500, (role, url)
+        for url, body in posts:
+            r = (client.post(url, body, content_type="application/json") if isinstance(body, str) else client.post(url, body))
+            assert r.status_code < 500, (role, url, body)

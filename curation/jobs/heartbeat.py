@@ -37,12 +37,17 @@ def lease_length() -> timedelta:
     return timedelta(seconds=settings.JOB_STALE_AFTER_S)
 
 
-def claim_chunk(*, job_id: int, index: int, owner: str) -> bool:
-    """Take chunk ``index`` for ``owner`` unless it is done or a live lease holds it."""
+def claim_chunk(*, job_id: int, index: int, owner: str) -> float | None:
+    """Take chunk ``index`` for ``owner``: 0.0 when taken; None when it is done (or gone);
+    else the seconds until the live lease that holds it runs out."""
     now = timezone.now()
-    return JobChunk.objects.filter(job_id=job_id, index=index, done=False).filter(
+    taken = JobChunk.objects.filter(job_id=job_id, index=index, done=False).filter(
         Q(lease_until__isnull=True) | Q(lease_until__lt=now) | Q(lease_owner=owner)
-    ).update(lease_owner=owner, lease_until=now + lease_length()) == 1
+    ).update(lease_owner=owner, lease_until=now + lease_length())
+    if taken:
+        return 0.0
+    held = JobChunk.objects.filter(job_id=job_id, index=index, done=False).values_list("lease_until", flat=True).first()
+    return None if held is None else max(0.0, (held - now).total_seconds())
 
 
 def release_chunk(*, job_id: int, index: int, owner: str) -> None:

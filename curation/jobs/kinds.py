@@ -32,38 +32,35 @@ def _job_fail(job_id: int, error) -> None:
 # -- chunked kinds ------------------------------------------------------------------------------
 
 
+def _chunked(kind: str, label: str, plan, process, finalize, *, fail=_job_fail, queue=_cpu, resume_hint: str = "") -> JobKind:
+    """A kind from a service's keyword-only ``plan(job_id)``, ``process(job_id, index, progress)``
+    and ``finalize(job_id)``."""
+    return JobKind(
+        kind=kind, label=label, plan=lambda job_id: plan(job_id=job_id),
+        process=lambda job_id, index, progress=None, on_total=None: process(job_id=job_id, index=index, progress=progress),
+        finalize=lambda job_id: finalize(job_id=job_id), fail=fail, queue=queue, resume_hint=resume_hint)
+
+
 def _ingest() -> JobKind:
     from curation.services import ingest as s
 
-    return JobKind(
-        kind=Job.Kind.INGEST, label="ingest",
-        plan=lambda job_id: s.ingest_plan(job_id=job_id),
-        process=lambda job_id, index, progress=None, on_total=None: s.ingest_process_chunk(job_id=job_id, index=index, progress=progress),
-        finalize=lambda job_id: s.ingest_finalize(job_id=job_id),
-        fail=_job_fail, queue=_cpu, resume_hint="`python manage.py add_source NAME PATH --resume`")
+    return _chunked(Job.Kind.INGEST, "ingest", s.ingest_plan, s.ingest_process_chunk, s.ingest_finalize,
+                    resume_hint="`python manage.py add_source NAME PATH --resume`")
 
 
 def _extract() -> JobKind:
     from curation.services import image_pipeline as s
 
-    return JobKind(
-        kind=Job.Kind.EXTRACT, label="extraction",
-        plan=lambda job_id: s.extract_plan(job_id=job_id),
-        process=lambda job_id, index, progress=None, on_total=None: s.extract_process_chunk(job_id=job_id, index=index, progress=progress),
-        finalize=lambda job_id: s.extract_finalize(job_id=job_id),
-        fail=_job_fail, queue=_extract_queue, resume_hint="`python manage.py run_image_pipeline --resume`")
+    return _chunked(Job.Kind.EXTRACT, "extraction", s.extract_plan, s.extract_process_chunk, s.extract_finalize,
+                    queue=_extract_queue, resume_hint="`python manage.py run_image_pipeline --resume`")
 
 
 def _evaluate() -> JobKind:
     from curation.services import evaluation as s
 
-    return JobKind(
-        kind=Job.Kind.EVALUATE, label="evaluation",
-        plan=lambda job_id: s.evaluation_plan(job_id=job_id),
-        process=lambda job_id, index, progress=None, on_total=None: s.evaluation_process_chunk(job_id=job_id, index=index, progress=progress),
-        finalize=lambda job_id: s.evaluation_finalize(job_id=job_id),
-        fail=lambda job_id, error: s.evaluation_fail(job_id=job_id, error=error),
-        queue=_eval_queue, resume_hint="`python manage.py evaluate ... --resume`")
+    return _chunked(Job.Kind.EVALUATE, "evaluation", s.evaluation_plan, s.evaluation_process_chunk, s.evaluation_finalize,
+                    fail=lambda job_id, error: s.evaluation_fail(job_id=job_id, error=error), queue=_eval_queue,
+                    resume_hint="`python manage.py evaluate ... --resume`")
 
 
 # -- one-step kinds ---------------------------------------------------------------------------------

@@ -37,15 +37,15 @@ def on_workers() -> bool:
     return not settings.CELERY_TASK_ALWAYS_EAGER
 
 
-def dispatch(job: Job | int, step: str, index: int | None = None) -> None:
-    """Queue one step of a job on its kind's queue."""
+def dispatch(job: Job | int, step: str, index: int | None = None, *, countdown: float | None = None) -> None:
+    """Queue one step of a job on its kind's queue (``countdown``: not before so many seconds)."""
     from curation.tasks import task_for
 
     job = job if isinstance(job, Job) else Job.objects.only("pk", "kind").get(pk=job)
     kind = kind_of(job.kind)
     args = (job.pk,) if index is None else (job.pk, index)
     if on_workers():
-        task_for(kind.kind, step).apply_async(args=args, queue=kind.queue(step))
+        task_for(kind.kind, step).apply_async(args=args, queue=kind.queue(step), countdown=countdown)
         return
     try:  # no broker: the step runs here and now (and queues the next ones the same way)
         task_for(kind.kind, step).apply_async(args=args)
@@ -90,8 +90,17 @@ def run_step(*, job_id: int, step: str, index: int | None = None, queue_next: bo
             return indices
         if step == "chunk":
             assert index is not None
-            if not claim_chunk(job_id=job_id, index=index, owner=owner):
-                log.info("job #%s chunk %s: done already, or held by a live worker; skipped", job_id, index)
+            wait = claim_chunk(job_id=job_id, index=index, owner=owner)
+            if wait is None:
+                log.info("job #%s chunk %s: done already; skipped", job_id, index)
+                return None
+            if wait > 0:
+                # Held by a lease that is live: its holder is working, or died less than a lease ago (Redis
+                # hands a dead worker's chunk to another worker on its own schedule). Come back when the lease
+                # has run out; by then the chunk is done (and this delivery ends) or free to take.
+                log.info("job #%s chunk %s: held by a live lease for %.0f s more; retried then", job_id, index, wait)
+                if queue_next:
+                    dispatch(job, "chunk", index, countdown=wait + 1)
                 return None
             try:
                 with Heartbeat(job_id, owner=owner, chunk_index=index) as hb:

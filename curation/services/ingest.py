@@ -244,7 +244,8 @@ def ingest_finalize(*, job_id: int) -> Job:
         job.finished_at = timezone.now()
         job.message = (
             f"{job.total} files: {totals['added']} added, {totals['changed']} changed, {totals['unchanged']} unchanged, "
-            f"{len(gone)} newly missing; now " + ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+            f"{len(gone)} newly missing; now " + (", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+                                                  or "no images (is PATH/<class folder>/<image files> the layout?)")
         )
         job.save()
         audit_record(actor=job.created_by, action="ingest_finished", target=job, data={"source": source.name, "message": job.message})

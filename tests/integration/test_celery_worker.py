@@ -40,6 +40,8 @@ def services_env():
         "CELERY_VISIBILITY_TIMEOUT": "4",  # a killed worker's chunk comes back after 4 s ...
         "CELERY_UNACKED_RESTORE_INTERVAL": "1",  # ... found by a sweep every second
         "CELERY_UNACKED_RESTORE_THROTTLE": "1",
+        "OODC_JOB_HEARTBEAT_S": "1",  # a killed worker's chunk leases run out after 5 s
+        "OODC_JOB_STALE_AFTER_S": "5",
         "PYTHONUNBUFFERED": "1",
     }
     yield env
@@ -227,20 +229,10 @@ def test_export_queued_by_the_command_is_written_by_a_worker(services_env, worke
     review_cache_clear()
     # ... and a researcher evaluates detectors on it: the model's outputs are computed by the
     # worker's chunk tasks, the detectors by its finalize task
-    from PIL import Image as PILImage
-
     from curation.models import EvaluationRun
-    from pipelines.models import imagenet_1k_classes
-    from tests.review_data import ingest
+    from tests.review_data import id_sets
 
-    wnids = imagenet_1k_classes()[0]
-    for name, n, width in (("wtest", 4, 96), ("wfit", 8, 112)):  # distinct files: no duplicate across the sets
-        for c in range(2):
-            folder = tmp_path / name / wnids[c]
-            folder.mkdir(parents=True)
-            for i in range(n):
-                PILImage.new("RGB", (width, 80), (120 * c + 10 * i, 120, 60)).save(folder / f"{i}.png")
-        ingest(name, tmp_path / name, role="id")
+    id_sets(tmp_path, {"wtest": (4, 96), "wfit": (8, 112)})
     services_env.update({"OODC_EVAL_ROOT": str(tmp_path / "evaluations"), "OODC_EVAL_CHUNK_SIZE": "5"})
     proc = subprocess.run([sys.executable, "manage.py", "evaluate", "--export", "queued", "--id-test", "source:wtest",
                            "--id-fit", "source:wfit", "--methods", "msp,energy,mahalanobis,knn", "--knn-k", "5", "--queue"],

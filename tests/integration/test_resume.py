@@ -125,12 +125,10 @@ def test_duplicate_search_killed_mid_step_is_resumed_and_the_waiting_command_fin
 
 def test_export_and_evaluation_killed_mid_step_are_resumed_without_duplicates(env, workers, tmp_path, role_groups):  # noqa: F811
     from django.contrib.auth.models import Group, User
-    from PIL import Image as PILImage
 
     from curation.models import EvaluationRun
     from curation.services.review import review_cache_clear
-    from pipelines.models import imagenet_1k_classes
-    from tests.review_data import ingest, queue_with_rows
+    from tests.review_data import id_sets, queue_with_rows
     from tests.test_exports import random_features, review_all
 
     review_cache_clear()
@@ -162,14 +160,7 @@ def test_export_and_evaluation_killed_mid_step_are_resumed_without_duplicates(en
     assert check.returncode == 0, check.stderr
 
     # 2. an evaluation's worker dies between chunks of model outputs
-    wnids = imagenet_1k_classes()[0]
-    for name, n, width in (("wtest", 5, 96), ("wfit", 10, 112)):
-        for c in range(2):
-            folder = tmp_path / name / wnids[c]
-            folder.mkdir(parents=True)
-            for i in range(n):
-                PILImage.new("RGB", (width, 80), (120 * c + 10 * i, 120, 60)).save(folder / f"{i}.png")
-        ingest(name, tmp_path / name, role="id")
+    id_sets(tmp_path, {"wtest": (5, 96), "wfit": (10, 112)})
     env = {**env, "OODC_EVAL_CHUNK_SIZE": "2"}
     workers.env = env
     w3 = workers.start("w3", slow=("pipelines.extract:extract", 1.0))
