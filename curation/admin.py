@@ -1,6 +1,7 @@
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
+from django.contrib.auth.models import User
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html
@@ -17,7 +18,8 @@ from curation.services.evaluation import EvaluationError, evaluation_create
 from curation.services.exports import ExportRequestError, export_create, unit_tests_create
 from curation.services.image_pipeline import JobAlreadyRunning, PipelineError, dedup_start, extract_start
 from curation.services.ingest import IngestAlreadyRunning, ingest_start
-from curation.services.review import ReviewError, review_items_set_gold, review_queue_sync, review_settings_save
+from curation.services.review import (ReviewError, review_items_set_gold, review_queue_sync, review_scope_apply,
+                                      review_settings_save)
 from pipelines.class_filter import PolicyError
 from pipelines.names import NAME_RULE
 from pipelines.class_filter.policy import DEFAULT_PRESET, PRESETS
@@ -499,17 +501,29 @@ class AnnotatorScopeAdmin(admin.ModelAdmin):
             kwargs["queryset"] = Source.objects.filter(role=Source.Role.CANDIDATE)
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
+    # a changed scope applies at once: images leased outside it go back to the queue
+
+    def delete_queryset(self, request, queryset):
+        annotators = {s.annotator for s in queryset.select_related("annotator")}
+        super().delete_queryset(request, queryset)
+        for annotator in annotators:
+            review_scope_apply(annotator=annotator, user=request.user)
+
     def save_model(self, request, obj, form, change):
         if not change:
             obj.created_by = request.user
+        old = AnnotatorScope.objects.filter(pk=obj.pk).values_list("annotator_id", flat=True).first() if change else None
         super().save_model(request, obj, form, change)
         audit_record(actor=request.user, action="annotator_scope_saved", target=obj,
                      data={"annotator": obj.annotator.username, "source": obj.source.name,
                            "class": obj.candidate_class.folder if obj.candidate_class_id else None})
+        for annotator in {obj.annotator, *([User.objects.get(pk=old)] if old and old != obj.annotator_id else [])}:
+            review_scope_apply(annotator=annotator, user=request.user)
 
     def delete_model(self, request, obj):
         audit_record(actor=request.user, action="annotator_scope_deleted", target=obj, data={"annotator": obj.annotator.username})
         super().delete_model(request, obj)
+        review_scope_apply(annotator=obj.annotator, user=request.user)
 
 
 class ReviewInline(admin.TabularInline):

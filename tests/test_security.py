@@ -369,3 +369,25 @@ def test_no_malformed_request_is_a_500(tmp_path, client, role_groups):
         for url, body in posts:
             r = (client.post(url, body, content_type="application/json") if isinstance(body, str) else client.post(url, body))
             assert r.status_code < 500, (role, url, body)
+
+
+def test_a_changed_annotator_scope_releases_the_images_leased_outside_it(tmp_path, client, role_groups):
+    from django.contrib.auth.models import User
+
+    from curation.models import Assignment, ReviewItem
+    from curation.services.review import review_next
+    from tests.review_data import queue_with_rows
+
+    queue_with_rows(tmp_path, n=6, name="pool_a")
+    other = queue_with_rows(tmp_path, n=6, name="pool_b")
+    ann = user("scoped", "annotator")
+    held = review_next(user=ann, want=2)
+    assert len(held) == 2
+    outside = [a.pk for a in held if a.item.source_id != other.pk]
+    assert outside, "the first leases should include pool_a's images"
+    client.force_login(User.objects.create_superuser("root", password="pw"))
+    r = client.post("/admin/curation/annotatorscope/add/", {"annotator": ann.pk, "source": other.pk, "candidate_class": ""})
+    assert r.status_code == 302, r.content.decode()[:2000]
+    states = dict(Assignment.objects.filter(pk__in=[a.pk for a in held]).values_list("pk", "state"))
+    assert all(states[pk] == "expired" for pk in outside)  # back in the queue now, not in 15 minutes
+    assert all(ReviewItem.objects.get(pk=a.item_id).leased == 0 for a in held if a.pk in outside)

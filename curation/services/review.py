@@ -281,18 +281,39 @@ def review_reclaim_expired(*, force: bool = False) -> int:
         _last_reclaim = now_mono
     now = timezone.now()
     with transaction.atomic():
-        rows = list(Assignment.objects.select_for_update(skip_locked=True)
-                    .filter(state=Assignment.State.LEASED, expires_at__lte=now).values_list("id", "item_id", "is_gold")[:5000])
-        if not rows:
-            return 0
-        Assignment.objects.filter(id__in=[r[0] for r in rows]).update(state=Assignment.State.EXPIRED, finished_at=now)
-        per_item: dict[int, int] = {}
-        for _id, item_id, gold in rows:
-            if not gold:
-                per_item[item_id] = per_item.get(item_id, 0) + 1
-        for item_id, n in per_item.items():
-            ReviewItem.objects.filter(pk=item_id).update(leased=Greatest(F("leased") - n, 0))
+        return _expire(Assignment.objects.select_for_update(skip_locked=True)
+                       .filter(state=Assignment.State.LEASED, expires_at__lte=now), now)
+
+
+def _expire(leases, now) -> int:
+    """End the given leased assignments (in the caller's transaction): their images go back to
+    the queue."""
+    rows = list(leases.values_list("id", "item_id", "is_gold")[:5000])
+    if not rows:
+        return 0
+    Assignment.objects.filter(id__in=[r[0] for r in rows]).update(state=Assignment.State.EXPIRED, finished_at=now)
+    per_item: dict[int, int] = {}
+    for _id, item_id, gold in rows:
+        if not gold:
+            per_item[item_id] = per_item.get(item_id, 0) + 1
+    for item_id, n in per_item.items():
+        ReviewItem.objects.filter(pk=item_id).update(leased=Greatest(F("leased") - n, 0))
     return len(rows)
+
+
+def review_scope_apply(*, annotator, user=None) -> int:
+    """After an annotator's scope changed: the images they hold leased outside it go back to the
+    queue at once (not when the lease runs out). Returns how many."""
+    scope = annotator_scope(annotator)
+    if scope.unrestricted:
+        return 0
+    with transaction.atomic():
+        held = (Assignment.objects.select_for_update().filter(annotator=annotator, state=Assignment.State.LEASED)
+                .exclude(item__in=ReviewItem.objects.filter(scope.q())))
+        n = _expire(held, timezone.now())
+        if n:
+            audit_record(actor=user, action="review_scope_applied", target=annotator, data={"released": n})
+    return n
 
 
 def not_seen_by(user):
