@@ -1,0 +1,177 @@
+"""The job protocol, the same checks for every registered kind: a run interrupted in the middle
+(the process dies with its chunk unfinished) leaves the job unfinished, not failed; it is
+reported stale once nobody reports on it; resuming it finishes it; chunks done before the
+interruption are not done again; a second resume of a finished job is refused; a step that
+raises fails the job with its message. (Real workers killed mid-chunk: tests/integration/.)"""
+from __future__ import annotations
+
+import dataclasses
+import io
+from datetime import timedelta
+
+import pytest
+from django.core.management import call_command
+from django.utils import timezone
+
+from curation import jobs
+from curation.jobs import protocol
+from curation.models import Job, JobChunk
+from tests.conftest import make_image_folder
+
+pytestmark = pytest.mark.django_db
+
+
+class Killed(BaseException):
+    """Stands in for SIGKILL: not an Exception, so no failure handler records it."""
+
+
+@pytest.fixture(autouse=True)
+def roots(tmp_path, settings):
+    settings.EXPORT_ROOT = tmp_path / "exports"
+    settings.FEATURE_STORE = tmp_path / "features"
+    settings.EVAL_ROOT = tmp_path / "evaluations"
+    settings.EXTRACT_CHUNK_SIZE = 4
+    settings.EVAL_CHUNK_SIZE = 4
+    settings.INGEST_CHUNK_SIZE = 4
+
+
+def _source(tmp_path, name="pool", n=12):
+    from curation.services.sources import source_register
+
+    make_image_folder(tmp_path / name, n_good=n, classes=["sky", "hayfield"])
+    return source_register(name=name, root=tmp_path / name).source
+
+
+def _extracted(tmp_path):
+    _source(tmp_path)
+    call_command("add_source", "pool", str(tmp_path / "pool"), stdout=io.StringIO(), stderr=io.StringIO())
+    call_command("run_image_pipeline", sources=["pool"], no_dedup=True, stdout=io.StringIO(), stderr=io.StringIO())
+
+
+def setup_ingest(tmp_path):
+    from curation.services.ingest import ingest_start
+
+    return ingest_start(source=_source(tmp_path), enqueue=False)
+
+
+def setup_extract(tmp_path):
+    from curation.services.image_pipeline import extract_start
+
+    source = _source(tmp_path)
+    call_command("add_source", "pool", str(tmp_path / "pool"), stdout=io.StringIO(), stderr=io.StringIO())
+    return extract_start(source=source, enqueue=False)
+
+
+def setup_dedup(tmp_path):
+    from curation.services.image_pipeline import dedup_start
+
+    _extracted(tmp_path)
+    return dedup_start(enqueue=False)
+
+
+def setup_class_filter(tmp_path):
+    from curation.services.class_filter import class_filter_start
+
+    return class_filter_start(candidates_spec="imagenet-21k", enqueue=False).job
+
+
+def _reviewed(tmp_path):
+    from curation.services.review import review_cache_clear
+    from tests.test_exports import reviewed_pool
+
+    review_cache_clear()
+    source, _ = reviewed_pool(tmp_path, n=8, answer=lambda img: ("ood", []))
+    return source
+
+
+def setup_export(tmp_path):
+    from curation.services.exports import export_create
+
+    return export_create(name="prot", sources=[_reviewed(tmp_path)], enqueue=False).job
+
+
+def setup_unit_tests(tmp_path):
+    from curation.services.exports import unit_tests_create
+    from tests.review_data import id_sets
+
+    id_sets(tmp_path, {"idref": (2, 64)})
+    return unit_tests_create(name="ut", per_test=1, enqueue=False).job
+
+
+def setup_evaluate(tmp_path):
+    from curation.services.evaluation import evaluation_create
+    from curation.services.exports import export_create, export_run_inline
+    from tests.review_data import id_sets
+
+    export = export_run_inline(export=export_create(name="ev", sources=[_reviewed(tmp_path)], enqueue=False))
+    id_sets(tmp_path, {"idt": (3, 96), "idf": (4, 112)})
+    return evaluation_create(export=export, id_test="source:idt", id_fit="source:idf", models=["efficientnet_lite0"],
+                             methods=["msp", "energy"], enqueue=False).job
+
+
+SETUPS = {"ingest": setup_ingest, "extract": setup_extract, "dedup": setup_dedup, "class_filter": setup_class_filter,
+          "export": setup_export, "unit_tests": setup_unit_tests, "evaluate": setup_evaluate}
+
+
+def test_every_stage_is_a_registered_kind_with_a_protocol_test():
+    assert set(jobs.registered_kinds()) == set(Job.Kind.values) == set(SETUPS)
+
+
+def _finished(job: Job) -> bool:
+    job.refresh_from_db()
+    return job.status == Job.Status.DONE
+
+
+@pytest.mark.parametrize("kind", sorted(SETUPS))
+def test_interrupted_job_is_stale_then_resumed_without_redoing_done_chunks(kind, tmp_path, monkeypatch, settings):
+    job = SETUPS[kind](tmp_path)
+    assert job.kind == kind and job.status == Job.Status.PENDING
+    real = jobs.kind_of(kind)
+    plan_total = len(real.plan(job.pk))  # plan once, as the runner does, to know the chunks
+    stop_at = plan_total // 2  # the chunk the "kill" lands in (0 for one-step kinds)
+    seen: list[int] = []
+
+    def dying(job_id, index, progress=None, on_total=None):
+        seen.append(index)
+        if len(seen) - 1 == stop_at:
+            raise Killed()  # the process is gone in the middle of this chunk
+        return real.process(job_id, index, progress, on_total)
+
+    monkeypatch.setitem(protocol._KINDS, kind, dataclasses.replace(real, process=dying))
+    with pytest.raises(Killed):
+        jobs.run_inline(job)
+    job.refresh_from_db()
+    assert job.status in (Job.Status.PENDING, Job.Status.RUNNING)  # not failed: nobody saw it die
+    done_first = dict(JobChunk.objects.filter(job=job, done=True).values_list("index", "attempts"))
+    assert len(done_first) == stop_at and all(n <= 1 for n in done_first.values())
+    assert not jobs.is_stale(job)  # it just reported
+    with pytest.raises(jobs.JobNotResumable, match="not lost"):
+        jobs.resume(job)
+
+    monkeypatch.setitem(protocol._KINDS, kind, real)
+    Job.objects.filter(pk=job.pk).update(heartbeat_at=timezone.now() - timedelta(seconds=settings.JOB_STALE_AFTER_S + 1))
+    job.refresh_from_db()
+    assert jobs.is_stale(job) and jobs.state(job) == "stale" and Job.objects.filter(jobs.stale_filter(), pk=job.pk).exists()
+    jobs.resume(job)
+    assert _finished(job), job.message
+    chunks = {c.index: c for c in JobChunk.objects.filter(job=job)}
+    assert len(chunks) == plan_total and all(c.done for c in chunks.values())
+    assert all(chunks[i].attempts == n for i, n in done_first.items())  # done chunks were not done again
+    with pytest.raises(jobs.JobNotResumable, match="nothing to resume"):
+        jobs.resume(job)
+
+
+@pytest.mark.parametrize("kind", ["ingest", "export"])
+def test_a_step_that_raises_fails_the_job_with_its_message(kind, tmp_path, monkeypatch):
+    job = SETUPS[kind](tmp_path)
+    real = jobs.kind_of(kind)
+
+    def broken(job_id, index, progress=None, on_total=None):
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setitem(protocol._KINDS, kind, dataclasses.replace(real, process=broken))
+    with pytest.raises(RuntimeError):
+        jobs.run_inline(job)
+    job.refresh_from_db()
+    assert job.status == Job.Status.FAILED and "disk on fire" in job.message
+    assert not JobChunk.objects.filter(job=job, lease_until__isnull=False).exists()  # leases released
