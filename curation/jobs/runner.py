@@ -99,7 +99,7 @@ def run_step(*, job_id: int, step: str, index: int | None = None, queue_next: bo
                 # hands a dead worker's chunk to another worker on its own schedule). Come back when the lease
                 # has run out; by then the chunk is done (and this delivery ends) or free to take.
                 log.info("job #%s chunk %s: held by a live lease for %.0f s more; retried then", job_id, index, wait)
-                if queue_next:
+                if queue_next and on_workers():  # (in-process there is no later: the holder finishes it)
                     dispatch(job, "chunk", index, countdown=wait + 1)
                 return None
             try:
