@@ -175,3 +175,19 @@ def test_a_step_that_raises_fails_the_job_with_its_message(kind, tmp_path, monke
     job.refresh_from_db()
     assert job.status == Job.Status.FAILED and "disk on fire" in job.message
     assert not JobChunk.objects.filter(job=job, lease_until__isnull=False).exists()  # leases released
+
+
+def test_the_admin_shows_stale_jobs_and_resumes_them(tmp_path, client, settings):
+    from django.contrib.auth.models import User
+
+    job = setup_ingest(tmp_path)
+    Job.objects.filter(pk=job.pk).update(status=Job.Status.RUNNING,
+                                         heartbeat_at=timezone.now() - timedelta(seconds=settings.JOB_STALE_AFTER_S + 5))
+    client.force_login(User.objects.create_superuser("root", password="pw"))
+    page = client.get("/admin/curation/job/?liveness=stale").content.decode()
+    assert "stale" in page and f'value="{job.pk}"' in page
+    r = client.post("/admin/curation/job/", {"action": "resume_jobs", "_selected_action": [job.pk]}, follow=True)
+    assert r.status_code == 200 and "Resumed" in r.content.decode()
+    assert _finished(job) and job.progress == job.total == 12
+    r = client.post("/admin/curation/job/", {"action": "resume_jobs", "_selected_action": [job.pk]}, follow=True)
+    assert "nothing to resume" in r.content.decode()
