@@ -191,3 +191,18 @@ def test_the_admin_shows_stale_jobs_and_resumes_them(tmp_path, client, settings)
     assert _finished(job) and job.progress == job.total == 12
     r = client.post("/admin/curation/job/", {"action": "resume_jobs", "_selected_action": [job.pk]}, follow=True)
     assert "nothing to resume" in r.content.decode()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_step_that_reports_no_progress_still_beats(tmp_path, settings):
+    import time
+
+    from curation.jobs.heartbeat import Heartbeat
+
+    settings.JOB_HEARTBEAT_S = 0.2
+    job = Job.objects.create(kind=Job.Kind.DEDUP, status=Job.Status.RUNNING)
+    with Heartbeat(job.pk):
+        first = Job.objects.get(pk=job.pk).heartbeat_at
+        time.sleep(1.0)  # a long computation with no progress callback
+        later = Job.objects.get(pk=job.pk).heartbeat_at
+    assert first is not None and (later - first).total_seconds() >= 0.4

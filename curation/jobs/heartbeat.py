@@ -1,8 +1,8 @@
 """Signs of life: a job's heartbeat, a chunk's lease, and what "stale" means.
 
 While a process works on a step it writes ``Job.heartbeat_at`` (and extends the lease of the
-chunk it holds) every ``JOB_HEARTBEAT_S`` seconds, from a thread on PostgreSQL and from the
-progress callback everywhere. A killed process stops writing; after ``JOB_STALE_AFTER_S``
+chunk it holds) every ``JOB_HEARTBEAT_S`` seconds, from a thread and from the
+progress callback. A killed process stops writing; after ``JOB_STALE_AFTER_S``
 without a sign the job is stale, and its chunks' leases have run out with it, so a resumed
 chunk may be taken by another process, while a live one is never taken from its holder.
 """
@@ -64,9 +64,9 @@ def beat(*, job_id: int, owner: str = "", chunk_index: int | None = None) -> Non
 
 class Heartbeat:
     """``with Heartbeat(job_id, ...) as hb:`` beats once on entry, then every interval from a
-    thread (PostgreSQL; SQLite allows one writer, so there it beats only through ``tick``).
-    ``tick()`` beats from the caller's thread when an interval has passed: progress callbacks
-    call it."""
+    thread with its own database connection (so a step that reports no progress for minutes,
+    such as a large duplicate search, still looks alive). ``tick()`` beats from the caller's
+    thread when an interval has passed: progress callbacks call it."""
 
     def __init__(self, job_id: int, *, owner: str = "", chunk_index: int | None = None):
         self.job_id, self.owner, self.chunk_index = job_id, owner, chunk_index
@@ -93,7 +93,7 @@ class Heartbeat:
 
     def __enter__(self) -> "Heartbeat":
         self.tick()
-        if connection.vendor != "sqlite":
+        if not _in_memory_database():
             self._thread = threading.Thread(target=self._run, name=f"heartbeat-job-{self.job_id}", daemon=True)
             self._thread.start()
         return self
@@ -102,6 +102,11 @@ class Heartbeat:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=self.interval + 5)
+
+
+def _in_memory_database() -> bool:
+    # an in-memory SQLite database is private to its connection: another thread cannot write it
+    return connection.vendor == "sqlite" and str(connection.settings_dict.get("NAME", "")) in ("", ":memory:")
 
 
 def last_sign(job: Job):
