@@ -201,21 +201,14 @@ def test_two_workers_share_an_extraction_job_and_process_every_image_once(servic
 
 def test_export_queued_by_the_command_is_written_by_a_worker(services_env, workers, tmp_path, role_groups, settings):
     """The export runs on a real worker (PostgreSQL, Redis), and the folder it writes verifies."""
-    from django.contrib.auth.models import Group, User
-
     from curation.models import Export
     from curation.services.review import review_cache_clear
-    from tests.review_data import queue_with_rows
-    from tests.test_exports import random_features, review_all
+    from tests.test_exports import reviewed_pool
 
     services_env.update({"OODC_EXPORT_ROOT": str(tmp_path / "exports"), "OODC_FEATURE_STORE": str(tmp_path / "features")})
     settings.FEATURE_STORE = tmp_path / "features"
     review_cache_clear()
-    source = queue_with_rows(tmp_path, n=12, name="wpool")
-    random_features(source)
-    annotator = User.objects.create_user("wann")
-    annotator.groups.add(Group.objects.get(name="annotator"))
-    decided = review_all(annotator, lambda img: ("ood", []))
+    _source, decided = reviewed_pool(tmp_path, n=12, name="wpool", answer=lambda img: ("ood", []))
     workers.start("w1")
     proc = subprocess.run([sys.executable, "manage.py", "export", "--name", "queued", "--source", "wpool", "--queue"],
                           cwd=REPO, env=services_env, capture_output=True, text=True, timeout=300)

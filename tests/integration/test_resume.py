@@ -124,19 +124,13 @@ def test_duplicate_search_killed_mid_step_is_resumed_and_the_waiting_command_fin
 
 
 def test_export_and_evaluation_killed_mid_step_are_resumed_without_duplicates(env, workers, tmp_path, role_groups):  # noqa: F811
-    from django.contrib.auth.models import Group, User
-
     from curation.models import EvaluationRun
     from curation.services.review import review_cache_clear
-    from tests.review_data import id_sets, queue_with_rows
-    from tests.test_exports import random_features, review_all
+    from tests.review_data import id_sets
+    from tests.test_exports import reviewed_pool
 
     review_cache_clear()
-    source = queue_with_rows(tmp_path, n=12, name="wpool")
-    random_features(source)
-    annotator = User.objects.create_user("wann")
-    annotator.groups.add(Group.objects.get(name="annotator"))
-    decided = review_all(annotator, lambda img: ("ood", []))
+    _source, decided = reviewed_pool(tmp_path, n=12, name="wpool", answer=lambda img: ("ood", []))
     review_cache_clear()
     workers.env = env
 
