@@ -1,8 +1,7 @@
 """Signs of life: a job's heartbeat, a chunk's lease, and what "stale" means.
 
 While a process works on a step it writes ``Job.heartbeat_at`` (and extends the lease of the
-chunk it holds) every ``JOB_HEARTBEAT_S`` seconds, from a thread and from the
-progress callback. A killed process stops writing; after ``JOB_STALE_AFTER_S``
+chunk it holds) every ``JOB_HEARTBEAT_S`` seconds, from a thread of its own. A killed process stops writing; after ``JOB_STALE_AFTER_S``
 without a sign the job is stale, and its chunks' leases have run out with it, so a resumed
 chunk may be taken by another process, while a live one is never taken from its holder.
 """
@@ -11,7 +10,6 @@ from __future__ import annotations
 import os
 import socket
 import threading
-import time
 import uuid
 from datetime import timedelta
 
@@ -63,23 +61,15 @@ def beat(*, job_id: int, owner: str = "", chunk_index: int | None = None) -> Non
 
 
 class Heartbeat:
-    """``with Heartbeat(job_id, ...) as hb:`` beats once on entry, then every interval from a
-    thread with its own database connection (so a step that reports no progress for minutes,
-    such as a large duplicate search, still looks alive). ``tick()`` beats from the caller's
-    thread when an interval has passed: progress callbacks call it."""
+    """``with Heartbeat(job_id, ...):`` beats once on entry, then every interval from a thread
+    with its own database connection, so a step that reports no progress for minutes (a large
+    duplicate search) still looks alive."""
 
     def __init__(self, job_id: int, *, owner: str = "", chunk_index: int | None = None):
         self.job_id, self.owner, self.chunk_index = job_id, owner, chunk_index
         self.interval = float(settings.JOB_HEARTBEAT_S)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._last = 0.0
-
-    def tick(self) -> None:
-        now = time.monotonic()
-        if now - self._last >= self.interval:
-            self._last = now
-            beat(job_id=self.job_id, owner=self.owner, chunk_index=self.chunk_index)
 
     def _run(self) -> None:
         try:
@@ -92,7 +82,7 @@ class Heartbeat:
             connections.close_all()  # this thread's own connection
 
     def __enter__(self) -> "Heartbeat":
-        self.tick()
+        beat(job_id=self.job_id, owner=self.owner, chunk_index=self.chunk_index)
         if not _in_memory_database():
             self._thread = threading.Thread(target=self._run, name=f"heartbeat-job-{self.job_id}", daemon=True)
             self._thread.start()

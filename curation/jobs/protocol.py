@@ -22,7 +22,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from django.db import transaction
 from django.utils import timezone
 
 Progress = Callable[[int], None]
@@ -80,8 +79,7 @@ def single_step(*, kind: str, label: str, execute: Callable[..., Any], fail: Cal
 
     def process(job_id: int, index: int, progress: Progress | None = None, on_total: Callable[[int], None] | None = None) -> bool:
         execute(job_id, progress, on_total)
-        with transaction.atomic():
-            JobChunk.objects.filter(job_id=job_id, index=index).update(done=True, done_at=timezone.now(), lease_until=None)
+        JobChunk.objects.filter(job_id=job_id, index=index).update(done=True, done_at=timezone.now(), lease_until=None)
         return True
 
     def finalize(job_id: int):

@@ -58,14 +58,6 @@ def enqueue_on_commit(job: Job) -> None:
     transaction.on_commit(lambda: dispatch(job, "plan"))
 
 
-def _ticking(progress: Progress | None, hb: Heartbeat) -> Progress:
-    def report(n: int) -> None:
-        hb.tick()
-        if progress:
-            progress(n)
-    return report
-
-
 def run_step(*, job_id: int, step: str, index: int | None = None, queue_next: bool = True,
              progress: Progress | None = None, on_total: Callable[[int], None] | None = None) -> Any:
     """Run one step with a heartbeat; a failure is recorded by the kind and raised. With
@@ -103,8 +95,8 @@ def run_step(*, job_id: int, step: str, index: int | None = None, queue_next: bo
                     dispatch(job, "chunk", index, countdown=wait + 1)
                 return None
             try:
-                with Heartbeat(job_id, owner=owner, chunk_index=index) as hb:
-                    last = kind.process(job_id, index, _ticking(progress, hb), on_total)
+                with Heartbeat(job_id, owner=owner, chunk_index=index):
+                    last = kind.process(job_id, index, progress, on_total)
             except BaseException:
                 release_chunk(job_id=job_id, index=index, owner=owner)
                 raise

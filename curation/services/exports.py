@@ -47,17 +47,17 @@ def _next_version(name: str) -> int:
     return (Export.objects.filter(name=name).aggregate(v=Max("version"))["v"] or 0) + 1
 
 
-def _check_names(name: str, split: str) -> None:
-    """The one name rule (pipelines/names.py) for the export's name and split, before anything else."""
+def check_export_names(name: str, split: str, *, name_label: str = "export name", split_label: str = "split") -> None:
+    """The one name rule (pipelines/names.py) for an export's name and split, before anything
+    else; the labels name the inputs in the message (the command's flags, say)."""
     try:
-        check_name(name, what="export name")
-        check_name(split, what="split", max_length=40)
+        check_name(name, what=name_label)
+        check_name(split, what=split_label, max_length=40)
     except InvalidName as exc:
         raise ExportRequestError(str(exc)) from None
 
 
 def _create(*, name: str, kind: str, split: str, config: dict, user, enqueue: bool, override: str = "") -> Export:
-    _check_names(name, split)
     job_kind = Job.Kind.EXPORT if kind == Export.Kind.DATASET else Job.Kind.UNIT_TESTS
     for _attempt in range(5):  # two curators exporting under one name at once: the loser retries
         try:
@@ -80,7 +80,7 @@ def export_create(*, name: str, sources: list[Source], wnids: list[str] | None =
                   layouts: list[str] | None = None, split: str = "test", link: bool = True, override_leakage: str = "",
                   model_name: str | None = None, user=None, enqueue: bool = True) -> Export:
     """Ask for a clean-set export of ``sources`` (all their classes, or those in ``wnids``)."""
-    _check_names(name, split)
+    check_export_names(name, split)
     layouts = list(dict.fromkeys(layouts or LAYOUTS))
     bad = [x for x in layouts if x not in LAYOUTS]
     if bad:
@@ -107,7 +107,7 @@ def export_create(*, name: str, sources: list[Source], wnids: list[str] | None =
 def unit_tests_create(*, name: str, per_test: int = 400, seed: int = 0, id_source: Source | None = None, workers: int = 1,
                       user=None, enqueue: bool = True, convention: str = "paper") -> Export:
     """Ask for a NINCO unit-test set mirroring the images of an ID reference source."""
-    _check_names(name, "unit-tests")
+    check_export_names(name, "unit-tests")
     id_source = id_source or Source.objects.filter(role=Source.Role.ID).order_by("pk").first()
     if id_source is None or id_source.role != Source.Role.ID:
         raise ExportRequestError("unit tests mirror ID images: register an ID reference source first "

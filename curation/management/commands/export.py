@@ -2,9 +2,8 @@ from django.core.management.base import BaseCommand, CommandError
 
 from curation.management.progress import InlineBar, resume_and_wait, wait_for_job
 from curation.models import Export, Source
-from curation.services.exports import ExportRequestError, export_create, export_path, export_run_inline
+from curation.services.exports import ExportRequestError, check_export_names, export_create, export_path, export_run_inline
 from pipelines.export import LAYOUTS
-from pipelines.names import InvalidName, check_name
 
 
 def read_wnids(classes: str | None, classes_file: str | None) -> list[str]:
@@ -44,9 +43,8 @@ class Command(BaseCommand):
         if not sources:
             raise CommandError("--source is required: the candidate source(s) to export (repeat --source for several)")
         try:
-            check_name(name, what="--name")
-            check_name(split, what="--split", max_length=40)
-        except InvalidName as exc:
+            check_export_names(name, split, name_label="--name", split_label="--split")
+        except ExportRequestError as exc:
             raise CommandError(str(exc)) from None
         found = {s.name: s for s in Source.objects.filter(name__in=sources)}
         missing = [s for s in sources if s not in found]
