@@ -5,6 +5,7 @@ from django.contrib.auth.models import User
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html
+from django.db.models import F
 
 from curation import jobs
 from curation.models import (AnnotatorScope, Assignment, AuditLog, CandidateClass, ClassDecision, ClassFilterRun, ClassOverride,
@@ -298,8 +299,10 @@ class NoteForm(forms.Form):
 
 
 class ClassDecisionAdmin(NoDelete, RecordAdmin):
-    list_display = ("name", "wnid_or_folder", "decision", "rule", "related_name", "short_detail", "resolution", "n_images", "run")
-    list_filter = ("decision", "rule", "rule_decision", "resolution", "run")
+    list_display = ("name", "wnid_or_folder", "decision", "strength", "rule", "related_name", "closest_id", "short_detail",
+                    "resolution", "n_images", "run")
+    list_filter = ("decision", "flag_level", "rule", "rule_decision", "resolution", "run")
+    ordering = ("run", F("flag_strength").desc(nulls_last=True), "position")
     search_fields = ("wnid", "key", "name", "synset", "detail")
     list_select_related = ("run",)
     actions = ["resolve_keep", "resolve_remove", "pin_allow", "pin_deny"]
@@ -309,6 +312,16 @@ class ClassDecisionAdmin(NoDelete, RecordAdmin):
     @admin.display(description="wnid / folder", ordering="wnid")
     def wnid_or_folder(self, obj):
         return obj.wnid or obj.key
+
+    @admin.display(description="flag strength", ordering="flag_strength")
+    def strength(self, obj):
+        return f"{obj.flag_level} {obj.flag_strength:.2f}" if obj.flag_strength is not None else "-"
+
+    @admin.display(description="closest ID class (similarity)", ordering="semantic_similarity")
+    def closest_id(self, obj):
+        if not obj.closest_id_wnid:
+            return "-"
+        return f"{obj.closest_id_name} {obj.closest_id_wnid} ({obj.semantic_similarity:.3f}, path {obj.path_distance})"
 
     @admin.display(description="detail")
     def short_detail(self, obj):

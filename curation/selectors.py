@@ -1,7 +1,7 @@
 """Reads. Views, commands and the admin ask these rather than building queries themselves."""
 from __future__ import annotations
 
-from django.db.models import Count, Q
+from django.db.models import Count, F, Q
 
 from curation.models import CandidateClass, ClassFilterRun, IdClassSet, Image, Job, Source
 from pipelines.class_filter.engine import CSV_COLUMNS
@@ -59,7 +59,14 @@ def class_decision_csv_rows(*, run: ClassFilterRun):
     """The run's decisions as the CSV's rows (the effective decision, in candidate order)."""
     for d in run.decisions.order_by("position").iterator(chunk_size=2000):
         yield {"wnid": d.wnid or d.key, "name": d.name, "decision": d.decision, "rule": d.rule,
-               "related_wnid": d.related_wnid, "related_name": d.related_name, "detail": d.detail}
+               "related_wnid": d.related_wnid, "related_name": d.related_name, "detail": d.detail,
+               "semantic_similarity": _fixed(d.semantic_similarity), "closest_id_wnid": d.closest_id_wnid,
+               "path_distance": "" if d.path_distance is None else d.path_distance,
+               "flag_strength": _fixed(d.flag_strength), "flag_level": d.flag_level}
+
+
+def _fixed(value: float | None) -> str:
+    return "" if value is None else f"{value:.4f}"
 
 
 def class_filter_report(*, run: ClassFilterRun, list_limit: int | None = None) -> dict:
@@ -87,13 +94,19 @@ def class_filter_report(*, run: ClassFilterRun, list_limit: int | None = None) -
         return total, list(rows[:list_limit] if list_limit else rows)
 
     n_removed, removed = listing("remove")
-    n_flagged, flagged = listing("flag")
+    # flags rank by strength: the likeliest contamination first (docs/class_filter.md)
+    flag_rows = qs.filter(decision="flag").order_by(F("flag_strength").desc(nulls_last=True), "name")
+    n_flagged = flag_rows.count()
+    flagged = list(flag_rows[:list_limit] if list_limit else flag_rows)
+    levels = dict(flag_rows.order_by().values_list("flag_level").annotate(n=Count("id")).values_list("flag_level", "n"))
     overridden = list(qs.filter(rule__startswith="override_").order_by("name"))
     resolved = list(qs.exclude(resolution="").select_related("resolved_by").order_by("name"))
     return {
         "run": run, "total": sum(by_decision.values()), "by_decision": by_decision, "rules_alone": rules_alone,
         "by_rule": by_rule, "per_rule": per_rule, "removed": removed, "n_removed": n_removed,
         "flagged": flagged, "n_flagged": n_flagged, "overridden": overridden, "resolved": resolved,
+        "strong": [x for x in flagged if x.flag_level == "strong"], "weak": [x for x in flagged if x.flag_level != "strong"],
+        "flag_levels": {"strong": levels.get("strong", 0), "weak": levels.get("weak", 0)},
     }
 
 

@@ -16,7 +16,8 @@ from tests.conftest import make_image_folder
 
 pytestmark = pytest.mark.django_db
 
-COLUMNS = ["wnid", "name", "decision", "rule", "related_wnid", "related_name", "detail"]
+COLUMNS = ["wnid", "name", "decision", "rule", "related_wnid", "related_name", "detail",
+           "semantic_similarity", "closest_id_wnid", "path_distance", "flag_strength", "flag_level"]
 CANDIDATES = {
     "n07611358": ("remove", "hypernym_of_id"),  # frozen dessert (ice cream is ID)
     "n07824988": ("flag", "gloss_mentions_id"),  # pickle (cucumbers)
@@ -66,13 +67,13 @@ def test_filter_classes_writes_the_csv_and_persists_the_run(wnid_file, tmp_path)
     frozen = next(r for r in rows if r["wnid"] == "n07611358")
     assert frozen["related_wnid"] == "n07614500" and frozen["related_name"] == "ice cream"
     assert "ice_cream.n.01 -> frozen_dessert.n.01" in frozen["detail"]
-    assert "keep 1   flag 3   remove 1" in stdout.getvalue()
+    assert "keep 1   flag 3 (2 strong, 1 weak)   remove 1" in stdout.getvalue()
     run = ClassFilterRun.objects.get()
     assert run.job.status == "done" and run.job.progress == run.job.total == 5
     assert run.policy_name == "imagenet-ood" and len(run.id_wnids) == 1000 and run.wordnet_sha1
     assert run.decisions.count() == 5
     text = report.read_text()
-    assert "| gloss_mentions_id | flag |" in text and "## Flagged (3)" in text and "pickle" in text
+    assert "| gloss_mentions_id | flag |" in text and "## Flagged, strongest first (3)" in text and "pickle" in text
 
 
 def test_rerun_with_the_same_policy_reproduces_the_csv_exactly(wnid_file, tmp_path):
@@ -227,3 +228,46 @@ def test_overrides_added_in_the_admin_are_validated(users):
     o = ClassOverride.objects.get()
     assert (o.wnid, o.name, o.action, o.created_by.username) == ("n09436708", "sky", "deny", "curator")
     assert AuditLog.objects.filter(action="class_override_deny", actor__username="curator").exists()
+
+
+def test_flags_rank_by_strength_and_image_evidence_recomputes_it(tmp_path, users):
+    from curation.models import Image, ImageEmbedding
+    from curation.services.class_filter import class_filter_refresh_source, class_filter_run_inline, class_filter_start
+
+    source = _source(tmp_path)
+    run = class_filter_run_inline(run=class_filter_start(candidates_spec="source:pool", enqueue=False))
+    rows = {d.key: d for d in run.decisions.all()}
+    viola, pickle, ice_cream, sky = rows["n04536335"], rows["n07824988"], rows["n07614500"], rows["n09436708"]
+    # WordNet alone: the viola (gloss names the violin, sister of the violin) and the pickle (gloss: cucumbers) are strong
+    assert (viola.flag_level, pickle.flag_level) == ("strong", "strong")
+    assert viola.closest_id_wnid == "n04536866" and 0.8 < viola.semantic_similarity < 0.9 and viola.path_distance == 2
+    assert "n04536866" in viola.evidence_wnids and "n02992211" in viola.evidence_wnids  # violin and its ID sister, the cello
+    assert ice_cream.flag_strength is None and ice_cream.flag_level == "" and ice_cream.semantic_similarity == 1.0
+    assert sky.rule == "too_few_images" and sky.flag_level == "weak"  # two images: a flag that says nothing of contamination
+
+    # images arrive: the model calls every viola image a violin or cello, and no pickle image anything near a cucumber
+    def predict(folder, topk):
+        for image in Image.objects.filter(candidate_class__folder=folder, status="ok"):
+            ImageEmbedding.objects.create(image=image, model_name="m", topk=[[w, 0.1] for w in topk], top1_wnid=topk[0])
+
+    predict("n04536335", ["n02992211", "n04536866", "n03272010"])
+    predict("n07824988", ["n07714571", "n07697537", "n07753592"])
+    assert class_filter_refresh_source(source=source) == 2  # viola and pickle; hayfield has no predictions: unchanged
+    viola2, pickle2 = ClassDecision.objects.get(pk=viola.pk), ClassDecision.objects.get(pk=pickle.pk)
+    assert (viola2.image_top1_share, viola2.image_top5_share, viola2.evidence_model) == (1.0, 1.0, "m")
+    assert viola2.flag_strength > viola.flag_strength and viola2.flag_level == "strong"
+    assert pickle2.image_top5_share == 0.0 and pickle2.flag_strength < pickle.flag_strength and pickle2.flag_level == "weak"
+
+    # the report lists strong flags first, ranked, and weak ones collapsed; the CSV carries the columns
+    html = users["curator"].get(f"/class-filter/{run.pk}/").content.decode()
+    strong_part, weak_part = html.split('id="weak-flags"')
+    assert strong_part.index(">viola<") < strong_part.index(">hayfield<")
+    assert ">pickle<" in weak_part and "images: top-1 1.00, top-5 1.00" in strong_part
+    body = b"".join(users["curator"].get(f"/class-filter/{run.pk}/decisions.csv").streaming_content).decode()
+    header, *lines = body.splitlines()
+    assert header.endswith("semantic_similarity,closest_id_wnid,path_distance,flag_strength,flag_level")
+    viola_line = next(x for x in lines if x.startswith("n04536335,"))
+    assert viola_line.endswith(f",n04536866,2,{viola2.flag_strength:.4f},strong")
+    # the admin sorts by strength and filters by level
+    r = users["curator"].get(f"/admin/curation/classdecision/?run__id__exact={run.pk}&flag_level__exact=weak")
+    assert r.status_code == 200 and b"pickle" in r.content and b"viola" not in r.content

@@ -17,6 +17,7 @@ from curation.services.jobs import job_mark_running
 from curation.version import code_version
 from pipelines.class_filter import Candidate, Override, Policy, load_policy, policy_from_text, run_class_filter
 from pipelines.class_filter.engine import decide
+from pipelines.class_filter.strength import flag_level, flag_strength, image_evidence
 from pipelines.imagenet import NAMED_LISTS, ClassListError, imagenet_lemmas, read_wnid_file, resolve_class_list
 from pipelines.wordnet import is_wnid
 from pipelines.wordnet_graph import is_noun_wnid, load_noun_graph
@@ -160,6 +161,9 @@ def class_filter_execute(*, run_id: int, progress: Callable[[int], None] | None 
             rule_decision=d.rule_decision, rule_name=d.deciding_rule, rule_related_wnid=d.related_wnid,
             rule_related_name=d.related_name[:255], rule_detail=d.rule_detail, fired=d.fired,
             decision=d.decision, rule=d.rule, detail=d.detail,
+            semantic_similarity=d.semantic_similarity, closest_id_wnid=d.closest_id_wnid,
+            closest_id_name=d.closest_id_name[:255], path_distance=d.path_distance,
+            flag_strength=d.flag_strength, flag_level=d.flag_level, evidence_wnids=d.evidence_wnids,
         )
         if prev is not None:
             row.resolution, row.resolution_note, row.resolved_by_id = prev.resolution, prev.resolution_note, prev.resolved_by_id
@@ -172,6 +176,8 @@ def class_filter_execute(*, run_id: int, progress: Callable[[int], None] | None 
             return run
         ClassDecision.objects.filter(run=run).delete()
         ClassDecision.objects.bulk_create(rows, batch_size=2000)
+        if cand.source is not None:
+            class_filter_refresh_strength(run=run)
         run.counts = result.counts()
         run.wordnet_sha1 = graph.source_sha1
         run.save(update_fields=["counts", "wordnet_sha1"])
@@ -277,3 +283,48 @@ def _reapply(wnid: str, override: ClassOverride | None) -> int:
         row.save(update_fields=["decision", "rule", "detail"])
         n += 1
     return n
+
+
+def class_filter_refresh_strength(*, run: ClassFilterRun, model_name: str | None = None) -> int:
+    """Recompute the flag strength of a source's flagged classes with image evidence: the share
+    of each class's images whose top-1 / top-5 prediction is the related ID class or one of its
+    WordNet neighbours (``evidence_wnids``, stored by the run). Uses ``model_name``'s predictions,
+    else the model with the most predictions on the source. Returns how many rows changed; runs
+    on classes without predictions keep their WordNet-only strength. Idempotent."""
+    from curation.models import ImageEmbedding
+
+    if run.source_id is None:
+        return 0
+    rows = list(run.decisions.filter(rule_decision=ClassDecision.Decision.FLAG, candidate_class__isnull=False))
+    if not rows:
+        return 0
+    embeddings = ImageEmbedding.objects.filter(image__source_id=run.source_id, ok=True, image__status=Image.Status.OK)
+    if model_name is None:
+        model_name = (embeddings.values("model_name").annotate(n=Count("id")).order_by("-n", "model_name")
+                      .values_list("model_name", flat=True).first())
+    if model_name is None:
+        return 0
+    topk: dict[int, list[list[str]]] = {}
+    for class_id, preds in (embeddings.filter(model_name=model_name, image__candidate_class_id__in=[r.candidate_class_id for r in rows])
+                            .values_list("image__candidate_class_id", "topk").iterator(chunk_size=5000)):
+        topk.setdefault(class_id, []).append([w for w, _p in preds or []])
+    changed = []
+    for row in rows:
+        found = image_evidence(topk.get(row.candidate_class_id, []), set(row.evidence_wnids))
+        if found is None:
+            continue
+        top1, top5, evidence = found
+        rules = [r["rule"] for r in row.fired if r["severity"] == "flag"]
+        strength = flag_strength(rules, row.semantic_similarity, evidence)
+        row.image_top1_share, row.image_top5_share, row.evidence_model = top1, top5, model_name
+        row.flag_strength, row.flag_level = strength, flag_level(strength)
+        changed.append(row)
+    ClassDecision.objects.bulk_update(changed, ["image_top1_share", "image_top5_share", "evidence_model", "flag_strength", "flag_level"],
+                                      batch_size=1000)
+    return len(changed)
+
+
+def class_filter_refresh_source(*, source: Source, model_name: str | None = None) -> int:
+    """After a source's images are (re-)extracted: refresh the strength of every run over it."""
+    return sum(class_filter_refresh_strength(run=run, model_name=model_name)
+               for run in ClassFilterRun.objects.filter(source=source, job__status=Job.Status.DONE))

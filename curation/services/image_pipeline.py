@@ -22,6 +22,7 @@ from django.utils import timezone
 from curation.models import (ClassVisualSignal, FeatureShard, Image, ImageEmbedding, Job, JobChunk,
                              Source)
 from curation.services.audit import audit_record
+from curation.services.class_filter import class_filter_refresh_source
 from curation.services.bulk import insert_rows
 from curation.jobs import JobActive, enqueue_on_commit, run_inline
 from curation.services.jobs import job_mark_running
@@ -378,6 +379,9 @@ def dedup_execute(*, job_id: int) -> Job:
                           f"visually ambiguous class(es)")
         locked.save()
         audit_record(actor=locked.created_by, action="dedup_finished", target=locked, data=locked.result)
+        # image evidence has arrived: re-rank the class filter's flags on these sources
+        for source in Source.objects.filter(pk__in={e.image.source_id for e in cands}):
+            class_filter_refresh_source(source=source, model_name=model_name)
     return locked
 
 

@@ -11,10 +11,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
 
+from pipelines.semantic import SemanticIndex
 from pipelines.wordnet_graph import NounGraph
 
 from .policy import Policy
 from .rules import RULES, Candidate, FilterContext, Hit, describe_hit
+from .strength import flag_level, flag_strength
 
 KEEP, FLAG, REMOVE = "keep", "flag", "remove"
 DECISIONS = (KEEP, FLAG, REMOVE)
@@ -47,6 +49,16 @@ class Decision:
     detail: str
     fired: list[dict] = field(default_factory=list)  # every rule that fired: rule, severity, related_wnid, related_name, text
     n_images: int | None = None
+    # semantic distance to the ID set (pipelines.semantic); None for a class not in WordNet
+    semantic_similarity: float | None = None
+    closest_id_wnid: str = ""
+    closest_id_name: str = ""
+    path_distance: int | None = None
+    # flags only (pipelines.class_filter.strength): how strongly the flag suggests contamination,
+    # and the ID wnids whose predictions on the class's images count as image evidence
+    flag_strength: float | None = None
+    flag_level: str = ""
+    evidence_wnids: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -102,6 +114,7 @@ def run_class_filter(
 
 def _run(graph, candidates, id_wnids, policy, overrides, progress, progress_every) -> FilterResult:
     ctx = FilterContext(graph, id_nodes_for(graph, id_wnids))
+    semantic = SemanticIndex(graph, ctx.id_nodes)
     # Check the policy's synset parameters before any work, so a typo fails fast.
     org = policy.params["organism"]
     if policy.severities["organism"] != "off":
@@ -125,7 +138,9 @@ def _run(graph, candidates, id_wnids, policy, overrides, progress, progress_ever
                     fired.append((slug, hit, describe_hit(graph, hit)))
         if (cand.n_images is not None and policy.severities["too_few_images"] != "off" and cand.n_images < min_images):
             fired.append(("too_few_images", None, f"too_few_images: {cand.n_images} usable image(s), the policy asks for {min_images}"))
-        decisions.append(_decide(graph, cand, node, fired, policy, overrides.get(cand.wnid) if cand.wnid else None))
+        decision = _decide(graph, cand, node, fired, policy, overrides.get(cand.wnid) if cand.wnid else None)
+        _add_semantics(decision, ctx, semantic, node)
+        decisions.append(decision)
         if progress and (n + 1) % progress_every == 0:
             progress(n + 1)
     if progress:
@@ -177,5 +192,39 @@ def _decide(graph, cand, node, fired, policy, override: Override | None) -> Deci
     )
 
 
+def _add_semantics(d: Decision, ctx: FilterContext, semantic: SemanticIndex, node: int | None) -> None:
+    graph = ctx.graph
+    if node is not None:
+        near = semantic.closeness(node)
+        d.semantic_similarity = round(near.similarity, 4)
+        d.closest_id_wnid, d.closest_id_name = graph.wnid(near.closest_id), graph.label(near.closest_id)
+        d.path_distance = near.path_distance
+    if d.rule_decision != FLAG:
+        return
+    flag_rules = [r["rule"] for r in d.fired if r["severity"] == FLAG]
+    d.flag_strength = flag_strength(flag_rules, d.semantic_similarity)
+    d.flag_level = flag_level(d.flag_strength)
+    related = [graph.index_of_wnid(w) for w in [*(r["related_wnid"] for r in d.fired), d.closest_id_wnid] if w]
+    d.evidence_wnids = sorted({graph.wnid(n) for n in id_neighbours(ctx, [n for n in related if n is not None])})
+
+
+def id_neighbours(ctx: FilterContext, id_nodes: list[int]) -> set[int]:
+    """The ID classes among ``id_nodes`` plus, for each, the ID classes that share a direct
+    hypernym with it and its direct ID hypernyms and hyponyms: the classes a model's prediction
+    may land on when an image shows that ID object."""
+    graph, out = ctx.graph, set()
+    for n in id_nodes:
+        if n not in ctx.id_set:
+            continue
+        out.add(n)
+        for p in graph.parents(n):
+            if p in ctx.id_set:
+                out.add(p)
+            out.update(c for c in graph.related("hyponym", p) if c in ctx.id_set)
+        out.update(c for c in graph.related("hyponym", n) if c in ctx.id_set)
+    return out
+
+
 # The columns of the decisions CSV (filter_classes --out, the report's download).
-CSV_COLUMNS = ("wnid", "name", "decision", "rule", "related_wnid", "related_name", "detail")
+CSV_COLUMNS = ("wnid", "name", "decision", "rule", "related_wnid", "related_name", "detail",
+               "semantic_similarity", "closest_id_wnid", "path_distance", "flag_strength", "flag_level")

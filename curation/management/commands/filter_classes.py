@@ -28,7 +28,8 @@ class Command(BaseCommand):
                             help="ID classes: imagenet-1k (default), a file of wnids, or a registered ID class set's name")
         parser.add_argument("--policy", default=DEFAULT_PRESET,
                             help=f"a preset ({', '.join(PRESETS)}; default {DEFAULT_PRESET}) or a .yaml/.json policy file")
-        parser.add_argument("--out", required=True, help="CSV to write (wnid,name,decision,rule,related_wnid,related_name,detail); - for stdout")
+        parser.add_argument("--out", required=True, help="CSV to write (wnid,name,decision,rule,related_wnid,related_name,detail,semantic_similarity,closest_id_wnid,"
+                                                             "path_distance,flag_strength,flag_level); - for stdout")
         parser.add_argument("--report", help="also write the run's report (Markdown) here")
         parser.add_argument("--queue", action="store_true", help="run it on the Celery workers and wait (default: in this process)")
 
@@ -72,7 +73,9 @@ class Command(BaseCommand):
         self.stdout.write(self.style.SUCCESS(
             f"Class filter run #{run.pk}: {data['total']} candidates ({run.candidates_spec}) against {run.id_spec} "
             f"({len(run.id_wnids)} ID classes), policy {run.policy_name} [{run.policy_digest[:12]}]"))
-        self.stdout.write(f"  keep {d.get('keep', 0)}   flag {d.get('flag', 0)}   remove {d.get('remove', 0)}")
+        levels = data["flag_levels"]
+        self.stdout.write(f"  keep {d.get('keep', 0)}   flag {d.get('flag', 0)} ({levels['strong']} strong, {levels['weak']} weak)"
+                          f"   remove {d.get('remove', 0)}")
         self.stdout.write(f"  {'rule':<20} {'severity':<8} {'fired':>7} {'decided':>8}")
         for r in data["per_rule"]:
             self.stdout.write(f"  {r['rule']:<20} {r['severity']:<8} {r['fired']:>7} {r['deciding']:>8}")
@@ -95,11 +98,21 @@ def render_markdown(data: dict) -> str:
         "## Rules", "", "| rule | severity | fired | deciding | what it means |", "|---|---|---:|---:|---|",
     ]
     lines += [f"| {r['rule']} | {r['severity']} | {r['fired']} | {r['deciding']} | {r['explanation']} |" for r in data["per_rule"]]
-    for title, rows in (("Removed", data["removed"]), ("Flagged", data["flagged"])):
-        lines += ["", f"## {title} ({len(rows)})", "", "| wnid | name | rule | related | detail |", "|---|---|---|---|---|"]
-        lines += [f"| {x.wnid or x.key} | {x.name} | {x.rule} | {x.related_name} {x.related_wnid} | {x.detail.replace('|', '/')} |" for x in rows]
+    for title, rows in (("Flagged, strongest first", data["flagged"]), ("Removed", data["removed"])):
+        lines += ["", f"## {title} ({len(rows)})", "",
+                  "| wnid | name | rule | strength | related | closest ID class (similarity) | detail |", "|---|---|---|---|---|---|---|"]
+        lines += [f"| {x.wnid or x.key} | {x.name} | {x.rule} | {_strength(x)} | {x.related_name} {x.related_wnid} | "
+                  f"{_closest(x)} | {x.detail.replace('|', '/')} |" for x in rows]
     lines += ["", f"## Overrides ({len(data['overridden'])})", ""]
     lines += [f"- {x.wnid} {x.name}: {x.rule} ({x.detail.split(';')[0]})" for x in data["overridden"]] or ["none"]
     lines += ["", f"## Resolved flags ({len(data['resolved'])})", ""]
     lines += [f"- {x.wnid or x.key} {x.name}: {x.resolution} by {x.resolved_by or '?'} ({x.resolution_note})" for x in data["resolved"]] or ["none"]
     return "\n".join(lines) + "\n"
+
+
+def _strength(x) -> str:
+    return f"{x.flag_level} {x.flag_strength:.2f}" if x.flag_strength is not None else ""
+
+
+def _closest(x) -> str:
+    return f"{x.closest_id_name} {x.closest_id_wnid} ({x.semantic_similarity:.3f})" if x.closest_id_wnid else ""

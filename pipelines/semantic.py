@@ -1,0 +1,163 @@
+"""Semantic distance from a candidate class to an ID class set, from WordNet alone.
+
+Two measures, both the project's own documented choice (none of the OOD papers we follow names a
+measure; see shared/REFERENCE-2.md 2.1-2.3), computed offline on the noun graph:
+
+- **Lin similarity with intrinsic information content.** Seco, Veale & Hayes (ECAI 2004) define a
+  synset's IC from the taxonomy itself, without a corpus::
+
+      IC(c) = 1 - log(hypo(c) + 1) / log(N)
+
+  where ``hypo(c)`` is the number of distinct synsets below ``c`` (hyponyms and instances, at any
+  depth) and ``N`` the number of noun synsets: a leaf has IC 1, the root ``entity`` IC 0. Lin
+  (ICML 1998) then scores two synsets by the IC of their most informative common subsumer::
+
+      lin(a, b) = 2 * IC(lcs(a, b)) / (IC(a) + IC(b))
+
+  in [0, 1]; 1 for the same synset.
+- **Shortest hypernym-path distance**: the fewest edges from ``a`` up to a common subsumer and down
+  to ``b`` (instance hypernyms count as edges), as NLTK's ``shortest_path_distance`` for nouns.
+
+For a candidate, the *closest ID class* is the one with the highest Lin similarity (ties: the
+shorter path, then the smaller wnid), and ``path_distance`` is the shortest path to any ID class.
+Both walk every hypernym path, so a class with several parents is as close as its closest one.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .wordnet_graph import NounGraph
+
+_IC_CACHE: dict[tuple[int, str], np.ndarray] = {}
+
+
+def ancestor_distances(graph: NounGraph, node: int) -> dict[int, int]:
+    """Every synset above ``node`` (itself included, at 0) with its fewest hypernym edges."""
+    dist = {node: 0}
+    frontier = [node]
+    while frontier:
+        nxt = []
+        for n in frontier:
+            d = dist[n] + 1
+            for p in graph.parents(n):
+                if p not in dist:
+                    dist[p] = d
+                    nxt.append(p)
+        frontier = nxt
+    return dist
+
+
+def descendant_counts(graph: NounGraph) -> np.ndarray:
+    """``hypo(c)`` for every synset: the number of distinct synsets below it, at any depth."""
+    n = len(graph)
+    order = _topological_from_roots(graph)
+    ancestors: list[frozenset[int] | None] = [None] * n
+    counts = np.zeros(n, dtype=np.int64)
+    for node in order:  # parents come before children
+        parents = graph.parents(node)
+        if not parents:
+            acc: frozenset[int] = frozenset()
+        elif len(parents) == 1:
+            p = parents[0]
+            acc = ancestors[p] | {p}  # type: ignore[operator]
+        else:
+            merged: set[int] = set()
+            for p in parents:
+                merged |= ancestors[p]  # type: ignore[arg-type]
+                merged.add(p)
+            acc = frozenset(merged)
+        ancestors[node] = acc
+    for acc in ancestors:
+        for a in acc:  # type: ignore[union-attr]
+            counts[a] += 1
+    return counts
+
+
+def _topological_from_roots(graph: NounGraph) -> list[int]:
+    n = len(graph)
+    pending = [len(graph.parents(i)) for i in range(n)]
+    order = [i for i in range(n) if pending[i] == 0]
+    k = 0
+    while k < len(order):
+        node = order[k]
+        k += 1
+        for child in graph.related("hyponym", node):
+            pending[child] -= 1
+            if pending[child] == 0:
+                order.append(child)
+    if len(order) != n:
+        raise ValueError("the noun graph has a hypernym cycle; cannot compute information content")
+    return order
+
+
+def intrinsic_ic(graph: NounGraph) -> np.ndarray:
+    """Seco et al. (2004) intrinsic information content of every synset (float64, 0..1)."""
+    key = (id(graph), graph.source_sha1)
+    if key not in _IC_CACHE:
+        hypo = descendant_counts(graph).astype(np.float64)
+        n = max(len(graph), 2)
+        _IC_CACHE[key] = 1.0 - np.log(hypo + 1.0) / math.log(n)
+    return _IC_CACHE[key]
+
+
+def lin(ic_lcs: float, ic_a: float, ic_b: float) -> float:
+    denominator = ic_a + ic_b
+    return 1.0 if denominator <= 0 else 2.0 * ic_lcs / denominator
+
+
+@dataclass(frozen=True)
+class Closeness:
+    similarity: float  # Lin, 0..1, to the closest ID class
+    closest_id: int  # node of that ID class
+    lcs: int  # its most informative common subsumer with the candidate
+    path_distance: int  # fewest hypernym edges to any ID class
+
+
+class SemanticIndex:
+    """Answers "how close is this synset to the ID set?" for many candidates quickly: each ID
+    class's ancestors are indexed once, so a candidate costs one walk up its own hypernyms."""
+
+    def __init__(self, graph: NounGraph, id_nodes: list[int]):
+        if not id_nodes:
+            raise ValueError("no ID classes to measure against")
+        self.graph = graph
+        self.ic = intrinsic_ic(graph)
+        self.id_nodes = np.asarray(list(dict.fromkeys(id_nodes)), dtype=np.int64)
+        self.id_ic = self.ic[self.id_nodes]
+        # ID classes ordered by wnid, so ties break towards the smaller wnid
+        self._wnid_rank = np.argsort(np.argsort([graph.wnid(int(i)) for i in self.id_nodes], kind="stable"))
+        below: dict[int, tuple[list[int], list[int]]] = {}
+        for k, node in enumerate(self.id_nodes.tolist()):
+            for anc, d in ancestor_distances(graph, node).items():
+                ids, dists = below.setdefault(anc, ([], []))
+                ids.append(k)
+                dists.append(d)
+        self._below = {a: (np.asarray(i, dtype=np.int64), np.asarray(d, dtype=np.int64)) for a, (i, d) in below.items()}
+
+    def closeness(self, node: int) -> Closeness:
+        n_id = len(self.id_nodes)
+        lcs_ic = np.full(n_id, -1.0)
+        lcs_node = np.full(n_id, -1, dtype=np.int64)
+        path = np.full(n_id, np.iinfo(np.int64).max, dtype=np.int64)
+        # walk the candidate's ancestors from the most informative down, so the first subsumer
+        # that reaches an ID class is its most informative common subsumer
+        ancestors = ancestor_distances(self.graph, node)
+        for anc in sorted(ancestors, key=lambda a: (-self.ic[a], a)):
+            hit = self._below.get(anc)
+            if hit is None:
+                continue
+            ids, dists = hit
+            fresh = ids[lcs_node[ids] < 0]
+            lcs_ic[fresh] = self.ic[anc]
+            lcs_node[fresh] = anc
+            np.minimum.at(path, ids, dists + ancestors[anc])
+        denominator = self.ic[node] + self.id_ic
+        with np.errstate(divide="ignore", invalid="ignore"):
+            sims = np.where(denominator > 0, 2.0 * lcs_ic / np.where(denominator > 0, denominator, 1.0), 1.0)
+        sims[lcs_node < 0] = 0.0  # no common subsumer (cannot happen below "entity")
+        best = int(np.lexsort((self._wnid_rank, path, -sims))[0])
+        return Closeness(similarity=float(min(max(sims[best], 0.0), 1.0)), closest_id=int(self.id_nodes[best]),
+                         lcs=int(lcs_node[best]), path_distance=int(path.min()))
