@@ -1,3 +1,4 @@
+from django.conf import settings
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
@@ -16,6 +17,7 @@ from curation.validators import name_field
 from curation.services.class_filter import (ClassDecisionError, ClassFilterError, class_decisions_resolve, class_filter_start,
                                             class_override_pin, class_override_unpin)
 from curation.services.evaluation import EvaluationError, evaluation_create
+from curation.services.id_classes import IdClassSetError, semantic_split_create
 from curation.services.exports import ExportRequestError, export_create, unit_tests_create
 from curation.services.image_pipeline import JobAlreadyRunning, PipelineError, dedup_start, extract_start
 from curation.services.ingest import IngestAlreadyRunning, ingest_start
@@ -85,16 +87,49 @@ class ClassFilterForm(forms.Form):
                                         help_text="Default: the default ID class set (ImageNet-1K unless changed)")
 
 
+class SemanticSplitForm(forms.Form):
+    name = name_field("split name", max_length=90, help_text="The halves become ID class sets NAME-id and NAME-ood")
+    seed = forms.IntegerField(required=False, help_text="Empty: the authors' deterministic procedure (ImageNet-X for "
+                                                        "ImageNet-1K). A number: the seeded variant.")
+
+
 @admin.register(IdClassSet)
 
 
 class IdClassSetAdmin(admin.ModelAdmin):
     list_display = ("name", "spec", "n_classes", "is_default", "created_at")
     readonly_fields = ("wnids", "created_by", "created_at")
+    actions = ["semantic_split"]
 
     @admin.display(description="classes")
     def n_classes(self, obj):
         return len(obj.wnids)
+
+    @admin.action(description="Split into ID/OOD halves by WordNet parent (ImageNet-X)", permissions=["change"])
+    def semantic_split(self, request, queryset):
+        if queryset.count() != 1:
+            self.message_user(request, "Select exactly one ID class set to split.", messages.ERROR)
+            return None
+        id_set = queryset.get()
+
+        def submit(data):
+            folder = settings.DATA_DIR / "splits" / data["name"]
+            try:
+                split, files, sets = semantic_split_create(id_spec=id_set.name, out_dir=folder, seed=data["seed"],
+                                                           register=data["name"], user=request.user)
+            except (IdClassSetError, WordNetUnavailable) as exc:
+                self.message_user(request, str(exc), messages.ERROR)
+                return
+            s = split.summary()
+            self.message_user(request, f"{id_set.name}: {s['id_classes']} ID / {s['ood_classes']} OOD classes under {s['parents']} "
+                                       f"parents ({s['parents_split_across_sides']} of {s['parents_with_several_children']} parents "
+                                       f"with several classes split); ID class sets {', '.join(x.name for x in sets)}; "
+                                       f"files in {folder}")
+
+        return action_form(self, request, queryset, form_class=SemanticSplitForm, title="Split an ID class set by WordNet parent",
+                           intro="Classes are grouped by their direct WordNet parent and each group is divided between the two "
+                                 "halves (ImageNet-X, docs/class_filter.md). The halves are stored as ID class sets NAME-id and "
+                                 "NAME-ood.", submit=submit)
 
 
 @admin.register(Source)

@@ -3,6 +3,7 @@ resolution, pinned overrides), the report page; runs persist and re-runs reprodu
 from __future__ import annotations
 
 import csv
+import json
 import io
 
 import pytest
@@ -271,3 +272,41 @@ def test_flags_rank_by_strength_and_image_evidence_recomputes_it(tmp_path, users
     # the admin sorts by strength and filters by level
     r = users["curator"].get(f"/admin/curation/classdecision/?run__id__exact={run.pk}&flag_level__exact=weak")
     assert r.status_code == 200 and b"pickle" in r.content and b"viola" not in r.content
+
+
+def test_semantic_split_command_and_admin_write_the_lists_and_register_the_halves(tmp_path, users):
+    from curation.models import IdClassSet
+
+    out = tmp_path / "x"
+    stdout = io.StringIO()
+    call_command("semantic_split", id_spec="imagenet-1k", out=str(out), register="imagenet-x", stdout=stdout)
+    text = stdout.getvalue()
+    assert "500 ID / 500 OOD classes under 558 parents" in text and "213 of them are split across the sides" in text
+    ids = (out / "id_classes.txt").read_text().split()
+    oods = (out / "ood_classes.txt").read_text().split()
+    assert len(ids) == len(oods) == 500 and ids[0] == "n01440764" and oods[0] == "n01443537"
+    with open(out / "parents.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 1000 and rows[0] == {"parent_wnid": "n01439121", "parent_name": "cyprinid", "child_wnid": "n01440764",
+                                             "child_name": "tench, Tinca tinca", "side": "id"}
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["parents"] == 558 and summary["single_child_parents"] == 345
+    assert summary["parent_choices"]["n03773504"]["parent"] == "n04565375"  # missile -> weapon, ImageNet's choice
+    assert IdClassSet.objects.get(name="imagenet-x-id").wnids == ids and len(IdClassSet.objects.get(name="imagenet-x-ood").wnids) == 500
+    # the halves are ID class sets the class filter can use
+    call_command("filter_classes", candidates=str(tmp_path / "x" / "ood_classes.txt"), id_spec="imagenet-x-id",
+                 out=str(tmp_path / "d.csv"), stdout=io.StringIO())
+    assert ClassFilterRun.objects.get().id_spec == "imagenet-x-id"
+
+    for kwargs, message in (({"out": str(out)}, "the folder is not empty"),
+                            ({"out": str(tmp_path / "y"), "id_spec": str(tmp_path / "none.txt")}, "no such file"),
+                            ({"out": str(tmp_path / "z"), "register": "../up"}, "split name '../up' is not allowed")):
+        with pytest.raises(CommandError, match=message):
+            call_command("semantic_split", **kwargs)
+
+    # from the admin: split a registered set with a seed
+    source_set = IdClassSet.objects.get(name="imagenet-x-id")
+    r = _admin_action(users["curator"], "/admin/curation/idclassset/", "semantic_split", [source_set.pk], name="x-half", seed="3")
+    assert r.status_code == 200 and b"250 ID / 250 OOD classes" in r.content
+    assert len(IdClassSet.objects.get(name="x-half-id").wnids) == 250
+    assert AuditLog.objects.filter(action="semantic_split_created").count() == 2

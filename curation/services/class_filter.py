@@ -10,15 +10,16 @@ from django.db import transaction
 from django.db.models import Count, Q
 from django.utils import timezone
 
-from curation.models import CandidateClass, ClassDecision, ClassFilterRun, ClassOverride, IdClassSet, Image, Job, Source
+from curation.models import CandidateClass, ClassDecision, ClassFilterRun, ClassOverride, Image, Job, Source
 from curation.services.audit import audit_record
+from curation.services.id_classes import IdClassSetError, id_classes_resolve
 from curation.jobs import enqueue_on_commit, run_inline
 from curation.services.jobs import job_mark_running
 from curation.version import code_version
 from pipelines.class_filter import Candidate, Override, Policy, load_policy, policy_from_text, run_class_filter
 from pipelines.class_filter.engine import decide
 from pipelines.class_filter.strength import flag_level, flag_strength, image_evidence
-from pipelines.imagenet import NAMED_LISTS, ClassListError, imagenet_lemmas, read_wnid_file, resolve_class_list
+from pipelines.imagenet import ClassListError, imagenet_lemmas, resolve_class_list
 from pipelines.wordnet import is_wnid
 from pipelines.wordnet_graph import is_noun_wnid, load_noun_graph
 
@@ -64,18 +65,10 @@ def _source_candidates(source: Source, spec: str) -> CandidateList:
 
 
 def _id_wnids(id_spec: str | None) -> tuple[str, list[str]]:
-    if not id_spec or id_spec == "default":
-        default = IdClassSet.objects.filter(is_default=True).first()
-        if default is not None:
-            return default.name, list(default.wnids)
-        id_spec = "imagenet-1k"
-    registered = IdClassSet.objects.filter(name=id_spec).first()
-    if registered is not None and id_spec not in NAMED_LISTS:
-        return registered.name, list(registered.wnids)
     try:
-        return id_spec, list(resolve_class_list(id_spec) if id_spec in NAMED_LISTS else read_wnid_file(id_spec))
-    except ClassListError as exc:
-        raise ClassFilterError(f"ID classes: {exc}") from None
+        return id_classes_resolve(id_spec)
+    except IdClassSetError as exc:
+        raise ClassFilterError(str(exc)) from None
 
 
 def _policy(policy_spec: str | None, policy_text: str | None) -> Policy:
