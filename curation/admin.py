@@ -25,6 +25,7 @@ from curation.services.review import (ReviewError, review_items_set_gold, review
                                       review_settings_save)
 from pipelines.class_filter import PolicyError
 from pipelines.names import NAME_RULE
+from pipelines.semantic import DIFFICULTY_HELP
 from pipelines.class_filter.policy import DEFAULT_PRESET, PRESETS
 from pipelines.wordnet import WordNetUnavailable
 
@@ -637,6 +638,9 @@ class ExportCreateForm(forms.Form):
                                        help_text="Export despite leakage (ID near-duplicates, other splits): the reason, recorded in the manifest")
     id_source = forms.ModelChoiceField(queryset=Source.objects.filter(role=Source.Role.ID).order_by("name"), required=False,
                                        help_text="Unit tests: the ID reference source whose sizes, formats and pixels they mirror")
+    difficulty_split = forms.CharField(required=False, max_length=40,
+                                       help_text=f"Clean set: also write easy/hard sub-splits by semantic similarity to the closest "
+                                                 f"ID class. Empty: none; {DIFFICULTY_HELP}")
     per_test = forms.IntegerField(min_value=1, max_value=100_000, initial=400, help_text="Unit tests: images per test (NINCO: 400)")
     seed = forms.IntegerField(initial=0, help_text="Unit tests: the same seed gives the same images")
     convention = forms.ChoiceField(choices=[("paper", "paper: recipes as appendix G states them (default)"),
@@ -687,7 +691,8 @@ class ExportAdmin(NoDelete, NoChange, RecordAdmin):
                     wnids = [w for w in d["classes"].replace(",", " ").split() if w]
                     export = export_create(name=d["name"], sources=list(d["sources"]), wnids=wnids, min_per_class=d["min_per_class"],
                                            layouts=d["layouts"], split=d["split"], link=not d["copy_files"],
-                                           override_leakage=d["leakage_override"], user=request.user)
+                                           override_leakage=d["leakage_override"], difficulty=d["difficulty_split"].strip() or None,
+                                           user=request.user)
                 else:
                     export = unit_tests_create(name=d["name"], per_test=d["per_test"], seed=d["seed"], id_source=d["id_source"], user=request.user,
                                                convention=d.get("convention") or "paper")

@@ -397,6 +397,9 @@ def evaluation_csv_rows(run) -> list[dict]:
                          "id_accuracy": r.get("id_accuracy")})
             rows.append({**base, "set": "ood", "group": "mean_over_classes", "name": f"{len(e['classes'])} classes",
                          "n": len(e["classes"]), **e["mean_class"]})
+            for sub, c in (e.get("subsplits") or {}).items():
+                rows.append({**base, "set": "ood_subsplit", "group": sub, "name": f"{run.export.label} {sub}", "n": c["n"],
+                             **{k: c[k] for k in _METRICS}})
             for wnid, c in e["classes"].items():
                 rows.append({**base, "set": "ood", "group": wnid, "name": names.get(wnid, wnid), "n": c["n"], **{k: c[k] for k in _METRICS}})
             for test, t in (e.get("unit_tests") or {}).items():

@@ -35,7 +35,7 @@ def evaluation(request, run_id: int):
     names = res.get("class_names", {})
     models = []
     for model, r in res.get("models", {}).items():
-        rows, classes, units = [], {}, {}
+        rows, classes, units, subsplits = [], {}, {}, {}
         for det, e in r["detectors"].items():
             label = info.get(det, {}).get("label", det)
             row = {"det": det, "label": label, "paper": info.get(det, {}).get("paper", ""), "e": e}
@@ -49,6 +49,10 @@ def evaluation(request, run_id: int):
                     classes.setdefault(wnid, {"wnid": wnid, "name": names.get(wnid, wnid), "n": c["n"], "fpr": {}, "auroc": {}})
                     classes[wnid]["fpr"][det] = _pct(c["fpr95_id_positive"])
                     classes[wnid]["auroc"][det] = _pct(c["auroc"])
+                for sub, c in (e.get("subsplits") or {}).items():
+                    subsplits.setdefault(sub, {"name": sub, "n": c["n"], "auroc": {}, "fpr": {}})
+                    subsplits[sub]["auroc"][det] = _pct(c["auroc"])
+                    subsplits[sub]["fpr"][det] = _pct(c["fpr95_id_positive"])
                 for test, t in (e.get("unit_tests") or {}).items():
                     units.setdefault(test, {"name": test, "n": t["n"], "fpr": {}, "failed": {}})
                     units[test]["fpr"][det] = _pct(t["fpr95_id_positive"])
@@ -60,6 +64,7 @@ def evaluation(request, run_id: int):
         models.append({"name": model, "r": r, "rows": rows, "ok": ok, "accuracy": _pct(r.get("id_accuracy")),
                        "classes": sorted(classes.values(), key=lambda c: c["name"].lower()),
                        "units": sorted(units.values(), key=lambda u: u["name"]), "severity": severity, "plots": plots,
+                       "subsplits": [subsplits[k] for k in ("hard", "easy") if k in subsplits],
                        "bars": [(row["label"], plots.get("bars", {}).get(row["det"])) for row in ok if plots.get("bars", {}).get(row["det"])]})
     return render(request, "labeling_ui/evaluation.html", {"run": run, "models": models, "roles": sorted(_roles(request))})
 

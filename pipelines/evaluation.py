@@ -77,6 +77,7 @@ class EvalInputs:
     unit_tests: Outputs | None = None
     unit_groups: np.ndarray | None = None  # unit test name per image
     head: Head | None = None
+    ood_subsplits: np.ndarray | None = None  # sub-split (e.g. easy / hard) per OOD image, "" where none
 
 
 def clean(value):
@@ -137,6 +138,9 @@ def evaluate_model(inputs: EvalInputs, methods: list[tuple[str, dict]], *, sever
             ood_scores = det.score(inputs.ood)
             entry["pooled"] = ood_metrics(id_scores, ood_scores, fpr_method=fm)
             entry["classes"] = _group_metrics(id_scores, ood_scores, inputs.ood_groups, fm)
+            if inputs.ood_subsplits is not None:
+                named = inputs.ood_subsplits != ""
+                entry["subsplits"] = _group_metrics(id_scores, ood_scores[named], inputs.ood_subsplits[named], fm)
             per_class = list(entry["classes"].values())
             entry["mean_class"] = {k: float(np.mean([c[k] for c in per_class]))
                                    for k in ("auroc", "fpr95_id_positive", "fpr95_ood_positive")}

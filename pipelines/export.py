@@ -188,25 +188,75 @@ def write_csv(path: Path, header: Sequence[str], rows: Iterable[Sequence]) -> No
         w.writerows(rows)
 
 
-def write_layout_lists(root: Path, placed: Sequence[Placed], layouts: Sequence[str]) -> None:
-    """The per-layout listings: NINCO's metadata.csv, ImageNet-OOD's file list, OpenOOD's imglist."""
+@dataclass(frozen=True)
+class ClassDifficulty:
+    """An OOD class's place in an easy/hard sub-split (pipelines.semantic.difficulty_split)."""
+
+    similarity: float
+    closest_id_wnid: str
+    closest_id_name: str
+    path_distance: int
+    subsplit: str  # easy | hard
+
+
+DIFFICULTY_COLUMNS = ["wnid", "class_name", "semantic_similarity", "closest_id_wnid", "closest_id_name", "path_distance", "difficulty", "images"]
+
+
+def write_layout_lists(root: Path, placed: Sequence[Placed], layouts: Sequence[str],
+                       difficulty: dict[str, ClassDifficulty] | None = None) -> None:
+    """The per-layout listings: NINCO's metadata.csv, ImageNet-OOD's file list, OpenOOD's imglist.
+    With ``difficulty`` (wnid -> its sub-split), each listing also comes once per sub-split
+    (``file_list_hard.txt``, ``imglist_easy.txt``...), NINCO's metadata.csv gains the similarity
+    columns, and ``difficulty.csv`` lists the classes."""
     ok = sorted((p for p in placed if not p.problem), key=lambda p: (p.item.wnid, p.files.get(layouts[0], "")))
+    subsplits = sorted({d.subsplit for d in difficulty.values()}) if difficulty else []
+
+    def of(sub: str) -> list[Placed]:
+        return [p for p in ok if difficulty and difficulty[p.item.wnid].subsplit == sub]
+
     if "ninco" in layouts:
-        write_csv(root / "ninco" / "metadata.csv", ["file", "class_folder", "class_name", "wnid", "original_file", "sha256", "image_id"],
-                  ([p.files["ninco"].removeprefix("ninco/"), p.files["ninco"].split("/")[1], p.item.class_name, p.item.wnid,
-                    p.item.file_name, p.item.sha256, p.item.image_id] for p in ok))
+        header = ["file", "class_folder", "class_name", "wnid", "original_file", "sha256", "image_id"]
+        extra = ["semantic_similarity", "closest_id_wnid", "difficulty"] if difficulty else []
+
+        def row(p: Placed) -> list:
+            out = [p.files["ninco"].removeprefix("ninco/"), p.files["ninco"].split("/")[1], p.item.class_name, p.item.wnid,
+                   p.item.file_name, p.item.sha256, p.item.image_id]
+            if difficulty:
+                d = difficulty[p.item.wnid]
+                out += [f"{d.similarity:.4f}", d.closest_id_wnid, d.subsplit]
+            return out
+
+        write_csv(root / "ninco" / "metadata.csv", header + extra, (row(p) for p in ok))
         # folder -> wnid, the class map `add_source --class-map` reads to re-ingest the NINCO layout
         write_csv(root / "ninco_class_map.csv", ["folder", "wnid"], sorted({(p.files["ninco"].split("/")[1], p.item.wnid) for p in ok}))
+        for sub in subsplits:
+            _write_list(root / "ninco" / f"file_list_{sub}.txt", (p.files["ninco"].removeprefix("ninco/") for p in of(sub)))
     if "imagenet-ood" in layouts:
         (root / "imagenet-ood").mkdir(exist_ok=True)
-        with open(root / "imagenet-ood" / "file_list.txt", "x", encoding="utf-8") as fh:
-            for p in ok:
-                fh.write(p.files["imagenet-ood"].removeprefix("imagenet-ood/") + "\n")
+        _write_list(root / "imagenet-ood" / "file_list.txt", (p.files["imagenet-ood"].removeprefix("imagenet-ood/") for p in ok))
+        for sub in subsplits:
+            _write_list(root / "imagenet-ood" / f"file_list_{sub}.txt",
+                        (p.files["imagenet-ood"].removeprefix("imagenet-ood/") for p in of(sub)))
     if "openood" in layouts:
         (root / "openood").mkdir(exist_ok=True)
-        with open(root / "openood" / "imglist.txt", "x", encoding="utf-8") as fh:
-            for p in ok:
-                fh.write(p.files["openood"].removeprefix("openood/") + " -1\n")
+        _write_list(root / "openood" / "imglist.txt", (p.files["openood"].removeprefix("openood/") + " -1" for p in ok))
+        for sub in subsplits:
+            _write_list(root / "openood" / f"imglist_{sub}.txt", (p.files["openood"].removeprefix("openood/") + " -1" for p in of(sub)))
+    if difficulty:
+        per_class: dict[str, list[Placed]] = {}
+        for p in ok:
+            per_class.setdefault(p.item.wnid, []).append(p)
+        write_csv(root / "difficulty.csv", DIFFICULTY_COLUMNS,
+                  ([w, ps[0].item.class_name, f"{difficulty[w].similarity:.4f}", difficulty[w].closest_id_wnid,
+                    difficulty[w].closest_id_name, difficulty[w].path_distance, difficulty[w].subsplit, len(ps)]
+                   for w, ps in sorted(per_class.items(), key=lambda kv: (-difficulty[kv[0]].similarity, kv[0]))))
+
+
+def _write_list(path: Path, lines: Iterable[str]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "x", encoding="utf-8") as fh:
+        for line in lines:
+            fh.write(line + "\n")
 
 
 def hash_tree(root: Path, *, known: dict[str, str] | None = None) -> dict[str, str]:
@@ -313,8 +363,10 @@ def verify_export(root: str | os.PathLike, *, progress: Callable[[int], None] | 
 
 
 def _is_image_entry(layout: str, name: str) -> bool:
-    listing = {"ninco": "ninco/metadata.csv", "imagenet-ood": "imagenet-ood/file_list.txt", "openood": "openood/imglist.txt"}
-    return name != listing.get(layout)
+    """Images sit in class folders (``ninco/<class>/f``, ``imagenet-ood/<wnid>/f``,
+    ``openood/images/<wnid>/f``); the listings (metadata.csv, file_list*.txt, imglist*.txt) sit
+    at the layout's top."""
+    return name.count("/") >= 2
 
 
 def hash_tree_names(root: Path) -> list[str]:

@@ -161,3 +161,56 @@ class SemanticIndex:
         best = int(np.lexsort((self._wnid_rank, path, -sims))[0])
         return Closeness(similarity=float(min(max(sims[best], 0.0), 1.0)), closest_id=int(self.id_nodes[best]),
                          lcs=int(lcs_node[best]), path_distance=int(path.min()))
+
+
+# -- easy / hard sub-splits of an OOD set ------------------------------------------------------------
+
+EASY, HARD = "easy", "hard"
+DIFFICULTY_HELP = ("median (default), quantile:Q (0<Q<1: the classes at or above the Q-quantile of similarity are hard) "
+                   "or a similarity threshold T (0<=T<=1: classes with similarity >= T are hard)")
+
+
+class DifficultyError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class DifficultySpec:
+    kind: str  # median | quantile | threshold
+    value: float = 0.5
+
+    def describe(self) -> str:
+        return {"median": "the median similarity", "quantile": f"the {self.value:g}-quantile of similarity",
+                "threshold": f"similarity {self.value:g}"}[self.kind]
+
+
+def parse_difficulty(spec: str | None) -> DifficultySpec:
+    """``median``, ``quantile:Q`` or a threshold ``T``; a bad spec names itself and the forms."""
+    text = (spec or "median").strip().lower()
+    if text == "median":
+        return DifficultySpec("median", 0.5)
+    try:
+        if text.startswith("quantile:"):
+            q = float(text.split(":", 1)[1])
+            if not 0 < q < 1:
+                raise ValueError
+            return DifficultySpec("quantile", q)
+        t = float(text)
+        if not 0 <= t <= 1:
+            raise ValueError
+        return DifficultySpec("threshold", t)
+    except ValueError:
+        raise DifficultyError(f"difficulty split {spec!r}: use {DIFFICULTY_HELP}") from None
+
+
+def difficulty_split(similarities: dict[str, float], spec: DifficultySpec) -> tuple[float, dict[str, str]]:
+    """(cut, class -> easy|hard): a class at or above the cut is *hard* (semantically close to
+    the ID set: near-OOD), below it *easy*. Classes are the OOD set's, keyed by wnid."""
+    if not similarities:
+        raise DifficultyError("difficulty split: no class with a WordNet similarity to split")
+    values = np.array(sorted(similarities.values()), dtype=np.float64)
+    if spec.kind == "threshold":
+        cut = spec.value
+    else:
+        cut = float(np.quantile(values, spec.value, method="higher" if spec.kind == "median" else "linear"))
+    return cut, {w: HARD if s >= cut else EASY for w, s in similarities.items()}

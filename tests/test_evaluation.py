@@ -19,6 +19,7 @@ from curation.models import EvalFeatureSet, EvaluationRun, Export, ExportMember,
 from curation.services.evaluation import (EvaluationError, cache_dir, evaluation_create, evaluation_run_inline, export_set,
                                           outputs_import)
 from pipelines.models import imagenet_1k_classes
+from curation.selectors import evaluation_csv_rows
 from tests.review_data import ingest
 
 pytestmark = pytest.mark.django_db
@@ -327,3 +328,21 @@ def test_the_decoder_is_recorded_keys_the_cache_and_is_never_mixed(tmp_path):
                           enqueue=False)
     with pytest.raises(EvaluationError, match="decoder 'x'"):
         outputs_import(name="bad", path=tmp_path / "fp.npz", model_name="toy", decoder="x")
+
+
+def test_results_per_difficulty_sub_split_of_the_export(tmp_path, role_groups):
+    export = _world(tmp_path)
+    # the export was written with --difficulty-split: class A is easy, class B hard
+    export.counts = {**export.counts, "difficulty": {"classes": {"n09999901": "easy", "n09999902": "hard"}}}
+    export.save(update_fields=["counts"])
+    run = evaluation_run_inline(run=evaluation_create(export=export, id_test="import:test", id_fit="import:fit", models=["toy"],
+                                                      methods=["mahalanobis", "msp"], enqueue=False))
+    maha = run.results["models"]["toy"]["detectors"]["mahalanobis"]
+    # each sub-split holds one class here, so its figures are that class's, computed apart
+    assert maha["subsplits"]["easy"] == maha["classes"]["n09999901"]
+    assert maha["subsplits"]["hard"] == maha["classes"]["n09999902"]
+    assert maha["subsplits"]["easy"]["auroc"] > 0.999 and maha["subsplits"]["hard"]["auroc"] < 0.65
+    rows = [r for r in evaluation_csv_rows(run) if r["set"] == "ood_subsplit"]
+    assert {(r["detector"], r["group"]) for r in rows} == {("mahalanobis", "easy"), ("mahalanobis", "hard"), ("msp", "easy"), ("msp", "hard")}
+    html = _client("res", "researcher").get(f"/evaluations/{run.pk}/").content.decode()
+    assert "Easy / hard OOD classes" in html and 'data-subsplit="hard"' in html

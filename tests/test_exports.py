@@ -409,3 +409,50 @@ def test_near_duplicate_of_an_id_image_added_after_review_blocks_the_export(tmp_
     hits = [v for v in again.leakage["violations"] if v["kind"] == "near_duplicate"]
     assert [h["image"] for h in hits] == [victim.pk] and hits[0]["with"] == "ref2:n09229709/later.jpg" and hits[0]["similarity"] >= 0.7
     assert f"{source.name}:{victim.relative_path}: near_duplicate ref2:n09229709/later.jpg" in out
+
+
+def test_difficulty_split_writes_easy_and_hard_sub_splits(tmp_path):
+    import csv
+    import json
+
+    source, decided = reviewed_pool(tmp_path, n=15)
+    export, out = run_export(name="by-difficulty", sources=[source.name], difficulty_split="median")
+    assert export.status == Export.Status.DONE, out
+    root = Path(settings.EXPORT_ROOT) / "by-difficulty" / "v1"
+    with open(root / "difficulty.csv", newline="") as fh:
+        classes = list(csv.DictReader(fh))
+    # iceberg, sunset, dune: three classes, ranked by similarity, the median (the higher one for an
+    # even count) is the cut and a class at or above it is hard
+    assert len(classes) == 3
+    sims = [float(c["semantic_similarity"]) for c in classes]
+    assert sims == sorted(sims, reverse=True) and all(0 <= s <= 1 for s in sims)
+    manifest = json.loads((root / "manifest.json").read_text())
+    d = manifest["difficulty"]
+    assert d["cut"] == pytest.approx(sorted(sims)[1], abs=1e-4) and d["id_classes"] == "imagenet-1k"
+    assert [c["difficulty"] for c in classes] == ["hard" if s >= d["cut"] else "easy" for s in sims]
+    assert all(c["closest_id_wnid"].startswith("n") and int(c["path_distance"]) >= 1 for c in classes)
+    side = {c["wnid"]: c["difficulty"] for c in classes}
+    # per layout, the two sub-split lists partition the full list, class by class
+    full = (root / "openood" / "imglist.txt").read_text().splitlines()
+    hard = (root / "openood" / "imglist_hard.txt").read_text().splitlines()
+    easy = (root / "openood" / "imglist_easy.txt").read_text().splitlines()
+    assert sorted(hard + easy) == sorted(full) and hard and easy
+    assert all(side[line.split("/")[1]] == "hard" for line in hard)
+    for layout, listing in (("imagenet-ood", "file_list"), ("ninco", "file_list")):
+        parts = [(root / layout / f"{listing}_{s}.txt").read_text().splitlines() for s in ("hard", "easy")]
+        assert len(parts[0]) + len(parts[1]) == len(full)
+    with open(root / "ninco" / "metadata.csv", newline="") as fh:
+        meta = list(csv.DictReader(fh))
+    assert all(m["difficulty"] == side[m["wnid"]] and m["semantic_similarity"] for m in meta)
+    # every file is in the manifest (verify_export passes) and the command says what it did
+    assert "difficulty split (hard: semantic similarity >=" in out
+    assert export.counts["difficulty"]["hard"]["images"] + export.counts["difficulty"]["easy"]["images"] == len(full)
+    verify = io.StringIO()
+    call_command("verify_export", str(root), stdout=verify)
+    assert "OK" in verify.getvalue() or "ok" in verify.getvalue()
+
+    # a threshold puts every class on one side; a bad spec is one line naming the forms
+    export2, out2 = run_export(name="all-easy", sources=[source.name], difficulty_split="1.0")
+    assert export2.status == Export.Status.DONE and export2.counts["difficulty"]["hard"]["classes"] == 0, out2
+    _, out3 = run_export(name="bad-spec", sources=[source.name], difficulty_split="hardest")
+    assert "CommandError: difficulty split 'hardest': use median (default), quantile:Q" in out3

@@ -552,7 +552,7 @@ def evaluation_finalize(*, job_id: int, progress: Callable[[str], None] | None =
         window = int(cfg.get("severity_window") or test.logits.shape[1])
         methods = [(m, cfg["method_params"].get(m, {})) for m in cfg["methods"]]
         r = evaluate_model(EvalInputs(fit=fit, id_test=test, ood=ood, ood_groups=ood_groups, unit_tests=unit,
-                                      unit_groups=unit_groups, head=head),
+                                      unit_groups=unit_groups, head=head, ood_subsplits=_subsplits(sets["ood"], ood_groups)),
                            methods, severity_window=window, seed=int(cfg.get("seed", 0)), progress=progress,
                            conventions=Conventions(**cfg.get("conventions", {})))
         r["failed_images"] = {role: len(row.failed) for role, row in rows.items()}
@@ -573,6 +573,17 @@ def evaluation_finalize(*, job_id: int, progress: Callable[[str], None] | None =
         locked.save(update_fields=["results", "status", "finished_at", "message"])
         Job.objects.filter(pk=job.pk).update(status=Job.Status.DONE, finished_at=locked.finished_at, message=locked.message)
     return locked
+
+
+def _subsplits(ood_set: ImageSet, groups: np.ndarray) -> np.ndarray | None:
+    """The easy/hard sub-split of every OOD image, when the OOD set is an export written with
+    ``--difficulty-split`` (its classes' sub-splits are recorded in the export's counts)."""
+    if ood_set.kind != "export":
+        return None
+    classes = (ood_set.obj.counts or {}).get("difficulty", {}).get("classes")
+    if not classes:
+        return None
+    return np.array([classes.get(str(g), "") for g in groups.tolist()], dtype=str)
 
 
 def check_one_decoder(rows: dict[str, EvalFeatureSet], decoder: str) -> None:

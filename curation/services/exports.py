@@ -25,6 +25,9 @@ from curation.models import (
 )
 from curation.selectors import contamination_report, latest_class_filter_run
 from curation.services.audit import audit_record
+from curation.services.id_classes import id_classes_resolve
+from pipelines.semantic import EASY, HARD, DifficultyError, SemanticIndex, difficulty_split, parse_difficulty
+from pipelines.wordnet_graph import load_noun_graph
 from curation.jobs import enqueue_on_commit, run_inline
 from curation.services.jobs import job_fail, job_mark_running
 from curation.version import code_version
@@ -78,9 +81,16 @@ def _create(*, name: str, kind: str, split: str, config: dict, user, enqueue: bo
 
 def export_create(*, name: str, sources: list[Source], wnids: list[str] | None = None, min_per_class: int = 1,
                   layouts: list[str] | None = None, split: str = "test", link: bool = True, override_leakage: str = "",
-                  model_name: str | None = None, user=None, enqueue: bool = True) -> Export:
-    """Ask for a clean-set export of ``sources`` (all their classes, or those in ``wnids``)."""
+                  model_name: str | None = None, difficulty: str | None = None, user=None, enqueue: bool = True) -> Export:
+    """Ask for a clean-set export of ``sources`` (all their classes, or those in ``wnids``).
+    ``difficulty`` (``median``, ``quantile:Q`` or a threshold) also writes easy/hard sub-splits
+    by semantic similarity to the closest ID class (pipelines.semantic)."""
     check_export_names(name, split)
+    if difficulty is not None:
+        try:
+            parse_difficulty(difficulty)
+        except DifficultyError as exc:
+            raise ExportRequestError(str(exc)) from None
     layouts = list(dict.fromkeys(layouts or LAYOUTS))
     bad = [x for x in layouts if x not in LAYOUTS]
     if bad:
@@ -101,6 +111,8 @@ def export_create(*, name: str, sources: list[Source], wnids: list[str] | None =
     config = {"sources": sorted(s.name for s in sources), "wnids": wnids, "min_per_class": min_per_class, "layouts": layouts,
               "split": split, "link": link, "model": model_name or settings.DEFAULT_MODEL,
               "id_dup_threshold": settings.ID_DUP_THRESHOLD, "max_pixel_diff": settings.NEAR_DUP_MAX_PIXEL_DIFF}
+    if difficulty is not None:
+        config["difficulty"] = difficulty
     return _create(name=name, kind=Export.Kind.DATASET, split=split, config=config, user=user, enqueue=enqueue, override=override_leakage.strip())
 
 
@@ -479,7 +491,8 @@ def export_execute(*, export_id: int, progress: Progress | None = None, on_total
     placed = px.place_items(tmp, items, paths, link=cfg.get("link", True), progress=tick) + refused
     by_image = {p.item.image_id: p for p in placed}
     good = [p for p in placed if not p.problem]
-    px.write_layout_lists(tmp, placed, cfg["layouts"])
+    difficulty, difficulty_info = _difficulty(sel, good, cfg.get("difficulty"))
+    px.write_layout_lists(tmp, placed, cfg["layouts"], difficulty=difficulty)
     px.write_csv(tmp / "decisions.csv", DECISION_COLUMNS, _decisions_rows(sel, by_image, model_name))
     per_class = Counter(p.item.wnid for p in good)
     counts = {
@@ -489,6 +502,9 @@ def export_execute(*, export_id: int, progress: Progress | None = None, on_total
         "files_per_layout": {layout: len(good) for layout in cfg["layouts"]},
         "placed_by": dict(Counter(p.method for p in good)),
     }
+    if difficulty_info:
+        counts["difficulty"] = {**difficulty_info["counts"], "rule": difficulty_info["rule"], "cut": difficulty_info["cut"],
+                                "classes": difficulty_info["classes"]}
     known = {rel: p.item.sha256 for p in good for rel in p.files.values()}
     files = px.hash_tree(tmp, known=known)
     manifest = {
@@ -497,6 +513,7 @@ def export_execute(*, export_id: int, progress: Progress | None = None, on_total
         "model": _model_provenance(cfg["sources"], model_name), "wordnet": _wordnet(), "counts": counts,
         "leakage": {**{k: v for k, v in leak.items() if k != "violations"}, "violations": leak["violations"]},
         "contamination": {s: _contamination_summary(s) for s in cfg["sources"]},
+        **({"difficulty": difficulty_info} if difficulty_info else {}),
         "layouts": {"ninco": "ninco/<class name>/<file> + ninco/metadata.csv", "imagenet-ood": "imagenet-ood/<wnid>/<file> + imagenet-ood/file_list.txt",
                     "openood": "openood/images/<wnid>/<file> + openood/imglist.txt ('<path> -1')"},
         "files": files,
@@ -512,6 +529,41 @@ def export_execute(*, export_id: int, progress: Progress | None = None, on_total
                + (f"; leakage overridden: {export.leakage_override}" if leak["violations"] else ""))
         return _finish(export, status=Export.Status.DONE, message=msg, path=str(final.relative_to(settings.EXPORT_ROOT)),
                        manifest_sha256=digest, counts=counts, leakage=leak)
+
+
+def _difficulty(sel: Selection, good: list, spec_text: str | None) -> tuple[dict | None, dict | None]:
+    """wnid -> ClassDifficulty for the exported classes, and what the manifest says of the split:
+    the measure, the ID classes it was measured against, the cut and the counts per sub-split."""
+    from pipelines import export as px
+
+    if spec_text is None or not good:
+        return None, None
+    spec = parse_difficulty(spec_text)
+    id_spec = next((info.get("id_spec") for info in sel.class_filter.values() if info.get("id_spec")), None)
+    id_name, id_wnids = id_classes_resolve(id_spec)
+    graph = load_noun_graph(settings.NLTK_DATA)
+    index = SemanticIndex(graph, [n for n in (graph.index_of_wnid(w) for w in id_wnids) if n is not None])
+    near = {}
+    for wnid in sorted({p.item.wnid for p in good}):
+        node = graph.index_of_wnid(wnid)
+        if node is not None:
+            near[wnid] = index.closeness(node)
+    cut, sides = difficulty_split({w: c.similarity for w, c in near.items()}, spec)
+    out = {w: px.ClassDifficulty(similarity=round(c.similarity, 4), closest_id_wnid=graph.wnid(c.closest_id),
+                                 closest_id_name=graph.label(c.closest_id), path_distance=c.path_distance, subsplit=sides[w])
+           for w, c in near.items()}
+    images = Counter(out[p.item.wnid].subsplit for p in good if p.item.wnid in out)
+    info = {
+        "spec": spec_text, "rule": f"hard: semantic similarity >= {cut:.4f} ({spec.describe()}); easy: below",
+        "cut": round(cut, 4), "id_classes": id_name,
+        "measure": "Lin similarity with intrinsic information content (Seco et al. 2004) to the closest ID class, "
+                   "over WordNet 3.0's noun hierarchy; the project's own measure, not SSB's (docs/exports.md)",
+        "counts": {sub: {"classes": sum(1 for d in out.values() if d.subsplit == sub), "images": images[sub]} for sub in (HARD, EASY)},
+        "classes": {w: d.subsplit for w, d in sorted(out.items())},
+        "files": {"ninco": "ninco/file_list_<sub>.txt", "imagenet-ood": "imagenet-ood/file_list_<sub>.txt",
+                  "openood": "openood/imglist_<sub>.txt", "classes": "difficulty.csv"},
+    }
+    return out, info
 
 
 def _contamination_summary(source_name: str) -> dict:

@@ -4,6 +4,7 @@ from curation.management.progress import InlineBar, resume_and_wait, wait_for_jo
 from curation.models import Export, Source
 from curation.services.exports import ExportRequestError, check_export_names, export_create, export_path, export_run_inline
 from pipelines.export import LAYOUTS
+from pipelines.semantic import DIFFICULTY_HELP
 
 
 def read_wnids(classes: str | None, classes_file: str | None) -> list[str]:
@@ -32,12 +33,15 @@ class Command(BaseCommand):
         parser.add_argument("--split", default="test", help="split name; images may not be near-duplicates of another split's (default test)")
         parser.add_argument("--copy", action="store_true", help="copy files instead of hard-linking them")
         parser.add_argument("--override-leakage", default="", metavar="NOTE", help="export despite leakage, recording this note")
+        parser.add_argument("--difficulty-split", nargs="?", const="median", default=None, metavar="SPEC",
+                            help="also write easy/hard sub-splits of the OOD classes by semantic similarity to the closest ID "
+                                 f"class: {DIFFICULTY_HELP}")
         parser.add_argument("--queue", action="store_true", help="run on the Celery workers and wait, instead of in this process")
         parser.add_argument("--resume", action="store_true",
                             help="resume the unfinished (stale) export NAME instead of starting a new version")
 
     def handle(self, *args, name, sources, classes, classes_file, min_per_class, layouts, split, copy, override_leakage, queue,
-               resume=False, **opts):
+               resume=False, difficulty_split=None, **opts):
         if resume:
             return resume_export(self, name=name, kind=Export.Kind.DATASET)
         if not sources:
@@ -53,7 +57,7 @@ class Command(BaseCommand):
         try:
             export = export_create(name=name, sources=[found[s] for s in sources], wnids=read_wnids(classes, classes_file),
                                    min_per_class=min_per_class, layouts=layouts, split=split, link=not copy,
-                                   override_leakage=override_leakage, enqueue=queue)
+                                   override_leakage=override_leakage, difficulty=difficulty_split, enqueue=queue)
         except ExportRequestError as exc:
             raise CommandError(str(exc)) from None
         self.stdout.write(f"export {export.label} (#{export.pk}) requested")
@@ -92,6 +96,11 @@ def report(cmd, export: Export) -> None:
     c = export.counts
     cmd.stdout.write(f"  {c.get('images', 0)} images in {c.get('classes', 0)} classes; excluded: "
                      + (", ".join(f"{k} {v}" for k, v in c.get("excluded", {}).items()) or "none"))
+    classes = c.get("difficulty", {}).get("classes", {})
     for wnid, row in list(c.get("per_class", {}).items())[:40]:
-        cmd.stdout.write(f"    {wnid} {row['name']:<30} {row['images']}")
+        cmd.stdout.write(f"    {wnid} {row['name']:<30} {row['images']}" + (f"  {classes[wnid]}" if wnid in classes else ""))
+    if c.get("difficulty"):
+        d = c["difficulty"]
+        cmd.stdout.write(f"  difficulty split ({d['rule']}): hard {d['hard']['classes']} classes / {d['hard']['images']} images, "
+                         f"easy {d['easy']['classes']} classes / {d['easy']['images']} images")
     cmd.stdout.write(cmd.style.SUCCESS(f"Wrote {export_path(export)} (check it with: python manage.py verify_export {export_path(export)})"))
