@@ -645,7 +645,8 @@ class EvaluationRun(models.Model):
         DONE = "done", "done"
         FAILED = "failed", "failed"
 
-    export = models.ForeignKey(Export, on_delete=models.PROTECT, related_name="evaluations")
+    export = models.ForeignKey(Export, null=True, blank=True, on_delete=models.PROTECT, related_name="evaluations",
+                               help_text="The OOD export; empty when the OOD set is part of an ID source (a semantic split)")
     unit_tests = models.ForeignKey(Export, null=True, blank=True, on_delete=models.PROTECT, related_name="unit_test_evaluations")
     id_test = models.CharField(max_length=200, help_text="source:NAME or import:NAME")
     id_fit = models.CharField(max_length=200, help_text="source:NAME or import:NAME")
@@ -666,4 +667,11 @@ class EvaluationRun(models.Model):
         ordering = ["-created_at"]
 
     def __str__(self) -> str:
-        return f"evaluation #{self.pk} on {self.export.label} ({self.status})"
+        return f"evaluation #{self.pk} on {self.ood_label} ({self.status})"
+
+    @property
+    def ood_label(self) -> str:
+        """The OOD set: an export's NAME-vN, or a set key such as source:val@imagenet-x-ood."""
+        if self.export_id:
+            return self.export.label
+        return (self.config.get("sets", {}).get("ood") or {}).get("key", "?")

@@ -392,13 +392,13 @@ def evaluation_csv_rows(run) -> list[dict]:
             if e["status"] != "ok":
                 rows.append({**base, "set": "ood", "group": "pooled", "name": e.get("error", "")})
                 continue
-            rows.append({**base, "set": "ood", "group": "pooled", "name": run.export.label, "n": e["pooled"]["n_ood"],
+            rows.append({**base, "set": "ood", "group": "pooled", "name": run.ood_label, "n": e["pooled"]["n_ood"],
                          **{k: e["pooled"][k] for k in _METRICS}, "failure_auroc": e.get("failure_auroc"), "moaa": e.get("moaa"),
                          "id_accuracy": r.get("id_accuracy")})
             rows.append({**base, "set": "ood", "group": "mean_over_classes", "name": f"{len(e['classes'])} classes",
                          "n": len(e["classes"]), **e["mean_class"]})
             for sub, c in (e.get("subsplits") or {}).items():
-                rows.append({**base, "set": "ood_subsplit", "group": sub, "name": f"{run.export.label} {sub}", "n": c["n"],
+                rows.append({**base, "set": "ood_subsplit", "group": sub, "name": f"{run.ood_label} {sub}", "n": c["n"],
                              **{k: c[k] for k in _METRICS}})
             for wnid, c in e["classes"].items():
                 rows.append({**base, "set": "ood", "group": wnid, "name": names.get(wnid, wnid), "n": c["n"], **{k: c[k] for k in _METRICS}})

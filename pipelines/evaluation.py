@@ -80,6 +80,20 @@ class EvalInputs:
     ood_subsplits: np.ndarray | None = None  # sub-split (e.g. easy / hard) per OOD image, "" where none
 
 
+def restrict_classes(outputs: Outputs, keep: np.ndarray) -> Outputs:
+    """The outputs of a classifier restricted to the classes ``keep`` (indices into its logits):
+    their logits only, in that order, and labels renumbered 0..len(keep)-1 (-1 for any other
+    class). Features are unchanged. For semantic splits (ImageNet-X), where one model's classes
+    are divided into an ID half and an OOD half."""
+    keep = np.asarray(keep, dtype=np.int64)
+    labels = None
+    if outputs.labels is not None:
+        remap = np.full(outputs.logits.shape[1], -1, dtype=np.int64)
+        remap[keep] = np.arange(len(keep))
+        labels = np.where(outputs.labels >= 0, remap[np.clip(outputs.labels, 0, None)], -1)
+    return Outputs(features=outputs.features, logits=outputs.logits[:, keep], labels=labels, extra=outputs.extra)
+
+
 def clean(value):
     """NaN/inf -> None, numpy scalars -> Python, recursively (JSON and PostgreSQL jsonb refuse NaN)."""
     if isinstance(value, dict):

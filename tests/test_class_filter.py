@@ -304,9 +304,26 @@ def test_semantic_split_command_and_admin_write_the_lists_and_register_the_halve
         with pytest.raises(CommandError, match=message):
             call_command("semantic_split", **kwargs)
 
+    # the image lists of an ID source's two halves (tench: ID class 0 of the split; goldfish: OOD)
+    from PIL import Image as PILImage
+
+    from tests.review_data import ingest
+
+    for wnid in ("n01440764", "n01443537"):
+        (tmp_path / "val" / wnid).mkdir(parents=True)
+        PILImage.new("RGB", (40, 30), (200, 10, 10) if wnid == "n01440764" else (10, 10, 200)).save(tmp_path / "val" / wnid / "a.png")
+    ingest("val", tmp_path / "val", role="id")
+    stdout = io.StringIO()
+    call_command("semantic_split", out=str(tmp_path / "xi"), images="val", register="xi", stdout=stdout)
+    assert (tmp_path / "xi" / "images_id.txt").read_text() == "n01440764/a.png 0\n"
+    assert (tmp_path / "xi" / "images_ood.txt").read_text() == "n01443537/a.png -1\n"
+    assert "evaluate --ood source:val@xi-ood --id-test source:val@xi-id" in stdout.getvalue()
+    with pytest.raises(CommandError, match="--images nope: not an ID reference source"):
+        call_command("semantic_split", out=str(tmp_path / "xj"), images="nope")
+
     # from the admin: split a registered set with a seed
     source_set = IdClassSet.objects.get(name="imagenet-x-id")
     r = _admin_action(users["curator"], "/admin/curation/idclassset/", "semantic_split", [source_set.pk], name="x-half", seed="3")
     assert r.status_code == 200 and b"250 ID / 250 OOD classes" in r.content
     assert len(IdClassSet.objects.get(name="x-half-id").wnids) == 250
-    assert AuditLog.objects.filter(action="semantic_split_created").count() == 2
+    assert AuditLog.objects.filter(action="semantic_split_created").count() == 3  # two commands, one admin action

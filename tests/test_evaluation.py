@@ -346,3 +346,57 @@ def test_results_per_difficulty_sub_split_of_the_export(tmp_path, role_groups):
     assert {(r["detector"], r["group"]) for r in rows} == {("mahalanobis", "easy"), ("mahalanobis", "hard"), ("msp", "easy"), ("msp", "hard")}
     html = _client("res", "researcher").get(f"/evaluations/{run.pk}/").content.decode()
     assert "Easy / hard OOD classes" in html and 'data-subsplit="hard"' in html
+
+
+def test_restricting_logits_keeps_those_classes_and_renumbers_labels():
+    from pipelines.detectors import Head, Outputs
+    from pipelines.evaluation import restrict_classes
+
+    logits = np.arange(12, dtype=np.float32).reshape(2, 6)
+    out = restrict_classes(Outputs(features=np.ones((2, 3)), logits=logits, labels=np.array([4, 1])), np.array([4, 0, 2]))
+    assert out.logits.tolist() == [[4, 0, 2], [10, 6, 8]]
+    assert out.labels.tolist() == [0, -1]  # class 4 is now 0; class 1 is not kept
+    head = Head(weight=np.arange(18).reshape(6, 3), bias=np.arange(6)).restricted(np.array([4, 0]))
+    assert head.weight.tolist() == [[12, 13, 14], [0, 1, 2]] and head.bias.tolist() == [4, 0]
+
+
+def test_a_semantic_split_is_evaluated_on_one_source_with_restricted_logits(tmp_path, role_groups):
+    """ImageNet-X's protocol on a small scale: one ID source holds both halves; the OOD half is the
+    OOD set, the ID half the ID test set, and the classifier decides among the ID half only."""
+    from curation.models import IdClassSet
+
+    halves = {"x-id": [WNIDS[0], WNIDS[251]], "x-ood": [WNIDS[1], WNIDS[257]]}  # tench, dalmatian | goldfish, Great Pyrenees
+    for name, wnids in halves.items():
+        IdClassSet.objects.create(name=name, spec="test", wnids=wnids)
+    rng = np.random.default_rng(0)
+    for source in ("val", "train"):
+        for wnid in halves["x-id"] + halves["x-ood"]:
+            folder = tmp_path / source / wnid
+            folder.mkdir(parents=True)
+            for i in range(3):  # distinct noise: no two images are duplicates
+                PILImage.fromarray(rng.integers(0, 255, (56, 72, 3), dtype=np.uint8)).save(folder / f"{i}.png")
+        ingest(source, tmp_path / source, role="id")
+    out = io.StringIO()
+    call_command("evaluate", ood="source:val@x-ood", id_test="source:val@x-id", id_fit="source:train@x-id", models="efficientnet_lite0",
+                 methods="msp,energy,mahalanobis", restrict_logits="x-id", stdout=out, stderr=io.StringIO())
+    run = EvaluationRun.objects.get()
+    assert run.export is None and run.ood_label == "source:val@x-ood" and run.status == "done", run.message
+    r = run.results["models"]["efficientnet_lite0"]
+    assert r["n_ood"] == 6 and r["n_id_test"] == 6 and r["n_fit"] == 6
+    assert set(r["detectors"]["msp"]["classes"]) == set(halves["x-ood"])  # per OOD class, as for an export
+    assert r["id_labelled"] == 6  # every ID test image's class is one of the two kept logits
+    assert r["restricted_logits"]["classes"] == 2 and "not novelty" in r["restricted_logits"]["note"]
+    assert "note: logits restricted to the 2 classes of x-id" in out.getvalue()
+    cache = EvalFeatureSet.objects.get(dataset="source:val@x-id")
+    assert cache.images == 6
+    html = _client("res", "researcher").get(f"/evaluations/{run.pk}/").content.decode()
+    assert "Restricted logits:" in html and "source:val@x-ood" in html
+    # mistakes are one line each
+    for kwargs, message in (({"ood": "source:val@nope"}, "names the class set 'nope', which is not registered"),
+                            ({"ood": "source:val@x-id"}, "the OOD set source:val@x-id is also the ID test or fit set"),
+                            ({"ood": "source:val@x-ood", "restrict_logits": "nope"}, "no ID class set named 'nope'")):
+        with pytest.raises(CommandError, match=message):
+            call_command("evaluate", **{"id_test": "source:val@x-id", "id_fit": "source:train@x-id", "models": "efficientnet_lite0",
+                                        "methods": "msp", **kwargs}, stdout=io.StringIO(), stderr=io.StringIO())
+    with pytest.raises(CommandError, match="--export NAME .* or --ood"):
+        call_command("evaluate", id_test="source:val@x-id", id_fit="source:train@x-id", stdout=io.StringIO())

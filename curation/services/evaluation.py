@@ -23,7 +23,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from curation.models import EvalFeatureSet, EvaluationRun, Export, Image, Job, JobChunk, Source, SynsetText
+from curation.models import EvalFeatureSet, EvaluationRun, Export, IdClassSet, Image, Job, JobChunk, Source, SynsetText
 from curation.services.audit import audit_record
 from curation.jobs import JobActive, enqueue_on_commit, run_inline
 from curation.services.jobs import job_fail, job_mark_running
@@ -52,10 +52,11 @@ class EvaluationRunning(JobActive, EvaluationError):
 
 @dataclass
 class ImageSet:
-    key: str  # source:NAME, export:NAME-vN, import:NAME
+    key: str  # source:NAME, source:NAME@CLASSES, export:NAME-vN, import:NAME
     kind: str  # source | export | import
     version: str
     obj: object  # Source, Export or EvalFeatureSet
+    classes: tuple[str, ...] = ()  # source:NAME@CLASSES: only images of these wnids (a registered ID class set)
 
 
 @dataclass
@@ -75,8 +76,9 @@ def _digest(lines) -> str:
     return h.hexdigest()
 
 
-def _source_images(source: Source):
-    return Image.objects.filter(source=source, status=Image.Status.OK).select_related("candidate_class").order_by("relative_path")
+def _source_images(source: Source, classes: tuple[str, ...] = ()):
+    qs = Image.objects.filter(source=source, status=Image.Status.OK).select_related("candidate_class").order_by("relative_path")
+    return qs.filter(candidate_class__wnid__in=list(classes)) if classes else qs
 
 
 def resolve_set(spec: str, *, role: str) -> ImageSet:
@@ -96,6 +98,15 @@ def resolve_set(spec: str, *, role: str) -> ImageSet:
         return ImageSet(key=row.dataset, kind="import", version=row.version, obj=row)
     if kind != "source":
         raise EvaluationError(f"{role}: {spec!r} is neither source:NAME nor import:NAME")
+    name, _, class_set = name.partition("@")
+    classes: tuple[str, ...] = ()
+    if class_set:
+        found = IdClassSet.objects.filter(name=class_set).first()
+        if found is None:
+            known = ", ".join(IdClassSet.objects.order_by("name").values_list("name", flat=True)) or "none"
+            raise EvaluationError(f"{role}: {spec!r} names the class set {class_set!r}, which is not registered (ID class sets: "
+                                  f"{known}); make one with: python manage.py semantic_split --register NAME ...")
+        classes = tuple(found.wnids)
     source = Source.objects.filter(name=name).first()
     if source is None:
         known = ", ".join(Source.objects.filter(role=Source.Role.ID).values_list("name", flat=True)) or "none"
@@ -103,10 +114,15 @@ def resolve_set(spec: str, *, role: str) -> ImageSet:
                               f"(register one with: python manage.py add_source NAME FOLDER --role id)")
     if source.role != Source.Role.ID:
         raise EvaluationError(f"{role}: source {name!r} holds OOD candidates; ID test and fit sets must be ID reference sources (--role id)")
-    rows = list(_source_images(source).values_list("relative_path", "sha256"))
+    rows = list(_source_images(source, classes).values_list("relative_path", "sha256"))
     if not rows:
-        raise EvaluationError(f"{role}: source {name!r} has no readable images (has it been ingested?)")
-    return ImageSet(key=f"source:{name}", kind="source", version=_digest(f"{p}\t{s}" for p, s in rows), obj=source)
+        raise EvaluationError(f"{role}: source {name!r} has no readable images"
+                              + (f" of the {len(classes)} classes of {class_set}" if classes else " (has it been ingested?)"))
+    version = _digest([*(f"{p}\t{s}" for p, s in rows), *(f"class\t{w}" for w in sorted(classes))])
+    if not classes:
+        version = _digest(f"{p}\t{s}" for p, s in rows)  # unchanged for whole sources: their caches stay valid
+    return ImageSet(key=f"source:{name}" + (f"@{class_set}" if classes else ""), kind="source", version=version, obj=source,
+                    classes=classes)
 
 
 def export_set(export: Export) -> ImageSet:
@@ -119,7 +135,7 @@ def set_items(image_set: ImageSet) -> list[Item]:
         source: Source = image_set.obj  # type: ignore[assignment]
         root_real = os.path.realpath(source.root)
         items = []
-        for img in _source_images(source):
+        for img in _source_images(source, image_set.classes):
             wnid = img.candidate_class.wnid if img.candidate_class else ""
             try:
                 path, error = str(safe_join(source.root, img.relative_path, root_real=root_real)), ""
@@ -188,14 +204,21 @@ def _conventions(params: dict) -> dict:
         raise EvaluationError(str(exc)) from None
 
 
-def evaluation_create(*, export: Export, id_test: str, id_fit: str, models: list[str], methods: list[str] | None = None,
-                      unit_tests: Export | None = None, params: dict | None = None, user=None, enqueue: bool = True) -> EvaluationRun:
+def evaluation_create(*, export: Export | None = None, id_test: str, id_fit: str, models: list[str], methods: list[str] | None = None,
+                      unit_tests: Export | None = None, params: dict | None = None, ood: str | None = None,
+                      restrict_logits: str | None = None, user=None, enqueue: bool = True) -> EvaluationRun:
+    """A run of detectors x models. The OOD set is a clean ``export``, or (``ood``) part of an ID
+    source, ``source:NAME@CLASSES``, as in a semantic split (ImageNet-X: the OOD half of the ID
+    classes). ``restrict_logits`` (a registered ID class set) keeps only those classes' logits, so
+    the classifier decides among the ID half alone."""
     from pipelines.detectors import detector_names
 
     from curation.services.image_pipeline import PipelineError, _check_model_name
 
     params = dict(params or {})
-    if export.kind != Export.Kind.DATASET or export.status != Export.Status.DONE:
+    if (export is None) == (ood is None):
+        raise EvaluationError("give the OOD set: either a clean export or a source:NAME@CLASSES set (not both)")
+    if export is not None and (export.kind != Export.Kind.DATASET or export.status != Export.Status.DONE):
         raise EvaluationError(f"export {export.label} is a {export.get_kind_display()} that is {export.status}; "
                               "evaluate a finished clean OOD export")
     if unit_tests is not None and (unit_tests.kind != Export.Kind.UNIT_TESTS or unit_tests.status != Export.Status.DONE):
@@ -235,7 +258,17 @@ def evaluation_create(*, export: Export, id_test: str, id_fit: str, models: list
     method_params = {k: v for k, v in _method_params(params).items() if k in methods}
     weights = params.get("weights") if isinstance(params.get("weights"), dict) else {}
     seed = int(params.get("seed", 0))
-    sets = {"id_test": test_set, "id_fit": fit_set, "ood": export_set(export)}
+    ood_set = export_set(export) if export is not None else resolve_set(ood, role="OOD set")
+    if ood_set.kind == "import":
+        raise EvaluationError(f"OOD set {ood}: imported outputs cannot be the OOD set; give source:NAME@CLASSES or an export")
+    if ood_set.key in (test_set.key, fit_set.key):
+        raise EvaluationError(f"the OOD set {ood_set.key} is also the ID test or fit set")
+    overlap = set(ood_set.classes) & set(test_set.classes)
+    if overlap:
+        raise EvaluationError(f"the OOD set and the ID test set share {len(overlap)} class(es) (e.g. {sorted(overlap)[0]}); "
+                              "a semantic split's halves are disjoint")
+    restriction = _restriction(restrict_logits, models) if restrict_logits else None
+    sets = {"id_test": test_set, "id_fit": fit_set, "ood": ood_set}
     if unit_tests is not None:
         sets["unit_tests"] = export_set(unit_tests)
     config = {
@@ -248,8 +281,11 @@ def evaluation_create(*, export: Export, id_test: str, id_fit: str, models: list
         "conventions": _conventions(params),
         "decoder": decoder,
     }
+    if restriction:
+        config["restrict_logits"] = restriction
     with transaction.atomic():
-        Export.objects.select_for_update().get(pk=export.pk)
+        if export is not None:
+            Export.objects.select_for_update().get(pk=export.pk)
         for active in EvaluationRun.objects.filter(export=export, status__in=[EvaluationRun.Status.PENDING, EvaluationRun.Status.RUNNING]):
             if active.config == config and active.unit_tests_id == (unit_tests.pk if unit_tests else None):
                 raise EvaluationRunning(active)
@@ -257,13 +293,32 @@ def evaluation_create(*, export: Export, id_test: str, id_fit: str, models: list
                                  created_by=user if getattr(user, "pk", None) else None)
         run = EvaluationRun.objects.create(
             export=export, unit_tests=unit_tests, id_test=test_set.key, id_fit=fit_set.key, model_names=models, methods=methods,
-            config=config, code_version=job.code_version, export_version=f"{export.label} sha256:{export.manifest_sha256}",
+            config=config, code_version=job.code_version,
+            export_version=(f"{export.label} sha256:{export.manifest_sha256}" if export is not None
+                            else f"{ood_set.key} sha256:{ood_set.version}")[:200],
             job=job, created_by=job.created_by)
         audit_record(actor=user, action="evaluation_started", target=run,
-                     data={"export": export.label, "models": models, "methods": methods})
+                     data={"ood": ood_set.key, "models": models, "methods": methods, "restrict_logits": restrict_logits or ""})
         if enqueue:
             enqueue_on_commit(job)
     return run
+
+
+def _restriction(set_name: str, models: list[str]) -> dict:
+    """The classes whose logits a run keeps: a registered ID class set, every class of it one of
+    the models' ImageNet-1K classes."""
+    from pipelines.models import imagenet_1k_classes
+
+    found = IdClassSet.objects.filter(name=set_name).first()
+    if found is None:
+        known = ", ".join(IdClassSet.objects.order_by("name").values_list("name", flat=True)) or "none"
+        raise EvaluationError(f"restrict logits: no ID class set named {set_name!r} (registered: {known})")
+    classes = set(imagenet_1k_classes()[0])
+    outside = [w for w in found.wnids if w not in classes]
+    if outside:
+        raise EvaluationError(f"restrict logits: {len(outside)} class(es) of {set_name} are not ImageNet-1K classes the models "
+                              f"predict ({', '.join(outside[:5])}); logits can only be restricted to the model's own classes")
+    return {"set": found.name, "wnids": list(found.wnids)}
 
 
 # -- cache layout ---------------------------------------------------------------------------------
@@ -549,12 +604,30 @@ def evaluation_finalize(*, job_id: int, progress: Callable[[str], None] | None =
         if "unit_tests" in rows:
             unit, _, _, unit_groups = load_outputs(rows["unit_tests"], extras=[odin] if odin else [])
         head = _head(model, rows["id_fit"])
+        restriction = cfg.get("restrict_logits")
+        if restriction:
+            from pipelines.evaluation import restrict_classes
+            from pipelines.models import imagenet_1k_classes
+
+            index = {w: i for i, w in enumerate(imagenet_1k_classes()[0])}
+            keep = np.array([index[w] for w in restriction["wnids"]], dtype=np.int64)
+            fit, test, ood = (restrict_classes(o, keep) for o in (fit, test, ood))
+            unit = restrict_classes(unit, keep) if unit is not None else None
+            head = head.restricted(keep) if head is not None else None
         window = int(cfg.get("severity_window") or test.logits.shape[1])
         methods = [(m, cfg["method_params"].get(m, {})) for m in cfg["methods"]]
         r = evaluate_model(EvalInputs(fit=fit, id_test=test, ood=ood, ood_groups=ood_groups, unit_tests=unit,
                                       unit_groups=unit_groups, head=head, ood_subsplits=_subsplits(sets["ood"], ood_groups)),
                            methods, severity_window=window, seed=int(cfg.get("seed", 0)), progress=progress,
                            conventions=Conventions(**cfg.get("conventions", {})))
+        if restriction:
+            r["restricted_logits"] = {
+                "set": restriction["set"], "classes": len(restriction["wnids"]),
+                "note": (f"logits restricted to the {len(restriction['wnids'])} classes of {restriction['set']}: the classifier "
+                         "was trained on all of its classes, the OOD half included, so this measures fine-grained separation "
+                         "of classes it has seen, not novelty (as ImageNet-X's split of ImageNet-1K)"
+                         + ("; ODIN's input-perturbed scores come from the full model" if odin else "")),
+            }
         r["failed_images"] = {role: len(row.failed) for role, row in rows.items()}
         r["cache"] = {role: row.pk for role, row in rows.items()}
         r["head"] = head is not None
@@ -606,7 +679,7 @@ def _plots(run: EvaluationRun, model: str, r: dict, info: dict) -> dict:
     out: dict = {"bars": {}}
     label = lambda d: info.get(d, {}).get("label", d)  # noqa: E731
     files = {"cdf": fpr_cdf_svg({label(d): [c["fpr95_id_positive"] for c in e["classes"].values()] for d, e in ok.items()},
-                                title=f"{model}: per-class FPR@95 on {run.export.label}")}
+                                title=f"{model}: per-class FPR@95 on {run.ood_label}")}
     names = None
     for d, e in ok.items():
         if names is None:

@@ -66,10 +66,12 @@ SPLIT_SIDES = ("id", "ood")
 
 
 def semantic_split_create(*, id_spec: str | None = "imagenet-1k", out_dir: Path | None = None, seed: int | None = None,
-                          register: str | None = None, user=None) -> tuple[SemanticSplit, list[Path], list[IdClassSet]]:
+                          register: str | None = None, images: str | None = None,
+                          user=None) -> tuple[SemanticSplit, list[Path], list[IdClassSet]]:
     """Split an ID class set into ID and OOD halves by WordNet parent (ImageNet-X's procedure,
     or its seeded variant; pipelines.semantic_split), write the lists to ``out_dir`` and, with
-    ``register``, store the halves as ID class sets ``<register>-id`` and ``<register>-ood``."""
+    ``register``, store the halves as ID class sets ``<register>-id`` and ``<register>-ood``.
+    ``images`` (an ID source's name) also writes the image lists of both halves."""
     if register is not None:
         try:
             check_name(register, what="split name", max_length=90)
@@ -82,6 +84,8 @@ def semantic_split_create(*, id_spec: str | None = "imagenet-1k", out_dir: Path 
     except SplitError as exc:
         raise IdClassSetError(f"ID classes {name}: {exc}") from None
     files = write_split(split, out_dir, names=imagenet_lemmas()) if out_dir is not None else []
+    if images is not None and out_dir is not None:
+        files += semantic_split_image_lists(split, source_name=images, out_dir=out_dir)
     sets = []
     if register is not None:
         how = f"seed {seed}" if seed is not None else "ImageNet-X procedure"
@@ -96,3 +100,33 @@ def semantic_split_create(*, id_spec: str | None = "imagenet-1k", out_dir: Path 
                          data={"of": name, "seed": seed, "sets": [s.name for s in sets], **{k: v for k, v in split.summary().items()
                                                                                            if k != "largest_groups"}})
     return split, files, sets
+
+
+def semantic_split_image_lists(split: SemanticSplit, *, source_name: str, out_dir: Path) -> list[Path]:
+    """The images of an ID source (e.g. ImageNet-1K val) on each side of a split, in OpenOOD's
+    ``<path> <label>`` format, paths relative to the source's root: ``images_id.txt`` labels each
+    image with its class's position in ``id_classes.txt`` (0..n-1), ``images_ood.txt`` with -1."""
+    from curation.models import Image, Source
+    from pipelines.names import atomic_write
+
+    source = Source.objects.filter(name=source_name.removeprefix("source:")).first()
+    if source is None or source.role != Source.Role.ID:
+        known = ", ".join(Source.objects.filter(role=Source.Role.ID).values_list("name", flat=True)) or "none"
+        raise IdClassSetError(f"--images {source_name}: not an ID reference source (ID sources: {known})")
+    label = {w: i for i, w in enumerate(split.id_wnids)}
+    ood = set(split.ood_wnids)
+    rows = (Image.objects.filter(source=source, status=Image.Status.OK, candidate_class__wnid__in=[*label, *ood])
+            .order_by("candidate_class__wnid", "relative_path").values_list("relative_path", "candidate_class__wnid"))
+    id_lines, ood_lines, skipped = [], [], []
+    for rel, wnid in rows:
+        if any(c.isspace() for c in rel):
+            skipped.append(rel)  # OpenOOD's list format cannot hold a path with whitespace: listed apart
+            continue
+        (id_lines.append(f"{rel} {label[wnid]}") if wnid in label else ood_lines.append(f"{rel} -1"))
+    out = []
+    lists = [("images_id.txt", id_lines), ("images_ood.txt", ood_lines)] + ([("images_skipped.txt", skipped)] if skipped else [])
+    for name, lines in lists:
+        path = Path(out_dir) / name
+        atomic_write(path, lambda fh, lines=lines: fh.write("".join(line + "\n" for line in lines).encode("utf-8")), root=out_dir)
+        out.append(path)
+    return out

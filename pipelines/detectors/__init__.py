@@ -67,6 +67,10 @@ class Head:
     def __post_init__(self):
         self.weight = np.asarray(self.weight, dtype=np.float64)
         self.bias = np.asarray(self.bias, dtype=np.float64)
+
+    def restricted(self, keep: np.ndarray) -> "Head":
+        """The layer for the classes ``keep`` only (rows of weight and bias, in that order)."""
+        return Head(weight=self.weight[keep], bias=self.bias[keep])
         if self.weight.ndim != 2 or self.bias.shape != (self.weight.shape[0],):
             raise DetectorError(f"head weight {self.weight.shape} / bias {self.bias.shape} are not [C, d] / [C]")
 

@@ -31,11 +31,17 @@ def _csv(value: str | None) -> list[str]:
 
 
 class Command(BaseCommand):
-    help = ("Evaluate OOD detectors x models on a clean export (and optionally an OOD unit-test set): AUROC, AUPR, FPR@95 in "
+    help = ("Evaluate OOD detectors x models on a clean export or a semantic split's OOD half (and optionally an OOD unit-test "
+            "set): AUROC, AUPR, FPR@95 in "
             "NINCO's and OpenOOD's conventions, per-class results, unit tests failed, failure detection, mOAA, C-OOD levels.")
 
     def add_arguments(self, parser):
-        parser.add_argument("--export", required=True, help="the OOD export: id, NAME-vN or NAME (latest version)")
+        parser.add_argument("--export", default="", help="the OOD export: id, NAME-vN or NAME (latest version)")
+        parser.add_argument("--ood", default="",
+                            help="instead of --export: part of an ID source as the OOD set, source:NAME@CLASSES (CLASSES: a "
+                                 "registered ID class set, e.g. the OOD half made by `semantic_split --register`)")
+        parser.add_argument("--restrict-logits", default="", metavar="CLASSES",
+                            help="keep only the logits of this ID class set (e.g. the ID half of a semantic split)")
         parser.add_argument("--unit-tests", default="", help="an OOD unit-test set (export id, NAME-vN or NAME)")
         parser.add_argument("--id-test", required=True, help="ID test set: source:NAME (an ID reference source) or import:NAME")
         parser.add_argument("--id-fit", required=True, help="ID fit set for detectors with statistics: source:NAME or import:NAME")
@@ -70,7 +76,9 @@ class Command(BaseCommand):
     def handle(self, *args, **o):
         from django.conf import settings
 
-        export = find_export(o["export"], kind=Export.Kind.DATASET)
+        if bool(o["export"]) == bool(o["ood"]):
+            raise CommandError("give the OOD set with --export NAME (a clean export) or --ood source:NAME@CLASSES, not both")
+        export = find_export(o["export"], kind=Export.Kind.DATASET) if o["export"] else None
         unit = find_export(o["unit_tests"], kind=Export.Kind.UNIT_TESTS) if o["unit_tests"] else None
         params = {"knn_k": o["knn_k"], "odin_temperature": o["odin_temperature"], "odin_epsilon": o["odin_epsilon"],
                   "react_percentile": o["react_percentile"], "ash_percentile": o["ash_percentile"], "vim_dim": o["vim_dim"],
@@ -80,7 +88,8 @@ class Command(BaseCommand):
         try:
             run = evaluation_create(export=export, unit_tests=unit, id_test=o["id_test"], id_fit=o["id_fit"],
                                     models=_csv(o["models"]) or [settings.DEFAULT_MODEL], methods=_csv(o["methods"]) or None,
-                                    params=params, enqueue=o["queue"])
+                                    params=params, ood=o["ood"] or None, restrict_logits=o["restrict_logits"] or None,
+                                    enqueue=o["queue"])
         except EvaluationRunning as exc:
             if not o["resume"]:
                 raise CommandError(str(exc)) from None
@@ -92,7 +101,7 @@ class Command(BaseCommand):
             return
         except EvaluationError as exc:
             raise CommandError(str(exc)) from None
-        self.stdout.write(f"evaluation #{run.pk}: {', '.join(run.model_names)} x {len(run.methods)} detectors on {export.label}"
+        self.stdout.write(f"evaluation #{run.pk}: {', '.join(run.model_names)} x {len(run.methods)} detectors on {run.ood_label}"
                           + (f" + {unit.label}" if unit else ""))
         if o["queue"]:
             wait_for_job(run.job, desc=f"evaluation #{run.pk}")
@@ -118,6 +127,8 @@ def report(cmd, run: EvaluationRun) -> None:
         acc = r.get("id_accuracy")
         cmd.stdout.write(f"  {model}: ID accuracy {pct(acc).strip()}% on {r['id_labelled']} labelled ID test images; "
                          f"{r['n_ood']} OOD images in {r['ood_classes']} classes; fit set {r['n_fit']}")
+        if r.get("restricted_logits"):
+            cmd.stdout.write(f"  note: {r['restricted_logits']['note']}")
         cmd.stdout.write(f"  {'detector':<22} {'AUROC':>6} {'FPR@95 ID+':>10} {'mean cls':>8} {'FPR@95 OOD+':>11} {'unit fails':>10}")
         for det, e in r["detectors"].items():
             label = res.get("detectors", {}).get(det, {}).get("label", det)

@@ -20,13 +20,17 @@ class Command(BaseCommand):
                             help="a new or empty folder for id_classes.txt, ood_classes.txt, parents.csv and summary.json")
         parser.add_argument("--seed", type=int,
                             help="the seeded variant: shuffle each parent's children and the first odd group's side with this seed")
+        parser.add_argument("--images", metavar="SOURCE",
+                            help="also list an ID source's images of each half (images_id.txt with labels 0..n-1 in "
+                                 "id_classes.txt order, images_ood.txt with -1; OpenOOD's '<path> <label>' format)")
         parser.add_argument("--register", metavar="NAME",
                             help="also store the halves as ID class sets NAME-id and NAME-ood (for filter_classes --id, evaluate)")
 
-    def handle(self, *args, id_spec, out, seed=None, register=None, **opts):
+    def handle(self, *args, id_spec, out, seed=None, register=None, images=None, **opts):
         folder = output_folder(out, "--out")
         try:
-            split, files, sets = semantic_split_create(id_spec=id_spec, out_dir=folder, seed=seed, register=register)
+            split, files, sets = semantic_split_create(id_spec=id_spec, out_dir=folder, seed=seed, register=register,
+                                                               images=images)
         except (IdClassSetError, WordNetUnavailable, PathOutsideRoot) as exc:
             raise CommandError(str(exc)) from None
         s = split.summary()
@@ -45,3 +49,8 @@ class Command(BaseCommand):
             self.stdout.write(f"  wrote {path}")
         for obj in sets:
             self.stdout.write(f"  ID class set {obj.name!r}: {len(obj.wnids)} classes")
+        if sets and images:
+            src = images.removeprefix("source:")
+            self.stdout.write(f"  evaluate it: python manage.py evaluate --ood source:{src}@{register}-ood "
+                              f"--id-test source:{src}@{register}-id --id-fit source:YOUR_FIT_SOURCE@{register}-id "
+                              f"--restrict-logits {register}-id")
