@@ -36,13 +36,15 @@ _IC_CACHE: dict[tuple[int, str], np.ndarray] = {}
 
 def ancestor_distances(graph: NounGraph, node: int) -> dict[int, int]:
     """Every synset above ``node`` (itself included, at 0) with its fewest hypernym edges."""
+    parents = graph.parents
     dist = {node: 0}
     frontier = [node]
+    d = 0
     while frontier:
+        d += 1
         nxt = []
         for n in frontier:
-            d = dist[n] + 1
-            for p in graph.parents(n):
+            for p in parents(n):
                 if p not in dist:
                     dist[p] = d
                     nxt.append(p)

@@ -204,25 +204,30 @@ def _add_semantics(d: Decision, ctx: FilterContext, semantic: SemanticIndex, nod
     flag_rules = [r["rule"] for r in d.fired if r["severity"] == FLAG]
     d.flag_strength = flag_strength(flag_rules, d.semantic_similarity)
     d.flag_level = flag_level(d.flag_strength)
-    related = [graph.index_of_wnid(w) for w in [*(r["related_wnid"] for r in d.fired), d.closest_id_wnid] if w]
-    d.evidence_wnids = sorted({graph.wnid(n) for n in id_neighbours(ctx, [n for n in related if n is not None])})
+    wnids: set[str] = set()
+    for w in {*(r["related_wnid"] for r in d.fired), d.closest_id_wnid}:
+        if w:
+            wnids.update(id_neighbours(ctx, w))
+    d.evidence_wnids = sorted(wnids)
 
 
-def id_neighbours(ctx: FilterContext, id_nodes: list[int]) -> set[int]:
-    """The ID classes among ``id_nodes`` plus, for each, the ID classes that share a direct
-    hypernym with it and its direct ID hypernyms and hyponyms: the classes a model's prediction
-    may land on when an image shows that ID object."""
-    graph, out = ctx.graph, set()
-    for n in id_nodes:
-        if n not in ctx.id_set:
-            continue
-        out.add(n)
-        for p in graph.parents(n):
-            if p in ctx.id_set:
-                out.add(p)
-            out.update(c for c in graph.related("hyponym", p) if c in ctx.id_set)
-        out.update(c for c in graph.related("hyponym", n) if c in ctx.id_set)
-    return out
+def id_neighbours(ctx: FilterContext, wnid: str) -> frozenset[str]:
+    """If ``wnid`` is an ID class: it, the ID classes that share a direct hypernym with it, and
+    its direct ID hypernyms and hyponyms (the classes a model's prediction may land on when an
+    image shows that ID object); else nothing. Memoised per run."""
+    cache = ctx.__dict__.setdefault("_id_neighbours", {})
+    if wnid not in cache:
+        graph, out = ctx.graph, set()
+        n = graph.index_of_wnid(wnid)
+        if n is not None and n in ctx.id_set:
+            out.add(n)
+            for p in graph.parents(n):
+                if p in ctx.id_set:
+                    out.add(p)
+                out.update(c for c in graph.related("hyponym", p) if c in ctx.id_set)
+            out.update(c for c in graph.related("hyponym", n) if c in ctx.id_set)
+        cache[wnid] = frozenset(graph.wnid(x) for x in out)
+    return cache[wnid]
 
 
 # The columns of the decisions CSV (filter_classes --out, the report's download).
