@@ -212,7 +212,7 @@ def write_layout_lists(root: Path, placed: Sequence[Placed], layouts: Sequence[s
     subsplits = sorted({d.subsplit for d in difficulty.values()}) if difficulty else []
 
     def of(sub: str) -> list[Placed]:
-        return [p for p in ok if difficulty and difficulty[p.item.wnid].subsplit == sub]
+        return [p for p in ok if difficulty and p.item.wnid in difficulty and difficulty[p.item.wnid].subsplit == sub]
 
     if "ninco" in layouts:
         header = ["file", "class_folder", "class_name", "wnid", "original_file", "sha256", "image_id"]
@@ -222,8 +222,8 @@ def write_layout_lists(root: Path, placed: Sequence[Placed], layouts: Sequence[s
             out = [p.files["ninco"].removeprefix("ninco/"), p.files["ninco"].split("/")[1], p.item.class_name, p.item.wnid,
                    p.item.file_name, p.item.sha256, p.item.image_id]
             if difficulty:
-                d = difficulty[p.item.wnid]
-                out += [f"{d.similarity:.4f}", d.closest_id_wnid, d.subsplit]
+                d = difficulty.get(p.item.wnid)  # None: a class outside WordNet has no similarity and no sub-split
+                out += [f"{d.similarity:.4f}", d.closest_id_wnid, d.subsplit] if d else ["", "", ""]
             return out
 
         write_csv(root / "ninco" / "metadata.csv", header + extra, (row(p) for p in ok))
@@ -245,7 +245,8 @@ def write_layout_lists(root: Path, placed: Sequence[Placed], layouts: Sequence[s
     if difficulty:
         per_class: dict[str, list[Placed]] = {}
         for p in ok:
-            per_class.setdefault(p.item.wnid, []).append(p)
+            if p.item.wnid in difficulty:
+                per_class.setdefault(p.item.wnid, []).append(p)
         write_csv(root / "difficulty.csv", DIFFICULTY_COLUMNS,
                   ([w, ps[0].item.class_name, f"{difficulty[w].similarity:.4f}", difficulty[w].closest_id_wnid,
                     difficulty[w].closest_id_name, difficulty[w].path_distance, difficulty[w].subsplit, len(ps)]

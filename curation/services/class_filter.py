@@ -10,7 +10,7 @@ from django.db import transaction
 from django.db.models import Count, Q
 from django.utils import timezone
 
-from curation.models import CandidateClass, ClassDecision, ClassFilterRun, ClassOverride, Image, Job, Source
+from curation.models import CandidateClass, ClassDecision, ClassFilterRun, ClassOverride, Image, ImageEmbedding, Job, Source
 from curation.services.audit import audit_record
 from curation.services.id_classes import IdClassSetError, id_classes_resolve
 from curation.jobs import enqueue_on_commit, run_inline
@@ -284,8 +284,6 @@ def class_filter_refresh_strength(*, run: ClassFilterRun, model_name: str | None
     WordNet neighbours (``evidence_wnids``, stored by the run). Uses ``model_name``'s predictions,
     else the model with the most predictions on the source. Returns how many rows changed; runs
     on classes without predictions keep their WordNet-only strength. Idempotent."""
-    from curation.models import ImageEmbedding
-
     if run.source_id is None:
         return 0
     rows = list(run.decisions.filter(rule_decision=ClassDecision.Decision.FLAG, candidate_class__isnull=False))

@@ -118,9 +118,8 @@ def resolve_set(spec: str, *, role: str) -> ImageSet:
     if not rows:
         raise EvaluationError(f"{role}: source {name!r} has no readable images"
                               + (f" of the {len(classes)} classes of {class_set}" if classes else " (has it been ingested?)"))
+    # a whole source's version is its files' (so its caches stay valid); a class subset adds its classes
     version = _digest([*(f"{p}\t{s}" for p, s in rows), *(f"class\t{w}" for w in sorted(classes))])
-    if not classes:
-        version = _digest(f"{p}\t{s}" for p, s in rows)  # unchanged for whole sources: their caches stay valid
     return ImageSet(key=f"source:{name}" + (f"@{class_set}" if classes else ""), kind="source", version=version, obj=source,
                     classes=classes)
 
@@ -267,7 +266,7 @@ def evaluation_create(*, export: Export | None = None, id_test: str, id_fit: str
     if overlap:
         raise EvaluationError(f"the OOD set and the ID test set share {len(overlap)} class(es) (e.g. {sorted(overlap)[0]}); "
                               "a semantic split's halves are disjoint")
-    restriction = _restriction(restrict_logits, models) if restrict_logits else None
+    restriction = _restriction(restrict_logits) if restrict_logits else None
     sets = {"id_test": test_set, "id_fit": fit_set, "ood": ood_set}
     if unit_tests is not None:
         sets["unit_tests"] = export_set(unit_tests)
@@ -304,7 +303,7 @@ def evaluation_create(*, export: Export | None = None, id_test: str, id_fit: str
     return run
 
 
-def _restriction(set_name: str, models: list[str]) -> dict:
+def _restriction(set_name: str) -> dict:
     """The classes whose logits a run keeps: a registered ID class set, every class of it one of
     the models' ImageNet-1K classes."""
     from pipelines.models import imagenet_1k_classes

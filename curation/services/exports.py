@@ -91,6 +91,7 @@ def export_create(*, name: str, sources: list[Source], wnids: list[str] | None =
             parse_difficulty(difficulty)
         except DifficultyError as exc:
             raise ExportRequestError(str(exc)) from None
+        difficulty = difficulty.strip()
     layouts = list(dict.fromkeys(layouts or LAYOUTS))
     bad = [x for x in layouts if x not in LAYOUTS]
     if bad:

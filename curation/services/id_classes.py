@@ -1,14 +1,14 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 from django.conf import settings
 from django.db import transaction
 
-from curation.models import IdClassSet
+from curation.models import IdClassSet, Image, Source
 from curation.services.audit import audit_record
-from pathlib import Path
-
 from pipelines.imagenet import NAMED_LISTS, ClassListError, imagenet_lemmas, read_wnid_file, resolve_class_list
-from pipelines.names import InvalidName, check_name
+from pipelines.names import InvalidName, atomic_write, check_name
 from pipelines.semantic_split import SemanticSplit, SplitError, semantic_split, write_split
 from pipelines.wordnet import load_wordnet, synset_for_wnid
 from pipelines.wordnet_graph import load_noun_graph
@@ -77,6 +77,7 @@ def semantic_split_create(*, id_spec: str | None = "imagenet-1k", out_dir: Path 
             check_name(register, what="split name", max_length=90)
         except InvalidName as exc:
             raise IdClassSetError(str(exc)) from None
+    source = _id_source(images) if images is not None else None  # checked before anything is written
     name, wnids = id_classes_resolve(id_spec)
     graph = load_noun_graph(settings.NLTK_DATA)
     try:
@@ -84,8 +85,8 @@ def semantic_split_create(*, id_spec: str | None = "imagenet-1k", out_dir: Path 
     except SplitError as exc:
         raise IdClassSetError(f"ID classes {name}: {exc}") from None
     files = write_split(split, out_dir, names=imagenet_lemmas()) if out_dir is not None else []
-    if images is not None and out_dir is not None:
-        files += semantic_split_image_lists(split, source_name=images, out_dir=out_dir)
+    if source is not None and out_dir is not None:
+        files += semantic_split_image_lists(split, source=source, out_dir=out_dir)
     sets = []
     if register is not None:
         how = f"seed {seed}" if seed is not None else "ImageNet-X procedure"
@@ -102,17 +103,18 @@ def semantic_split_create(*, id_spec: str | None = "imagenet-1k", out_dir: Path 
     return split, files, sets
 
 
-def semantic_split_image_lists(split: SemanticSplit, *, source_name: str, out_dir: Path) -> list[Path]:
+def _id_source(spec: str) -> Source:
+    source = Source.objects.filter(name=spec.removeprefix("source:")).first()
+    if source is None or source.role != Source.Role.ID:
+        known = ", ".join(Source.objects.filter(role=Source.Role.ID).values_list("name", flat=True)) or "none"
+        raise IdClassSetError(f"--images {spec}: not an ID reference source (ID sources: {known})")
+    return source
+
+
+def semantic_split_image_lists(split: SemanticSplit, *, source: Source, out_dir: Path) -> list[Path]:
     """The images of an ID source (e.g. ImageNet-1K val) on each side of a split, in OpenOOD's
     ``<path> <label>`` format, paths relative to the source's root: ``images_id.txt`` labels each
     image with its class's position in ``id_classes.txt`` (0..n-1), ``images_ood.txt`` with -1."""
-    from curation.models import Image, Source
-    from pipelines.names import atomic_write
-
-    source = Source.objects.filter(name=source_name.removeprefix("source:")).first()
-    if source is None or source.role != Source.Role.ID:
-        known = ", ".join(Source.objects.filter(role=Source.Role.ID).values_list("name", flat=True)) or "none"
-        raise IdClassSetError(f"--images {source_name}: not an ID reference source (ID sources: {known})")
     label = {w: i for i, w in enumerate(split.id_wnids)}
     ood = set(split.ood_wnids)
     rows = (Image.objects.filter(source=source, status=Image.Status.OK, candidate_class__wnid__in=[*label, *ood])
