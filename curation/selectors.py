@@ -397,6 +397,12 @@ def evaluation_csv_rows(run) -> list[dict]:
                          "id_accuracy": r.get("id_accuracy")})
             rows.append({**base, "set": "ood", "group": "mean_over_classes", "name": f"{len(e['classes'])} classes",
                          "n": len(e["classes"]), **e["mean_class"]})
+            for name, views in (e.get("full_spectrum") or {}).items():
+                for view in ("full_spectrum", "shift"):
+                    m = views[view]
+                    rows.append({**base, "set": view, "group": name, "name": f"{run.ood_label} + {name}" if view == "full_spectrum"
+                                 else f"ID test vs {name}", "n": m["n_id"] + m["n_ood"], **{k: m[k] for k in _METRICS},
+                                 "id_accuracy": (r.get("shifted", {}).get(name) or {}).get("accuracy") if view == "shift" else None})
             for sub, c in (e.get("subsplits") or {}).items():
                 rows.append({**base, "set": "ood_subsplit", "group": sub, "name": f"{run.ood_label} {sub}", "n": c["n"],
                              **{k: c[k] for k in _METRICS}})

@@ -59,12 +59,20 @@ def evaluation(request, run_id: int):
                     units[test]["failed"][det] = t["failed"]
             rows.append(row)
         ok = [row for row in rows if row["e"]["status"] == "ok"]
+        shifted = []
+        for name in (ok[0]["e"].get("full_spectrum") or {}) if ok else []:
+            acc = (r.get("shifted") or {}).get(name) or {}
+            shifted.append({"name": name, "n": acc.get("n"), "accuracy": _pct(acc.get("accuracy")), "rows": [
+                {"label": row["label"], "det": row["det"],
+                 **{view: _pct(row["e"]["full_spectrum"][name][view]["auroc"]) for view in ("standard", "full_spectrum", "shift")},
+                 "fpr_full": _pct(row["e"]["full_spectrum"][name]["full_spectrum"]["fpr95_id_positive"])}
+                for row in ok if row["e"].get("full_spectrum")]})
         severity = [{"label": row["label"], "levels": [_pct(lv["auroc"]) for lv in row["e"]["severity"]]} for row in ok if row["e"].get("severity")]
         plots = res.get("plots", {}).get(model, {})
         models.append({"name": model, "r": r, "rows": rows, "ok": ok, "accuracy": _pct(r.get("id_accuracy")),
                        "classes": sorted(classes.values(), key=lambda c: c["name"].lower()),
                        "units": sorted(units.values(), key=lambda u: u["name"]), "severity": severity, "plots": plots,
-                       "subsplits": [subsplits[k] for k in ("hard", "easy") if k in subsplits],
+                       "subsplits": [subsplits[k] for k in ("hard", "easy") if k in subsplits], "shifted": shifted,
                        "bars": [(row["label"], plots.get("bars", {}).get(row["det"])) for row in ok if plots.get("bars", {}).get(row["det"])]})
     return render(request, "labeling_ui/evaluation.html", {"run": run, "models": models, "roles": sorted(_roles(request))})
 

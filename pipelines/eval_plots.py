@@ -73,3 +73,27 @@ def severity_svg(per_detector: dict[str, list[float | None]], *, title: str) -> 
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, ncol=2)
     return _svg(fig)
+
+
+def full_spectrum_svg(labels: list[str], standard: list[float], full: list[float], shift: list[float], *, title: str) -> str:
+    """Per detector, AUROC in the standard setting (ID test vs OOD), in the full-spectrum one
+    (ID test + covariate-shifted ID vs OOD; ImageNet-FS-X) and for the shift alone (ID test vs
+    shifted ID: 50% means the detector ignores the shift). Horizontal grouped bars, the legend
+    below the plot so it never covers a bar."""
+    fig, ax = _figure(7.0, max(2.0, 0.42 * len(labels) + 1.4))
+    ys = np.arange(len(labels))
+    h = 0.27
+    for k, (values, name, colour, hatch) in enumerate((
+            (standard, "standard: ID vs OOD", "#4c72b0", ""),
+            (full, "full spectrum: ID + shifted ID vs OOD", "#dd8452", "//"),
+            (shift, "shift: ID vs shifted ID", "#8c8c8c", ".."))):
+        ax.barh(ys + (k - 1) * h, [v * 100 for v in values], height=h, color=colour, hatch=hatch, label=name)
+    ax.axvline(50, color="#333333", linewidth=0.8, linestyle=":")
+    ax.set_yticks(ys, labels, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlim(0, 100)
+    ax.set_xlabel("AUROC [%]")
+    ax.set_title(title, fontsize=10)
+    ax.grid(axis="x", alpha=0.3)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=3, frameon=False)
+    return _svg(fig)

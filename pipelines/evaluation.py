@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
 
 from .detectors import DETECTORS, Detector, DetectorError, Head, Outputs, get_detector
-from .metrics import (FPR_METHODS, OAA_CONVENTIONS, OAA_GRID, TPR_LEVEL, failure_detection_auroc, mean_outlier_aware_accuracy,
-                      ood_metrics)
+from .metrics import (FPR_METHODS, OAA_CONVENTIONS, OAA_GRID, TPR_LEVEL, failure_detection_auroc, full_spectrum_metrics,
+                      mean_outlier_aware_accuracy, ood_metrics)
 from .severity import ESTIMATION, GROUP_RULE, PER_CLASS, check_protocol, severity_levels, severity_requirements
 
 UNIT_TEST_FPR_LIMIT = 0.10  # NINCO: a detector fails a unit test when its FPR there is above 10%
@@ -78,6 +78,19 @@ class EvalInputs:
     unit_groups: np.ndarray | None = None  # unit test name per image
     head: Head | None = None
     ood_subsplits: np.ndarray | None = None  # sub-split (e.g. easy / hard) per OOD image, "" where none
+    id_shifted: dict[str, Outputs] = field(default_factory=dict)  # covariate-shifted ID sets by name (labels as id_test)
+
+
+ALL_SHIFTED = "all shifted sets"
+
+
+def _accuracy(o: Outputs) -> dict:
+    """Top-1 accuracy of the model on a labelled set (labels -1: not one of the model's classes)."""
+    labels = o.labels if o.labels is not None else np.full(len(o.logits), -1)
+    known = labels >= 0
+    correct = o.logits.argmax(axis=1) == labels
+    return {"n": int(len(labels)), "labelled": int(known.sum()),
+            "accuracy": float(correct[known].mean()) if known.any() else None}
 
 
 def restrict_classes(outputs: Outputs, keep: np.ndarray) -> Outputs:
@@ -138,6 +151,8 @@ def evaluate_model(inputs: EvalInputs, methods: list[tuple[str, dict]], *, sever
         "detectors": {},
         "conventions": conv.describe(),
     }
+    if inputs.id_shifted:
+        result["shifted"] = {name: _accuracy(o) for name, o in inputs.id_shifted.items()}
     class_sizes = {g: int(n) for g, n in zip(*np.unique(inputs.ood_groups, return_counts=True))}
     sev_opts = {"protocol": conv.severity_protocol, "per_class": conv.severity_per_class, "estimation": conv.severity_estimation}
     result["severity_message"] = severity_requirements(class_sizes, severity_window, **sev_opts)
@@ -152,6 +167,12 @@ def evaluate_model(inputs: EvalInputs, methods: list[tuple[str, dict]], *, sever
             ood_scores = det.score(inputs.ood)
             entry["pooled"] = ood_metrics(id_scores, ood_scores, fpr_method=fm)
             entry["classes"] = _group_metrics(id_scores, ood_scores, inputs.ood_groups, fm)
+            if inputs.id_shifted:
+                shifted_scores = {name: det.score(o) for name, o in inputs.id_shifted.items()}
+                if len(shifted_scores) > 1:  # every shifted set together, as ImageNet-FS-X pools its sources
+                    shifted_scores[ALL_SHIFTED] = np.concatenate(list(shifted_scores.values()))
+                entry["full_spectrum"] = {name: full_spectrum_metrics(id_scores, sc, ood_scores, fpr_method=fm)
+                                          for name, sc in shifted_scores.items()}
             if inputs.ood_subsplits is not None:
                 named = inputs.ood_subsplits != ""
                 entry["subsplits"] = _group_metrics(id_scores, ood_scores[named], inputs.ood_subsplits[named], fm)

@@ -166,3 +166,24 @@ def mean_outlier_aware_accuracy(id_scores, id_correct, ood_scores, *, convention
     oaa = (accepted_good + (int(reject_ok.sum()) - accepted_reject_ok)) / s.size
     weights = np.diff(np.concatenate([[-1], ends]))
     return float(np.sum(oaa * weights) / s.size)
+
+
+def full_spectrum_metrics(id_scores, shifted_scores, ood_scores, *, tpr_level: float = TPR_LEVEL,
+                          fpr_method: str = "exact") -> dict[str, dict[str, float]]:
+    """Three views of covariate shift, each a dict with ``ood_metrics``' keys:
+
+    - ``standard``: ID test vs OOD (the usual benchmark);
+    - ``full_spectrum``: ID test *and* covariate-shifted ID images (e.g. ImageNet-V2/-R/-C copies
+      of the ID classes) as positives vs OOD: ImageNet-FS-X's protocol (Noda et al., paper 004
+      sec. 2.2; REFERENCE-2.md 1.2), where a detector must accept shifted ID images as ID;
+    - ``shift``: ID test (positive) vs shifted ID (negative): how strongly the detector reacts to
+      the shift alone (the Dissecting-OOD paper treats such shifts as something to detect).
+    """
+    ids = _as_scores(id_scores, "ID scores")
+    shifted = _as_scores(shifted_scores, "shifted ID scores")
+    kw = {"tpr_level": tpr_level, "fpr_method": fpr_method}
+    return {
+        "standard": ood_metrics(ids, ood_scores, **kw),
+        "full_spectrum": ood_metrics(np.concatenate([ids, shifted]), ood_scores, **kw),
+        "shift": ood_metrics(ids, shifted, **kw),
+    }

@@ -400,3 +400,37 @@ def test_a_semantic_split_is_evaluated_on_one_source_with_restricted_logits(tmp_
                                         "methods": "msp", **kwargs}, stdout=io.StringIO(), stderr=io.StringIO())
     with pytest.raises(CommandError, match="--export NAME .* or --ood"):
         call_command("evaluate", id_test="source:val@x-id", id_fit="source:train@x-id", stdout=io.StringIO())
+
+
+def test_shifted_id_sets_give_standard_full_spectrum_and_shift_results(tmp_path, role_groups):
+    export = _world(tmp_path)
+    w, b, make = _gaussians(5)
+    for name, shift in (("same", 0.0), ("far", 6.0)):  # "far": the shift moves the images along dim 10 (a covariate shift)
+        x, lg, y = make(200, shift)
+        outputs_import(name=name, path=_write_npz(tmp_path / f"{name}.npz", features=x, logits=lg,
+                                                  labels=np.array([WNIDS[i] for i in y])), model_name="toy")
+    run = evaluation_run_inline(run=evaluation_create(
+        export=export, id_test="import:test", id_fit="import:fit", models=["toy"], methods=["mahalanobis", "msp"],
+        id_shifted=["import:same", "import:far"], enqueue=False))
+    assert run.status == "done", run.message
+    r = run.results["models"]["toy"]
+    assert r["shifted"]["import:far"]["n"] == 200 and r["shifted"]["import:far"]["accuracy"] > 0.8  # the head ignores dim 10
+    maha = r["detectors"]["mahalanobis"]["full_spectrum"]
+    assert set(maha) == {"import:same", "import:far", "all shifted sets"}
+    # the standard view is the run's pooled result; the shift alone is chance for a copy of the ID
+    # distribution and near-perfect separation for the far shift; counting that shift as ID costs AUROC
+    assert maha["import:far"]["standard"] == r["detectors"]["mahalanobis"]["pooled"]
+    assert 0.4 < maha["import:same"]["shift"]["auroc"] < 0.6 and maha["import:far"]["shift"]["auroc"] > 0.95
+    assert maha["import:far"]["full_spectrum"]["auroc"] < maha["import:far"]["standard"]["auroc"] - 0.05
+    assert maha["all shifted sets"]["full_spectrum"]["n_id"] == 300 + 400
+    # page, CSV, plot
+    researcher = _client("res", "researcher")
+    html = researcher.get(f"/evaluations/{run.pk}/").content.decode()
+    assert "Covariate shift: standard vs full-spectrum" in html and 'data-shifted="import:far"' in html
+    assert run.results["plots"]["toy"]["full_spectrum"].endswith("full_spectrum.svg")
+    rows = [x for x in evaluation_csv_rows(run) if x["set"] in ("full_spectrum", "shift")]
+    assert {(x["detector"], x["set"], x["group"]) for x in rows} >= {("mahalanobis", "full_spectrum", "import:far"),
+                                                                      ("msp", "shift", "import:same")}
+    with pytest.raises(EvaluationError, match="shifted ID set import:test: it is also the ID test"):
+        evaluation_create(export=export, id_test="import:test", id_fit="import:fit", models=["toy"], id_shifted=["import:test"],
+                          enqueue=False)

@@ -205,11 +205,15 @@ def _conventions(params: dict) -> dict:
 
 def evaluation_create(*, export: Export | None = None, id_test: str, id_fit: str, models: list[str], methods: list[str] | None = None,
                       unit_tests: Export | None = None, params: dict | None = None, ood: str | None = None,
-                      restrict_logits: str | None = None, user=None, enqueue: bool = True) -> EvaluationRun:
+                      restrict_logits: str | None = None, id_shifted: list[str] | None = None, user=None,
+                      enqueue: bool = True) -> EvaluationRun:
     """A run of detectors x models. The OOD set is a clean ``export``, or (``ood``) part of an ID
     source, ``source:NAME@CLASSES``, as in a semantic split (ImageNet-X: the OOD half of the ID
     classes). ``restrict_logits`` (a registered ID class set) keeps only those classes' logits, so
-    the classifier decides among the ID half alone."""
+    the classifier decides among the ID half alone. ``id_shifted`` (``source:NAME`` or
+    ``import:NAME`` each) are covariate-shifted images of ID classes (ImageNet-V2/-R/-C copies,
+    or ``make_covariate_shift`` output): each is reported standard, full-spectrum and as a shift
+    (pipelines.metrics.full_spectrum_metrics), with the model's accuracy on it."""
     from pipelines.detectors import detector_names
 
     from curation.services.image_pipeline import PipelineError, _check_model_name
@@ -268,6 +272,13 @@ def evaluation_create(*, export: Export | None = None, id_test: str, id_fit: str
                               "a semantic split's halves are disjoint")
     restriction = _restriction(restrict_logits) if restrict_logits else None
     sets = {"id_test": test_set, "id_fit": fit_set, "ood": ood_set}
+    for spec in dict.fromkeys(x.strip() for x in (id_shifted or []) if x and x.strip()):
+        shifted = resolve_set(spec, role=f"shifted ID set {spec}")
+        if shifted.key in (test_set.key, fit_set.key, ood_set.key):
+            raise EvaluationError(f"shifted ID set {spec}: it is also the ID test, ID fit or OOD set")
+        if shifted.kind == "import" and models != [shifted.obj.model_name]:
+            raise EvaluationError(f"{shifted.key} holds outputs of {shifted.obj.model_name}; it can only be used with that model")
+        sets[f"{SHIFTED_PREFIX}{shifted.key}"] = shifted
     if unit_tests is not None:
         sets["unit_tests"] = export_set(unit_tests)
     config = {
@@ -301,6 +312,9 @@ def evaluation_create(*, export: Export | None = None, id_test: str, id_fit: str
         if enqueue:
             enqueue_on_commit(job)
     return run
+
+
+SHIFTED_PREFIX = "id_shifted:"
 
 
 def _restriction(set_name: str) -> dict:
@@ -602,6 +616,8 @@ def evaluation_finalize(*, job_id: int, progress: Callable[[str], None] | None =
         unit = unit_groups = None
         if "unit_tests" in rows:
             unit, _, _, unit_groups = load_outputs(rows["unit_tests"], extras=[odin] if odin else [])
+        shifted = {role.removeprefix(SHIFTED_PREFIX): load_outputs(row, extras=[odin] if odin else [])[0]
+                   for role, row in rows.items() if role.startswith(SHIFTED_PREFIX)}
         head = _head(model, rows["id_fit"])
         restriction = cfg.get("restrict_logits")
         if restriction:
@@ -612,11 +628,13 @@ def evaluation_finalize(*, job_id: int, progress: Callable[[str], None] | None =
             keep = np.array([index[w] for w in restriction["wnids"]], dtype=np.int64)
             fit, test, ood = (restrict_classes(o, keep) for o in (fit, test, ood))
             unit = restrict_classes(unit, keep) if unit is not None else None
+            shifted = {k: restrict_classes(o, keep) for k, o in shifted.items()}
             head = head.restricted(keep) if head is not None else None
         window = int(cfg.get("severity_window") or test.logits.shape[1])
         methods = [(m, cfg["method_params"].get(m, {})) for m in cfg["methods"]]
         r = evaluate_model(EvalInputs(fit=fit, id_test=test, ood=ood, ood_groups=ood_groups, unit_tests=unit,
-                                      unit_groups=unit_groups, head=head, ood_subsplits=_subsplits(sets["ood"], ood_groups)),
+                                      unit_groups=unit_groups, head=head, ood_subsplits=_subsplits(sets["ood"], ood_groups),
+                                      id_shifted=shifted),
                            methods, severity_window=window, seed=int(cfg.get("seed", 0)), progress=progress,
                            conventions=Conventions(**cfg.get("conventions", {})))
         if restriction:
@@ -685,6 +703,16 @@ def _plots(run: EvaluationRun, model: str, r: dict, info: dict) -> dict:
             names = _names(list(e["classes"]))
         files[f"bars_{d}"] = class_bars_svg([names[w] for w in e["classes"]], [c["fpr95_id_positive"] for c in e["classes"].values()],
                                             title=f"{model} / {label(d)}: FPR@95 per OOD class")
+    fs = {d: e["full_spectrum"] for d, e in ok.items() if e.get("full_spectrum")}
+    if fs:
+        from pipelines.evaluation import ALL_SHIFTED
+        from pipelines.eval_plots import full_spectrum_svg
+
+        pick = ALL_SHIFTED if ALL_SHIFTED in next(iter(fs.values())) else next(iter(next(iter(fs.values()))))
+        files["full_spectrum"] = full_spectrum_svg(
+            [label(d) for d in fs], [m[pick]["standard"]["auroc"] for m in fs.values()],
+            [m[pick]["full_spectrum"]["auroc"] for m in fs.values()], [m[pick]["shift"]["auroc"] for m in fs.values()],
+            title=f"{model}: AUROC standard vs full spectrum ({pick})")
     if any(e.get("severity") for e in ok.values()):
         files["severity"] = severity_svg({label(d): [lv["auroc"] for lv in e["severity"]] for d, e in ok.items() if e.get("severity")},
                                          title=f"{model}: AUROC per C-OOD severity level")

@@ -40,6 +40,9 @@ class Command(BaseCommand):
         parser.add_argument("--ood", default="",
                             help="instead of --export: part of an ID source as the OOD set, source:NAME@CLASSES (CLASSES: a "
                                  "registered ID class set, e.g. the OOD half made by `semantic_split --register`)")
+        parser.add_argument("--id-shifted", action="append", default=[], metavar="SET",
+                            help="a covariate-shifted copy of ID classes (source:NAME or import:NAME; repeat for several): "
+                                 "reported standard, full-spectrum (ImageNet-FS-X) and as a shift, with accuracy on it")
         parser.add_argument("--restrict-logits", default="", metavar="CLASSES",
                             help="keep only the logits of this ID class set (e.g. the ID half of a semantic split)")
         parser.add_argument("--unit-tests", default="", help="an OOD unit-test set (export id, NAME-vN or NAME)")
@@ -89,6 +92,7 @@ class Command(BaseCommand):
             run = evaluation_create(export=export, unit_tests=unit, id_test=o["id_test"], id_fit=o["id_fit"],
                                     models=_csv(o["models"]) or [settings.DEFAULT_MODEL], methods=_csv(o["methods"]) or None,
                                     params=params, ood=o["ood"] or None, restrict_logits=o["restrict_logits"] or None,
+                                    id_shifted=o["id_shifted"],
                                     enqueue=o["queue"])
         except EvaluationRunning as exc:
             if not o["resume"]:
@@ -141,6 +145,15 @@ def report(cmd, run: EvaluationRun) -> None:
                              f"{pct(e['mean_class']['fpr95_id_positive']):>8} {pct(e['pooled']['fpr95_ood_positive']):>11} {fails:>10}")
             for note in e.get("notes", []):
                 cmd.stdout.write(f"  {'':<22} note: {note}")
+        for name, acc in (r.get("shifted") or {}).items():
+            cmd.stdout.write(f"  shifted ID set {name}: ID accuracy {pct(acc.get('accuracy')).strip()}% on {acc['n']} images")
+            cmd.stdout.write(f"    {'detector':<20} {'standard':>8} {'full spectrum':>13} {'shift':>6}  (AUROC)")
+            for det, e in r["detectors"].items():
+                fs = (e.get("full_spectrum") or {}).get(name)
+                if fs:
+                    label = res.get("detectors", {}).get(det, {}).get("label", det)
+                    cmd.stdout.write(f"    {label:<20} {pct(fs['standard']['auroc']):>8} {pct(fs['full_spectrum']['auroc']):>13} "
+                                     f"{pct(fs['shift']['auroc']):>6}")
         if r.get("severity_message"):
             cmd.stdout.write(f"  C-OOD severity levels: {r['severity_message']}")
         for note in (r.get("severity_info") or {}).get("notes", []):
