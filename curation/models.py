@@ -36,6 +36,8 @@ class Source(models.Model):
     root = models.CharField(max_length=1024, help_text="Absolute folder: ROOT/<class folder>/<image files>")
     class_map = models.JSONField(default=dict, blank=True, help_text="folder -> wnid overrides")
     description = models.TextField(blank=True)
+    provenance = models.JSONField(default=dict, blank=True,
+                                  help_text="How the toolkit made this source, if it did (e.g. a corruption of another source)")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
 

@@ -12,7 +12,7 @@ want_test=0
 SUDO=""
 [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null && SUDO="sudo"
 
-pkgs="wordnet-base wordnet-sense-index"
+pkgs="wordnet-base wordnet-sense-index libgl1 libglib2.0-0"  # the last two: OpenCV (ImageNet-C corruptions)
 [ "$want_test" = 1 ] && pkgs="$pkgs postgresql redis-server chromium chromium-driver"
 missing=""
 for p in $pkgs; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done

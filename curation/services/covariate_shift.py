@@ -1,0 +1,121 @@
+"""Covariate-shifted copies of an ID source: ImageNet-C's corruptions (pipelines.corruptions),
+written in ImageNet-C's layout and registered as ID sources with their provenance, ready to be an
+evaluation's ``--id-shifted`` sets."""
+from __future__ import annotations
+
+import csv
+import io
+from collections import Counter
+from pathlib import Path
+from typing import Callable
+
+from curation.models import Image, Source
+from curation.services.audit import audit_record
+from curation.services.ingest import ingest_run_inline, ingest_start
+from curation.services.sources import SourceError, source_register
+from pipelines import csv_cells
+from pipelines.corruptions import CorruptionError, parse_corruptions, parse_severities, plan, run_task
+from pipelines.names import InvalidName, atomic_write, check_name
+from pipelines.sources import UnsafePath, safe_join
+
+PROVENANCE_FILE = "provenance.csv"
+IMPLEMENTATION = "imagecorruptions-imaug 1.1.5 (Hendrycks & Dietterich 2019)"
+
+
+class CovariateShiftError(ValueError):
+    pass
+
+
+def covariate_shift_make(*, from_spec: str, out_dir: Path, corruptions: str, severities: str, seed: int = 0,
+                         name: str | None = None, imagenet_c_crop: bool = True, register: bool = True, user=None,
+                         progress: Callable[[int], None] | None = None,
+                         on_total: Callable[[int], None] | None = None) -> tuple[list[Source], Counter]:
+    """Corrupt every usable image of an ID source at each corruption and severity into
+    ``out_dir/<corruption>/<severity>/<class folder>/<stem>.<ext>``; with ``register``, each
+    ``<corruption>/<severity>`` folder becomes an ID source ``<name>-<corruption>-<severity>``.
+    ``out_dir/provenance.csv`` says for every file which original, corruption, severity and seed
+    made it; a file that cannot be corrupted is recorded there as failed and the run goes on;
+    files already written (a re-run after an interruption) are kept, not redone."""
+    try:
+        names, levels = parse_corruptions(corruptions), parse_severities(severities)
+    except CorruptionError as exc:
+        raise CovariateShiftError(str(exc)) from None
+    source_name = from_spec.removeprefix("source:")
+    source = Source.objects.filter(name=source_name).first()
+    if source is None or source.role != Source.Role.ID:
+        known = ", ".join(Source.objects.filter(role=Source.Role.ID).values_list("name", flat=True)) or "none"
+        raise CovariateShiftError(f"--from {from_spec}: not an ID reference source (ID sources: {known})")
+    prefix = name or f"{source.name}-c"
+    try:
+        check_name(prefix, what="name", max_length=70)
+    except InvalidName as exc:
+        raise CovariateShiftError(str(exc)) from None
+    originals, refused = [], []
+    for img in Image.objects.filter(source=source, status=Image.Status.OK).order_by("relative_path"):
+        try:
+            originals.append((Path(safe_join(source.root, img.relative_path)), img.relative_path, img.sha256))
+        except UnsafePath as exc:
+            refused.append((img.relative_path, str(exc)))
+    if not originals:
+        raise CovariateShiftError(f"--from {from_spec}: the source has no usable images (has it been ingested?)")
+    sha = {key: digest for _, key, digest in originals}
+    tasks = plan([(p, k) for p, k, _ in originals], names, levels, seed)
+    if on_total:
+        on_total(len(tasks))
+    out_dir = Path(out_dir)
+    status: dict[str, str] = {}
+    counts: Counter = Counter()
+    for task in tasks:
+        if (out_dir / task.rel_out).is_file():
+            status[task.rel_out] = "ok"
+            counts["kept from an earlier run"] += 1
+        else:
+            try:
+                run_task(task, out_dir, imagenet_c_crop=imagenet_c_crop)
+                status[task.rel_out] = "ok"
+                counts["written"] += 1
+            except (OSError, ValueError) as exc:  # unreadable, too small, a corruption that failed on this image
+                status[task.rel_out] = f"failed: {type(exc).__name__}: {exc}"
+                counts["failed"] += 1
+        if progress:
+            progress(1)
+    # one provenance file for the run, next to (not inside) the registered folders, so that
+    # ingesting a <corruption>/<severity> folder sees images only
+    buf = io.StringIO()
+    writer = csv_cells.Writer(buf)
+    writer.writerow(["file", "original_source", "original_path", "original_sha256", "corruption", "severity", "seed", "status"])
+    writer.writerows([t.rel_out, source.name, t.key, sha[t.key], t.corruption, t.severity, t.seed, status[t.rel_out]] for t in tasks)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write(out_dir / PROVENANCE_FILE, lambda fh: fh.write(buf.getvalue().encode("utf-8")), root=out_dir)
+    sources = []
+    for corruption in names:
+        for level in levels:
+            ok = [t for t in tasks if t.corruption == corruption and t.severity == level and status[t.rel_out] == "ok"]
+            if register and ok:
+                sources.append(_register(out_dir, corruption, level, f"{prefix}-{corruption}-{level}", source, seed,
+                                         imagenet_c_crop, user))
+    audit_record(actor=user, action="covariate_shift_made", target=source,
+                 data={"out": str(out_dir), "corruptions": names, "severities": levels, "seed": seed,
+                       "sources": [s.name for s in sources], **{k: v for k, v in counts.items()}, "refused": len(refused)})
+    counts["refused at the source"] = len(refused)
+    return sources, counts
+
+
+def _register(out_dir: Path, corruption: str, severity: int, name: str, original: Source, seed: int, crop: bool, user) -> Source:
+    try:
+        reg = source_register(name=name, root=out_dir / corruption / str(severity), role=Source.Role.ID, class_map_path=None, user=user)
+    except SourceError as exc:
+        raise CovariateShiftError(str(exc)) from None
+    src = reg.source
+    src.provenance = {"kind": "covariate_shift", "from": original.name, "corruption": corruption, "severity": severity,
+                      "seed": seed, "geometry": "resize 256, centre crop 224 (ImageNet-C)" if crop else "full image",
+                      "implementation": IMPLEMENTATION, "per_file": str(Path(out_dir) / PROVENANCE_FILE)}
+    src.description = f"{corruption} at severity {severity} of {original.name} (ImageNet-C corruption, seed {seed})"
+    src.save(update_fields=["provenance", "description"])
+    ingest_run_inline(job=ingest_start(source=src, enqueue=False))
+    return src
+
+
+def read_provenance(out_dir: Path) -> list[dict]:
+    with open(Path(out_dir) / PROVENANCE_FILE, newline="", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
