@@ -359,9 +359,24 @@ def contamination_report(*, source: Source, sample: int = 400, seed: int = 0) ->
 
 
 def export_list(*, limit: int = 100):
-    from curation.models import Export
+    """Exports, newest first; each carries ``sanity``: the random-weight sanity check of its most
+    recent evaluation that ran one (the OOD set's verdict and what differs), or None."""
+    from curation.models import EvaluationRun, Export
 
-    return list(Export.objects.select_related("created_by", "job").order_by("-created_at")[:limit])
+    exports = list(Export.objects.select_related("created_by", "job").order_by("-created_at")[:limit])
+    latest: dict[int, dict] = {}
+    for run in (EvaluationRun.objects.filter(export__in=exports, status=EvaluationRun.Status.DONE, results__has_key="sanity")
+                .order_by("-finished_at").only("pk", "export_id", "results")):
+        sanity = run.results.get("sanity") or {}
+        if run.export_id in latest or sanity.get("status") != "done" or "ood" not in sanity.get("sets", {}):
+            continue
+        verdict = sanity["sets"]["ood"]
+        latest[run.export_id] = {"run": run.pk, "separable": verdict["separable"], "off_chance": verdict["off_chance"],
+                                 "detectors": len(verdict["detectors"]), "differs": sanity.get("differs", {}).get("ood", []),
+                                 "weights": sanity.get("weights", "")}
+    for e in exports:
+        e.sanity = latest.get(e.pk)
+    return exports
 
 
 # -- evaluation runs ---------------------------------------------------------------------------------
@@ -397,6 +412,11 @@ def evaluation_csv_rows(run) -> list[dict]:
                          "id_accuracy": r.get("id_accuracy")})
             rows.append({**base, "set": "ood", "group": "mean_over_classes", "name": f"{len(e['classes'])} classes",
                          "n": len(e["classes"]), **e["mean_class"]})
+            for role, verdict in ((res.get("sanity") or {}).get("sets") or {}).items():
+                t = verdict["detectors"].get(det)
+                if t:
+                    rows.append({**base, "set": "sanity_random_weights", "group": role,
+                                 "name": res["sanity"]["weights"], "n": len(t["aurocs"]), "auroc": t["mean"]})
             for name, views in (e.get("full_spectrum") or {}).items():
                 for view in ("full_spectrum", "shift"):
                     m = views[view]

@@ -246,3 +246,8 @@ THUMBNAIL_DIR = Path(os.environ.get("OODC_THUMBNAIL_DIR", DATA_DIR / "thumbs"))
 EVAL_ROOT = Path(os.environ.get("OODC_EVAL_ROOT", DATA_DIR / "evaluations"))
 EVAL_CHUNK_SIZE = env_int("OODC_EVAL_CHUNK_SIZE", 512)  # images per extraction task
 EVAL_SEVERITY_WINDOW = env_int("OODC_EVAL_SEVERITY_WINDOW", 0)  # 0: |Y_ID| of the model (1000 for ImageNet-1K)
+# ImageNet-OOD's random-weight sanity check on every evaluation (docs/evaluation.md): how many random
+# networks (0: off; the paper: 5), which architecture, and at most how many images per set
+EVAL_SANITY_SEEDS = env_int("OODC_EVAL_SANITY_SEEDS", 5)
+EVAL_SANITY_ARCH = os.environ.get("OODC_EVAL_SANITY_ARCH", "resnet18")
+EVAL_SANITY_SAMPLE = env_int("OODC_EVAL_SANITY_SAMPLE", 64)

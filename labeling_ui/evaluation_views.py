@@ -74,7 +74,26 @@ def evaluation(request, run_id: int):
                        "units": sorted(units.values(), key=lambda u: u["name"]), "severity": severity, "plots": plots,
                        "subsplits": [subsplits[k] for k in ("hard", "easy") if k in subsplits], "shifted": shifted,
                        "bars": [(row["label"], plots.get("bars", {}).get(row["det"])) for row in ok if plots.get("bars", {}).get(row["det"])]})
-    return render(request, "labeling_ui/evaluation.html", {"run": run, "models": models, "roles": sorted(_roles(request))})
+    return render(request, "labeling_ui/evaluation.html", {"run": run, "models": models, "sanity": _sanity_view(res, info),
+                                                           "roles": sorted(_roles(request))})
+
+
+def _sanity_view(res: dict, info: dict) -> dict | None:
+    """The random-weight sanity check as rows: per set, detector, mean and spread of AUROC (%)."""
+    sanity = res.get("sanity")
+    if not sanity:
+        return None
+    if sanity.get("status") != "done":
+        return {"status": sanity.get("status"), "note": sanity.get("note", "")}
+    sets = []
+    for role, verdict in sanity["sets"].items():
+        sets.append({"role": role, "separable": verdict["separable"], "differs": sanity.get("differs", {}).get(role, []),
+                     "rows": [{"label": info.get(d, {}).get("label", d), "det": d, "mean": _pct(t["mean"]), "std": _pct(t["std"]),
+                               "off": d in verdict["off_chance"], "aurocs": ", ".join(_pct(a) for a in t["aurocs"])}
+                              for d, t in verdict["detectors"].items()]})
+    return {"status": "done", "weights": sanity["weights"], "threshold": _pct(sanity["threshold"]), "sets": sets,
+            "notes": sanity.get("notes", []), "errors": sanity.get("errors", {}), "n": sanity.get("n", {}),
+            "low_level": sanity.get("low_level", {})}
 
 
 @require_GET

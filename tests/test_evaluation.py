@@ -391,6 +391,13 @@ def test_a_semantic_split_is_evaluated_on_one_source_with_restricted_logits(tmp_
     assert cache.images == 6
     html = _client("res", "researcher").get(f"/evaluations/{run.pk}/").content.decode()
     assert "Restricted logits:" in html and "source:val@x-ood" in html
+    # the random-weight sanity check ran by default on the images of the three sets, labelled as random
+    sanity = run.results["sanity"]
+    assert sanity["status"] == "done" and sanity["seeds"] == 5 and "RANDOM WEIGHTS" in sanity["weights"]
+    assert set(sanity["sets"]) == {"ood"} and set(sanity["sets"]["ood"]["detectors"]) == {"msp", "energy", "mahalanobis"}
+    assert sanity["low_level"]["ood"]["n"] == 6 and sanity["low_level"]["id_test"]["jpeg_share"] == 0.0
+    assert "Random-weight sanity check" in html and "RANDOM WEIGHTS" in html
+    assert "random-weight sanity check (RANDOM WEIGHTS" in out.getvalue()
     # mistakes are one line each
     for kwargs, message in (({"ood": "source:val@nope"}, "names the class set 'nope', which is not registered"),
                             ({"ood": "source:val@x-id"}, "the OOD set source:val@x-id is also the ID test or fit set"),
@@ -434,3 +441,27 @@ def test_shifted_id_sets_give_standard_full_spectrum_and_shift_results(tmp_path,
     with pytest.raises(EvaluationError, match="shifted ID set import:test: it is also the ID test"):
         evaluation_create(export=export, id_test="import:test", id_fit="import:fit", models=["toy"], id_shifted=["import:test"],
                           enqueue=False)
+
+
+def test_export_page_warns_when_random_networks_separate_the_ood_set(tmp_path, role_groups):
+    export = _world(tmp_path)
+    run = evaluation_run_inline(run=evaluation_create(export=export, id_test="import:test", id_fit="import:fit", models=["toy"],
+                                                      methods=["msp"], enqueue=False))
+    # imported outputs carry no images: the check says it was skipped rather than guessing
+    assert run.results["sanity"]["status"] == "skipped" and "imported outputs" in run.results["sanity"]["note"]
+    researcher = _client("res", "researcher")
+    assert "Random-weight sanity check" not in researcher.get("/exports/").content.decode()
+    # a later run whose random networks told the OOD set apart (the shape pipelines.sanity returns)
+    det = {"aurocs": [0.81, 0.79], "mean": 0.8, "std": 0.01}
+    run.results = {**run.results, "sanity": {
+        "status": "done", "weights": "RANDOM WEIGHTS (sanity check only): resnet18, Kaiming normal, seeds 0..1", "threshold": 0.1,
+        "sets": {"ood": {"detectors": {"msp": det, "energy": det}, "off_chance": ["msp", "energy"], "separable": True}},
+        "differs": {"ood": ["resolution (megapixels): ID 0.1 vs 0.4"]}, "notes": [], "errors": {}, "n": {"id_test": 2, "ood": 2}}}
+    run.save(update_fields=["results"])
+    page = researcher.get("/exports/").content.decode()
+    assert "Separable by random networks." in page and "2 of\n          2 detectors" in page
+    assert "resolution (megapixels): ID 0.1 vs 0.4" in page and f"/evaluations/{run.pk}/" in page
+    html = researcher.get(f"/evaluations/{run.pk}/").content.decode()
+    assert 'data-sanity-set="ood"' in html and "separable by random networks" in html
+    rows = [r for r in evaluation_csv_rows(run) if r["set"] == "sanity_random_weights"]
+    assert rows and rows[0]["auroc"] == 0.8 and "RANDOM WEIGHTS" in rows[0]["name"]

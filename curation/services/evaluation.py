@@ -293,6 +293,12 @@ def evaluation_create(*, export: Export | None = None, id_test: str, id_fit: str
     }
     if restriction:
         config["restrict_logits"] = restriction
+    sanity_seeds = int(params.get("sanity_seeds", settings.EVAL_SANITY_SEEDS))
+    if sanity_seeds < 0 or sanity_seeds > 20:
+        raise EvaluationError(f"sanity seeds {sanity_seeds}: use 0 (off) to 20 random networks (the paper: 5)")
+    if sanity_seeds:
+        config["sanity"] = {"seeds": sanity_seeds, "arch": params.get("sanity_arch") or settings.EVAL_SANITY_ARCH,
+                            "sample": int(params.get("sanity_sample") or settings.EVAL_SANITY_SAMPLE)}
     with transaction.atomic():
         if export is not None:
             Export.objects.select_for_update().get(pk=export.pk)
@@ -650,6 +656,8 @@ def evaluation_finalize(*, job_id: int, progress: Callable[[str], None] | None =
         r["head"] = head is not None
         results["models"][model] = r
         results["plots"][model] = _plots(run, model, r, results["detectors"])
+    if cfg.get("sanity"):
+        results["sanity"] = _sanity(cfg, sets, progress)
     wnids = sorted({w for r in results["models"].values() for d in r["detectors"].values() for w in d.get("classes", {})})
     results["class_names"] = _names(wnids)
     with transaction.atomic():
@@ -663,6 +671,83 @@ def evaluation_finalize(*, job_id: int, progress: Callable[[str], None] | None =
         locked.save(update_fields=["results", "status", "finished_at", "message"])
         Job.objects.filter(pk=job.pk).update(status=Job.Status.DONE, finished_at=locked.finished_at, message=locked.message)
     return locked
+
+
+def _sanity(cfg: dict, sets: dict[str, ImageSet], progress) -> dict:
+    """ImageNet-OOD's random-weight sanity check (pipelines.sanity) on samples of the run's sets,
+    with the low-level statistics of each set beside it. RANDOM WEIGHTS: labelled as such."""
+    from pipelines.models import ModelUnavailable, imagenet_1k_classes
+    from pipelines.sanity import SanitySets, random_weight_check, sample
+
+    sc = cfg["sanity"]
+    skipped = [role for role, s in sets.items() if s.kind == "import"]
+    if {"id_test", "id_fit"} & set(skipped):
+        return {"status": "skipped", "note": "the ID test or fit set is imported outputs: the check needs the images"}
+    paths: dict[str, list[Item]] = {}
+    for role, s in sets.items():
+        if s.kind != "import" and role != "unit_tests":
+            paths[role] = sample([it for it in set_items(s) if it.path and not it.error], sc["sample"], seed=int(cfg.get("seed", 0)))
+    index = {w: i for i, w in enumerate(imagenet_1k_classes()[0])}
+    others = {role: [it.path for it in items] for role, items in paths.items() if role not in ("id_test", "id_fit")}
+    try:
+        result = random_weight_check(
+            SanitySets(id_test=[it.path for it in paths["id_test"]], fit=[it.path for it in paths["id_fit"]],
+                       fit_labels=[index.get(it.wnid, -1) for it in paths["id_fit"]], others=others),
+            [(m, cfg["method_params"].get(m, {})) for m in cfg["methods"]], seeds=sc["seeds"], arch=sc["arch"],
+            decoder=_decoder(cfg), progress=progress)
+    except (ModelUnavailable, OSError, RuntimeError) as exc:
+        return {"status": "failed", "note": f"{type(exc).__name__}: {exc}"}
+    result["status"] = "done"
+    result["low_level"] = {role: _low_level([it.path for it in items]) for role, items in paths.items()}
+    result["differs"] = {role: _differences(result["low_level"]["id_test"], result["low_level"][role])
+                         for role in others}
+    if skipped:
+        result["notes"].append(f"not checked (imported outputs, no images): {', '.join(skipped)}")
+    return result
+
+
+LOW_LEVEL = {"megapixels": "resolution (megapixels)", "jpeg_share": "share of JPEG files",
+             "bytes_per_pixel": "file bytes per pixel (compression)", "colourfulness": "colourfulness (Hasler & Süsstrunk)"}
+
+
+def _low_level(paths: list[str]) -> dict:
+    """Cheap statistics of a set's sampled files: header size and format, file size, colourfulness."""
+    from PIL import Image as PILImage
+
+    from pipelines.sanity import colourfulness
+
+    mp, jpeg, bpp, colour = [], [], [], []
+    for p in paths:
+        try:
+            with PILImage.open(p) as im:
+                w, h, fmt = im.width, im.height, im.format
+            size = os.path.getsize(p)
+        except OSError:
+            continue
+        mp.append(w * h / 1e6)
+        jpeg.append(fmt == "JPEG")
+        bpp.append(size / max(w * h, 1))
+        c = colourfulness(p)
+        if c is not None:
+            colour.append(c)
+    mean = lambda v: float(np.mean(v)) if v else None  # noqa: E731
+    return {"n": len(mp), "megapixels": mean(mp), "jpeg_share": mean(jpeg), "bytes_per_pixel": mean(bpp), "colourfulness": mean(colour)}
+
+
+def _differences(a: dict, b: dict, *, ratio: float = 1.25) -> list[str]:
+    """The statistics in which two sets differ by more than ``ratio`` (or, for the JPEG share,
+    by more than 0.25), in words."""
+    out = []
+    for key, words in LOW_LEVEL.items():
+        x, y = a.get(key), b.get(key)
+        if x is None or y is None:
+            continue
+        if key == "jpeg_share":
+            if abs(x - y) > 0.25:
+                out.append(f"{words}: ID {x:.0%} vs {y:.0%}")
+        elif min(x, y) > 0 and max(x, y) / min(x, y) > ratio:
+            out.append(f"{words}: ID {x:.3g} vs {y:.3g}")
+    return out
 
 
 def _subsplits(ood_set: ImageSet, groups: np.ndarray) -> np.ndarray | None:

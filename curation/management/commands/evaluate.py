@@ -43,6 +43,10 @@ class Command(BaseCommand):
         parser.add_argument("--id-shifted", action="append", default=[], metavar="SET",
                             help="a covariate-shifted copy of ID classes (source:NAME or import:NAME; repeat for several): "
                                  "reported standard, full-spectrum (ImageNet-FS-X) and as a shift, with accuracy on it")
+        parser.add_argument("--sanity-seeds", type=int, default=None,
+                            help="random networks for ImageNet-OOD's random-weight sanity check (default OODC_EVAL_SANITY_SEEDS, 5; "
+                                 "0: off). RANDOM WEIGHTS, for the check only")
+        parser.add_argument("--sanity-arch", default="", help="the architecture of those random networks (default resnet18; the paper: resnet50)")
         parser.add_argument("--restrict-logits", default="", metavar="CLASSES",
                             help="keep only the logits of this ID class set (e.g. the ID half of a semantic split)")
         parser.add_argument("--unit-tests", default="", help="an OOD unit-test set (export id, NAME-vN or NAME)")
@@ -88,6 +92,10 @@ class Command(BaseCommand):
                   "severity_window": o["severity_window"], "seed": o["seed"], "severity_protocol": o["severity_protocol"],
                   "severity_per_class": o["severity_per_class"], "severity_estimation": o["severity_estimation"],
                   "fpr_method": o["fpr_method"], "oaa_convention": o["oaa_convention"], "decoder": o["decoder"]}
+        if o["sanity_seeds"] is not None:
+            params["sanity_seeds"] = o["sanity_seeds"]
+        if o["sanity_arch"]:
+            params["sanity_arch"] = o["sanity_arch"]
         try:
             run = evaluation_create(export=export, unit_tests=unit, id_test=o["id_test"], id_fit=o["id_fit"],
                                     models=_csv(o["models"]) or [settings.DEFAULT_MODEL], methods=_csv(o["methods"]) or None,
@@ -162,4 +170,15 @@ def report(cmd, run: EvaluationRun) -> None:
         if conv:
             cmd.stdout.write(f"  conventions: FPR@95 ID+ {conv['fpr_method']}; mOAA {conv['oaa_convention']}; "
                              f"severity {conv['severity_protocol']} (docs/evaluation.md)")
+    sanity = res.get("sanity")
+    if sanity and sanity.get("status") == "done":
+        cmd.stdout.write(f"  random-weight sanity check ({sanity['weights']}):")
+        for role, verdict in sanity["sets"].items():
+            means = ", ".join(f"{d} {pct(t['mean']).strip()}±{pct(t['std']).strip()}" for d, t in verdict["detectors"].items())
+            cmd.stdout.write(f"    {role}: {'SEPARABLE by random networks' if verdict['separable'] else 'not separable'} "
+                             f"(mean AUROC %: {means})")
+            for diff in sanity.get("differs", {}).get(role, []):
+                cmd.stdout.write(f"      differs: {diff}")
+    elif sanity:
+        cmd.stdout.write(f"  random-weight sanity check {sanity.get('status')}: {sanity.get('note', '')}")
     cmd.stdout.write(f"  {run.message}")
