@@ -417,6 +417,11 @@ def evaluation_csv_rows(run) -> list[dict]:
                 if t:
                     rows.append({**base, "set": "sanity_random_weights", "group": role,
                                  "name": res["sanity"]["weights"], "n": len(t["aurocs"]), "auroc": t["mean"]})
+            fsx = e.get("fs_x")
+            if fsx:
+                for group, m in (("pooled", fsx["pooled"]), *fsx["per_source"].items()):
+                    rows.append({**base, "set": "fs_x", "group": group, "name": f"ImageNet-FS-X {group}", "n": m["n_id"] + m["n_ood"],
+                                 **{k: m[k] for k in _METRICS}})
             for name, views in (e.get("full_spectrum") or {}).items():
                 for view in ("full_spectrum", "shift"):
                     m = views[view]

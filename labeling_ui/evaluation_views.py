@@ -59,6 +59,11 @@ def evaluation(request, run_id: int):
                     units[test]["failed"][det] = t["failed"]
             rows.append(row)
         ok = [row for row in rows if row["e"]["status"] == "ok"]
+        fsx_rows = [{"label": row["label"], "det": row["det"], "pooled": _pct(row["e"]["fs_x"]["pooled"]["auroc"]),
+                     "fpr": _pct(row["e"]["fs_x"]["pooled"]["fpr95_id_positive"]),
+                     "sources": [_pct(m["auroc"]) for m in row["e"]["fs_x"]["per_source"].values()]}
+                    for row in ok if row["e"].get("fs_x")]
+        fsx_sources = list(ok[0]["e"]["fs_x"]["per_source"]) if fsx_rows else []
         shifted = []
         for name in (ok[0]["e"].get("full_spectrum") or {}) if ok else []:
             acc = (r.get("shifted") or {}).get(name) or {}
@@ -72,7 +77,7 @@ def evaluation(request, run_id: int):
         models.append({"name": model, "r": r, "rows": rows, "ok": ok, "accuracy": _pct(r.get("id_accuracy")),
                        "classes": sorted(classes.values(), key=lambda c: c["name"].lower()),
                        "units": sorted(units.values(), key=lambda u: u["name"]), "severity": severity, "plots": plots,
-                       "subsplits": [subsplits[k] for k in ("hard", "easy") if k in subsplits], "shifted": shifted,
+                       "subsplits": [subsplits[k] for k in ("hard", "easy") if k in subsplits], "shifted": shifted, "fsx_rows": fsx_rows, "fsx_sources": fsx_sources,
                        "bars": [(row["label"], plots.get("bars", {}).get(row["det"])) for row in ok if plots.get("bars", {}).get(row["det"])]})
     return render(request, "labeling_ui/evaluation.html", {"run": run, "models": models, "sanity": _sanity_view(res, info),
                                                            "roles": sorted(_roles(request))})

@@ -79,9 +79,25 @@ class EvalInputs:
     head: Head | None = None
     ood_subsplits: np.ndarray | None = None  # sub-split (e.g. easy / hard) per OOD image, "" where none
     id_shifted: dict[str, Outputs] = field(default_factory=dict)  # covariate-shifted ID sets by name (labels as id_test)
+    # ImageNet-FS-X: the OOD-class images of the same shifted sources, keyed like id_shifted
+    ood_shifted: dict[str, Outputs] = field(default_factory=dict)
 
 
 ALL_SHIFTED = "all shifted sets"
+ID_SOURCE = "ID source"
+
+
+def _fs_x(id_scores, ood_scores, shifted: dict[str, np.ndarray], ood_shifted: dict[str, np.ndarray], fm: str) -> dict:
+    """ImageNet-FS-X (paper 004 sec. 2.2): per source, its ID-class images vs its OOD-class images;
+    pooled, every ID-class image (ID source and variants) vs every OOD-class image of all sources,
+    one AUROC over the concatenated scores as the authors' ``test_ood(is_fullspectrum=True)``."""
+    per_source = {ID_SOURCE: ood_metrics(id_scores, ood_scores, fpr_method=fm)}
+    for name, scores in shifted.items():
+        if name in ood_shifted:
+            per_source[name] = ood_metrics(scores, ood_shifted[name], fpr_method=fm)
+    pooled = ood_metrics(np.concatenate([id_scores, *shifted.values()]), np.concatenate([ood_scores, *ood_shifted.values()]),
+                         fpr_method=fm)
+    return {"pooled": pooled, "per_source": per_source}
 
 
 def _accuracy(o: Outputs) -> dict:
@@ -173,6 +189,9 @@ def evaluate_model(inputs: EvalInputs, methods: list[tuple[str, dict]], *, sever
                     shifted_scores[ALL_SHIFTED] = np.concatenate(list(shifted_scores.values()))
                 entry["full_spectrum"] = {name: full_spectrum_metrics(id_scores, sc, ood_scores, fpr_method=fm)
                                           for name, sc in shifted_scores.items()}
+            if inputs.ood_shifted:
+                entry["fs_x"] = _fs_x(id_scores, ood_scores, {n: det.score(o) for n, o in inputs.id_shifted.items()},
+                                      {n: det.score(o) for n, o in inputs.ood_shifted.items()}, fm)
             if inputs.ood_subsplits is not None:
                 named = inputs.ood_subsplits != ""
                 entry["subsplits"] = _group_metrics(id_scores, ood_scores[named], inputs.ood_subsplits[named], fm)

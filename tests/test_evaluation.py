@@ -360,22 +360,52 @@ def test_restricting_logits_keeps_those_classes_and_renumbers_labels():
     assert head.weight.tolist() == [[12, 13, 14], [0, 1, 2]] and head.bias.tolist() == [4, 0]
 
 
-def test_a_semantic_split_is_evaluated_on_one_source_with_restricted_logits(tmp_path, role_groups):
-    """ImageNet-X's protocol on a small scale: one ID source holds both halves; the OOD half is the
-    OOD set, the ID half the ID test set, and the classifier decides among the ID half only."""
+def _split_world(tmp_path, sources):
+    """A two-and-two semantic split "x" of four ImageNet classes, and ID sources holding three
+    images of each of the four classes."""
     from curation.models import IdClassSet
 
     halves = {"x-id": [WNIDS[0], WNIDS[251]], "x-ood": [WNIDS[1], WNIDS[257]]}  # tench, dalmatian | goldfish, Great Pyrenees
     for name, wnids in halves.items():
-        IdClassSet.objects.create(name=name, spec="test", wnids=wnids)
-    rng = np.random.default_rng(0)
-    for source in ("val", "train"):
+        IdClassSet.objects.get_or_create(name=name, defaults={"spec": "test", "wnids": wnids})
+    rng = np.random.default_rng(len(sources))
+    for source in sources:
         for wnid in halves["x-id"] + halves["x-ood"]:
             folder = tmp_path / source / wnid
             folder.mkdir(parents=True)
             for i in range(3):  # distinct noise: no two images are duplicates
                 PILImage.fromarray(rng.integers(0, 255, (56, 72, 3), dtype=np.uint8)).save(folder / f"{i}.png")
         ingest(source, tmp_path / source, role="id")
+    return halves
+
+
+def test_imagenet_fs_x_pools_id_class_images_of_every_source_against_their_ood_class_images(tmp_path, role_groups):
+    _split_world(tmp_path, ("val", "train", "variant"))
+    out = io.StringIO()
+    call_command("evaluate", fs_x="x", id_test="source:val", id_fit="source:train", variant=["source:variant"],
+                 models="efficientnet_lite0", methods="msp,energy", sanity_seeds=0, stdout=out, stderr=io.StringIO())
+    run = EvaluationRun.objects.get()
+    assert run.status == "done", run.message
+    assert run.config["fs_x"] == {"split": "x", "variants": ["source:variant"]} and "sanity" not in run.config
+    assert run.ood_label == "source:val@x-ood" and run.config["restrict_logits"]["set"] == "x-id"
+    e = run.results["models"]["efficientnet_lite0"]["detectors"]["msp"]
+    fs = e["fs_x"]
+    assert set(fs["per_source"]) == {"ID source", "source:variant@x-id"}
+    assert (fs["pooled"]["n_id"], fs["pooled"]["n_ood"]) == (12, 12)  # 6 ID-class and 6 OOD-class images per source
+    assert fs["per_source"]["ID source"] == e["pooled"]  # the ID source's own figure is the standard one
+    assert e["full_spectrum"]["source:variant@x-id"]["full_spectrum"]["n_id"] == 12
+    assert "ImageNet-FS-X AUROC: pooled" in out.getvalue()
+    html = _client("res", "researcher").get(f"/evaluations/{run.pk}/").content.decode()
+    assert "ImageNet-FS-X" in html and 'data-metric="fs_x_pooled"' in html
+    assert {r["group"] for r in evaluation_csv_rows(run) if r["set"] == "fs_x"} == {"pooled", "ID source", "source:variant@x-id"}
+    with pytest.raises(CommandError, match="--fs-x needs at least one variant source"):
+        call_command("evaluate", fs_x="x", id_test="source:val", id_fit="source:train", stdout=io.StringIO())
+
+
+def test_a_semantic_split_is_evaluated_on_one_source_with_restricted_logits(tmp_path, role_groups):
+    """ImageNet-X's protocol on a small scale: one ID source holds both halves; the OOD half is the
+    OOD set, the ID half the ID test set, and the classifier decides among the ID half only."""
+    halves = _split_world(tmp_path, ("val", "train"))
     out = io.StringIO()
     call_command("evaluate", ood="source:val@x-ood", id_test="source:val@x-id", id_fit="source:train@x-id", models="efficientnet_lite0",
                  methods="msp,energy,mahalanobis", restrict_logits="x-id", stdout=out, stderr=io.StringIO())

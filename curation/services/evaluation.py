@@ -205,8 +205,8 @@ def _conventions(params: dict) -> dict:
 
 def evaluation_create(*, export: Export | None = None, id_test: str, id_fit: str, models: list[str], methods: list[str] | None = None,
                       unit_tests: Export | None = None, params: dict | None = None, ood: str | None = None,
-                      restrict_logits: str | None = None, id_shifted: list[str] | None = None, user=None,
-                      enqueue: bool = True) -> EvaluationRun:
+                      restrict_logits: str | None = None, id_shifted: list[str] | None = None, fs_x: dict | None = None,
+                      user=None, enqueue: bool = True) -> EvaluationRun:
     """A run of detectors x models. The OOD set is a clean ``export``, or (``ood``) part of an ID
     source, ``source:NAME@CLASSES``, as in a semantic split (ImageNet-X: the OOD half of the ID
     classes). ``restrict_logits`` (a registered ID class set) keeps only those classes' logits, so
@@ -219,6 +219,23 @@ def evaluation_create(*, export: Export | None = None, id_test: str, id_fit: str
     from curation.services.image_pipeline import PipelineError, _check_model_name
 
     params = dict(params or {})
+    ood_shifted: dict[str, str] = {}
+    if fs_x:
+        # ImageNet-FS-X (paper 004 sec. 2.2): each source split by the semantic split's class lists;
+        # ID-class images of the ID source are ID, of the variants shifted ID; OOD-class images of
+        # every source are OOD; the classifier keeps the ID half's logits.
+        if export is not None or ood or restrict_logits or id_shifted:
+            raise EvaluationError("--fs-x builds the OOD, shifted and restricted sets itself; give only --id-test, --id-fit "
+                                  "and the variant sources")
+        split, variants = fs_x["split"], [v.strip() for v in fs_x.get("variants") or [] if v.strip()]
+        if not variants:
+            raise EvaluationError("--fs-x needs at least one variant source (e.g. --variant source:imagenet-r)")
+        if "@" in id_test or "@" in id_fit or any("@" in v for v in variants):
+            raise EvaluationError("--fs-x: give whole sources (source:NAME); the split's class lists select their images")
+        ood, restrict_logits = f"{id_test}@{split}-ood", f"{split}-id"
+        id_test, id_fit = f"{id_test}@{split}-id", f"{id_fit}@{split}-id"
+        id_shifted = [f"{v}@{split}-id" for v in variants]
+        ood_shifted = {f"{v}@{split}-id": f"{v}@{split}-ood" for v in variants}
     if (export is None) == (ood is None):
         raise EvaluationError("give the OOD set: either a clean export or a source:NAME@CLASSES set (not both)")
     if export is not None and (export.kind != Export.Kind.DATASET or export.status != Export.Status.DONE):
@@ -279,6 +296,8 @@ def evaluation_create(*, export: Export | None = None, id_test: str, id_fit: str
         if shifted.kind == "import" and models != [shifted.obj.model_name]:
             raise EvaluationError(f"{shifted.key} holds outputs of {shifted.obj.model_name}; it can only be used with that model")
         sets[f"{SHIFTED_PREFIX}{shifted.key}"] = shifted
+        if spec in ood_shifted:
+            sets[f"{OOD_SHIFTED_PREFIX}{shifted.key}"] = resolve_set(ood_shifted[spec], role=f"OOD set {ood_shifted[spec]}")
     if unit_tests is not None:
         sets["unit_tests"] = export_set(unit_tests)
     config = {
@@ -293,6 +312,8 @@ def evaluation_create(*, export: Export | None = None, id_test: str, id_fit: str
     }
     if restriction:
         config["restrict_logits"] = restriction
+    if fs_x:
+        config["fs_x"] = {"split": fs_x["split"], "variants": [k.partition("@")[0] for k in ood_shifted]}
     sanity_seeds = int(params.get("sanity_seeds", settings.EVAL_SANITY_SEEDS))
     if sanity_seeds < 0 or sanity_seeds > 20:
         raise EvaluationError(f"sanity seeds {sanity_seeds}: use 0 (off) to 20 random networks (the paper: 5)")
@@ -321,6 +342,7 @@ def evaluation_create(*, export: Export | None = None, id_test: str, id_fit: str
 
 
 SHIFTED_PREFIX = "id_shifted:"
+OOD_SHIFTED_PREFIX = "ood_shifted:"  # ImageNet-FS-X: the OOD-class images of a variant source, keyed like its shifted ID set
 
 
 def _restriction(set_name: str) -> dict:
@@ -624,6 +646,8 @@ def evaluation_finalize(*, job_id: int, progress: Callable[[str], None] | None =
             unit, _, _, unit_groups = load_outputs(rows["unit_tests"], extras=[odin] if odin else [])
         shifted = {role.removeprefix(SHIFTED_PREFIX): load_outputs(row, extras=[odin] if odin else [])[0]
                    for role, row in rows.items() if role.startswith(SHIFTED_PREFIX)}
+        ood_shifted = {role.removeprefix(OOD_SHIFTED_PREFIX): load_outputs(row, extras=[odin] if odin else [])[0]
+                       for role, row in rows.items() if role.startswith(OOD_SHIFTED_PREFIX)}
         head = _head(model, rows["id_fit"])
         restriction = cfg.get("restrict_logits")
         if restriction:
@@ -635,12 +659,13 @@ def evaluation_finalize(*, job_id: int, progress: Callable[[str], None] | None =
             fit, test, ood = (restrict_classes(o, keep) for o in (fit, test, ood))
             unit = restrict_classes(unit, keep) if unit is not None else None
             shifted = {k: restrict_classes(o, keep) for k, o in shifted.items()}
+            ood_shifted = {k: restrict_classes(o, keep) for k, o in ood_shifted.items()}
             head = head.restricted(keep) if head is not None else None
         window = int(cfg.get("severity_window") or test.logits.shape[1])
         methods = [(m, cfg["method_params"].get(m, {})) for m in cfg["methods"]]
         r = evaluate_model(EvalInputs(fit=fit, id_test=test, ood=ood, ood_groups=ood_groups, unit_tests=unit,
                                       unit_groups=unit_groups, head=head, ood_subsplits=_subsplits(sets["ood"], ood_groups),
-                                      id_shifted=shifted),
+                                      id_shifted=shifted, ood_shifted=ood_shifted),
                            methods, severity_window=window, seed=int(cfg.get("seed", 0)), progress=progress,
                            conventions=Conventions(**cfg.get("conventions", {})))
         if restriction:

@@ -43,6 +43,11 @@ class Command(BaseCommand):
         parser.add_argument("--id-shifted", action="append", default=[], metavar="SET",
                             help="a covariate-shifted copy of ID classes (source:NAME or import:NAME; repeat for several): "
                                  "reported standard, full-spectrum (ImageNet-FS-X) and as a shift, with accuracy on it")
+        parser.add_argument("--fs-x", default="", metavar="SPLIT",
+                            help="ImageNet-FS-X on the semantic split SPLIT (made by `semantic_split --register SPLIT`): "
+                                 "--id-test and --id-fit are whole ID sources, --variant the covariate-shifted sources")
+        parser.add_argument("--variant", action="append", default=[], metavar="SET",
+                            help="with --fs-x: a variant source (source:NAME, e.g. ImageNet-V2, -R, -C copies); repeat")
         parser.add_argument("--sanity-seeds", type=int, default=None,
                             help="random networks for ImageNet-OOD's random-weight sanity check (default OODC_EVAL_SANITY_SEEDS, 5; "
                                  "0: off). RANDOM WEIGHTS, for the check only")
@@ -83,7 +88,7 @@ class Command(BaseCommand):
     def handle(self, *args, **o):
         from django.conf import settings
 
-        if bool(o["export"]) == bool(o["ood"]):
+        if not o["fs_x"] and bool(o["export"]) == bool(o["ood"]):
             raise CommandError("give the OOD set with --export NAME (a clean export) or --ood source:NAME@CLASSES, not both")
         export = find_export(o["export"], kind=Export.Kind.DATASET) if o["export"] else None
         unit = find_export(o["unit_tests"], kind=Export.Kind.UNIT_TESTS) if o["unit_tests"] else None
@@ -101,6 +106,7 @@ class Command(BaseCommand):
                                     models=_csv(o["models"]) or [settings.DEFAULT_MODEL], methods=_csv(o["methods"]) or None,
                                     params=params, ood=o["ood"] or None, restrict_logits=o["restrict_logits"] or None,
                                     id_shifted=o["id_shifted"],
+                                    fs_x={"split": o["fs_x"], "variants": o["variant"]} if o["fs_x"] else None,
                                     enqueue=o["queue"])
         except EvaluationRunning as exc:
             if not o["resume"]:
@@ -153,6 +159,14 @@ def report(cmd, run: EvaluationRun) -> None:
                              f"{pct(e['mean_class']['fpr95_id_positive']):>8} {pct(e['pooled']['fpr95_ood_positive']):>11} {fails:>10}")
             for note in e.get("notes", []):
                 cmd.stdout.write(f"  {'':<22} note: {note}")
+        fs_rows = [(det, e["fs_x"]) for det, e in r["detectors"].items() if e.get("fs_x")]
+        if fs_rows:
+            sources = list(fs_rows[0][1]["per_source"])
+            cmd.stdout.write(f"  ImageNet-FS-X AUROC: pooled, then per source ({', '.join(sources)})")
+            for det, fx in fs_rows:
+                label = res.get("detectors", {}).get(det, {}).get("label", det)
+                cmd.stdout.write(f"    {label:<20} {pct(fx['pooled']['auroc']):>6}   "
+                                 + " ".join(f"{pct(m['auroc']):>6}" for m in fx["per_source"].values()))
         for name, acc in (r.get("shifted") or {}).items():
             cmd.stdout.write(f"  shifted ID set {name}: ID accuracy {pct(acc.get('accuracy')).strip()}% on {acc['n']} images")
             cmd.stdout.write(f"    {'detector':<20} {'standard':>8} {'full spectrum':>13} {'shift':>6}  (AUROC)")
