@@ -77,6 +77,10 @@ def test_demo_ingests_the_bundled_data_and_prints_accounts(demo_server):
     # ... and with an evaluation run of every detector, whose URL it prints
     assert "evaluation #1: efficientnet_lite0 x 14 detectors on demo-clean-v1 + demo-unit-tests-v1" in out
     assert f"Evaluation results: {_url}/evaluations/1/" in out
+    # covariate shift: corrupted copies of the ID test set, reported three ways, and the random-weight check
+    assert "source demo-id-test-c-gaussian_noise-5: gaussian_noise at severity 5 of demo-id-test" in out
+    assert "shifted ID set source:demo-id-test-c-defocus_blur-5: ID accuracy" in out
+    assert "random-weight sanity check (RANDOM WEIGHTS (sanity check only): resnet18" in out
     for label in ("MSP", "Mahalanobis", "Relative Mahalanobis", "ViM", "KNN", "ReAct + Energy", "ASH-S + Energy", "MCM / RCos", "ODIN"):
         assert f"\n  {label} " in out, label
     assert "failed:" not in out  # every detector ran
@@ -94,7 +98,7 @@ def test_a_rerun_reuses_cached_outputs_and_a_failing_run_says_why(demo_server):
 
     _url, data = demo_server
     args = [sys.executable, "manage.py", "evaluate", "--export", "demo-clean", "--unit-tests", "demo-unit-tests",
-            "--id-test", "source:demo-id-test", "--id-fit", "source:demo-id-fit", "--methods", "msp,mahalanobis,odin"]
+            "--id-test", "source:demo-id-test", "--id-fit", "source:demo-id-fit", "--sanity-seeds", "0", "--methods", "msp,mahalanobis,odin"]
     started = time.monotonic()
     again = subprocess.run(args, capture_output=True, text=True, env=_demo_env(data), cwd=REPO, timeout=300)
     assert again.returncode == 0, again.stderr

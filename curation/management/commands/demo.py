@@ -56,8 +56,16 @@ class Command(BaseCommand):
         eval_paths = generate_demo_eval(root)
         call_command("add_source", "demo-id-test", str(eval_paths.id_test), role="id", stdout=out, stderr=self.stderr)
         call_command("add_source", "demo-id-fit", str(eval_paths.id_fit), role="id", stdout=out, stderr=self.stderr)
+        # covariate-shifted copies of the ID test images (ImageNet-C's most severe noise and blur, as
+        # ImageNet-OOD's sanity check uses): reported standard, full-spectrum and as a shift
+        shifted_dir = root / "demo-id-test-c"
+        call_command("make_covariate_shift", from_spec="source:demo-id-test", out=str(shifted_dir),
+                     corruptions="gaussian_noise,defocus_blur", severities="5", name="demo-id-test-c",
+                     resume=shifted_dir.is_dir(), stdout=out, stderr=self.stderr)
         call_command("evaluate", export="demo-clean", unit_tests="demo-unit-tests", id_test="source:demo-id-test",
-                     id_fit="source:demo-id-fit", stdout=out, stderr=self.stderr)
+                     id_fit="source:demo-id-fit", id_shifted=["source:demo-id-test-c-gaussian_noise-5",
+                                                                "source:demo-id-test-c-defocus_blur-5"],
+                     stdout=out, stderr=self.stderr)
         run = EvaluationRun.objects.order_by("-pk").first()
         out.write(self.style.MIGRATE_HEADING("10/10 Summary"))
         for row in selectors.source_summaries():
