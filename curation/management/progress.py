@@ -10,8 +10,10 @@ from curation.jobs import is_stale, silent_for, state
 from curation.models import Job
 
 
-def wait_for_job(job: Job, *, desc: str, poll: float = 0.5, timeout: float | None = None, unit: str = "img") -> Job:
-    """Show a bar fed from the Job row until the workers finish it (or ``timeout`` passes)."""
+def wait_for_job(job: Job, *, desc: str, poll: float = 0.5, timeout: float | None = None, unit: str = "img",
+                 until_stale: bool = False) -> Job:
+    """Show a bar fed from the Job row until the workers finish it (or ``timeout`` passes; or,
+    with ``until_stale``, until no worker reports on it any more)."""
     start = time.monotonic()
     bar = tqdm(total=job.total or None, desc=desc, unit=unit, file=sys.stderr, dynamic_ncols=True)
     warned = False
@@ -26,6 +28,8 @@ def wait_for_job(job: Job, *, desc: str, poll: float = 0.5, timeout: float | Non
             if job.status in (Job.Status.DONE, Job.Status.FAILED):
                 return job
             if timeout is not None and time.monotonic() - start > timeout:
+                return job
+            if until_stale and is_stale(job):
                 return job
             if is_stale(job) and not warned:
                 warned = True
@@ -64,6 +68,15 @@ def resume_and_wait(cmd, job: Job, *, desc: str, force: bool = False) -> Job:
 
     try:
         if on_workers():
+            job.refresh_from_db()
+            if not force and job.status in (Job.Status.PENDING, Job.Status.RUNNING) and not is_stale(job):
+                # a worker took up the job's queued steps again (e.g. one started after the crash):
+                # follow it; whatever the lost worker held is resumed once the job goes quiet
+                cmd.stdout.write(f"job #{job.pk} is running again ({job.worker or 'a worker'} reported {silent_for(job)} s ago); "
+                                 "following it, and resuming what is left if it goes quiet")
+                job = wait_for_job(job, desc=desc, until_stale=True)
+                if job.status in (Job.Status.DONE, Job.Status.FAILED):
+                    return job
             r = resume(job, force=force)
             cmd.stdout.write(f"Re-queued {r.queued} step(s) of job #{job.pk} ({job.progress}/{job.total} done before)")
             return wait_for_job(job, desc=desc)
