@@ -17,6 +17,7 @@ from curation.validators import name_field
 from curation.services.class_filter import (ClassDecisionError, ClassFilterError, class_decisions_resolve, class_filter_start,
                                             class_override_pin, class_override_unpin)
 from curation.services.evaluation import EvaluationError, evaluation_create
+from curation.services.covariate_shift import CovariateShiftError, covariate_shift_start
 from curation.services.id_classes import IdClassSetError, semantic_split_create
 from curation.services.exports import ExportRequestError, export_create, unit_tests_create
 from curation.services.image_pipeline import JobAlreadyRunning, PipelineError, dedup_start, extract_start
@@ -25,6 +26,7 @@ from curation.services.review import (ReviewError, review_items_set_gold, review
                                       review_settings_save)
 from pipelines.class_filter import PolicyError
 from pipelines.names import NAME_RULE
+from pipelines.corruptions import CORRUPTIONS
 from pipelines.semantic import DIFFICULTY_HELP
 from pipelines.class_filter.policy import DEFAULT_PRESET, PRESETS
 from pipelines.wordnet import WordNetUnavailable
@@ -88,6 +90,17 @@ class ClassFilterForm(forms.Form):
                                         help_text="Default: the default ID class set (ImageNet-1K unless changed)")
 
 
+class CovariateShiftForm(forms.Form):
+    name = name_field("name", max_length=70, help_text="The copies go to the sources folder under this name; sources are "
+                                                       "NAME-<corruption>-<severity>")
+    corruptions = forms.MultipleChoiceField(choices=[(c, c) for c in CORRUPTIONS], initial=["gaussian_noise", "defocus_blur"],
+                                            widget=forms.CheckboxSelectMultiple,
+                                            help_text="The 15 ImageNet-C benchmark corruptions, then the 4 held-out ones")
+    severities = forms.MultipleChoiceField(choices=[(str(s), str(s)) for s in range(1, 6)], initial=["5"],
+                                           widget=forms.CheckboxSelectMultiple)
+    seed = forms.IntegerField(initial=0, help_text="The same seed gives the same files")
+
+
 class SemanticSplitForm(forms.Form):
     name = name_field("split name", max_length=90, help_text="The halves become ID class sets NAME-id and NAME-ood")
     seed = forms.IntegerField(required=False, help_text="Empty: the authors' deterministic procedure (ImageNet-X for "
@@ -141,7 +154,7 @@ class SourceAdmin(admin.ModelAdmin):
     list_filter = ("role",)
     search_fields = ("name", "root")
     readonly_fields = ("name", "root", "created_by", "created_at")  # a name is how commands and specs refer to it
-    actions = ["rescan", "run_class_filter", "extract", "find_near_duplicates", "build_review_queue"]
+    actions = ["rescan", "run_class_filter", "extract", "find_near_duplicates", "build_review_queue", "make_covariate_shift"]
 
     def has_add_permission(self, request):
         # Roots are server paths: sources are registered with `manage.py add_source`, where the
@@ -213,6 +226,30 @@ class SourceAdmin(admin.ModelAdmin):
 
     def has_review_permission(self, request):
         return request.user.has_perm("curation.change_reviewsettings")
+
+    @admin.action(description="Make covariate-shifted copies of the selected ID source (ImageNet-C corruptions)", permissions=["change"])
+    def make_covariate_shift(self, request, queryset):
+        if queryset.count() != 1:
+            self.message_user(request, "Select exactly one ID source to corrupt.", messages.ERROR)
+            return None
+        source = queryset.get()
+
+        def submit(data):
+            try:
+                job = covariate_shift_start(source=source, corruptions=data["corruptions"], severities=[int(x) for x in data["severities"]],
+                                            seed=data["seed"], name=data["name"], user=request.user)
+            except CovariateShiftError as exc:
+                self.message_user(request, str(exc), messages.ERROR)
+                return
+            job.refresh_from_db()
+            done = job.status == job.Status.DONE
+            self.message_user(request, f"Covariate-shift job #{job.pk} for {source.name}: "
+                                       + (job.message if done else "queued; the new sources appear here when it is done"))
+
+        return action_form(self, request, queryset, form_class=CovariateShiftForm, title="Covariate-shifted copies (ImageNet-C)",
+                           intro="Each chosen corruption and severity becomes an ID source NAME-<corruption>-<severity> "
+                                 "(ImageNet-C's layout and 224-px centre crop, deterministic under the seed), ready to be an "
+                                 "evaluation's shifted ID set (docs/evaluation.md).", submit=submit)
 
 
 @admin.register(CandidateClass)

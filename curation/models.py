@@ -117,6 +117,7 @@ class Job(models.Model):
         EXPORT = "export", "export a clean set"
         UNIT_TESTS = "unit_tests", "generate OOD unit tests"
         EVALUATE = "evaluate", "evaluation run (OOD detectors x models)"
+        COVARIATE_SHIFT = "covariate_shift", "covariate-shifted copies (ImageNet-C corruptions)"
 
     class Status(models.TextChoices):
         PENDING = "pending", "pending"

@@ -79,3 +79,30 @@ def test_bad_requests_are_one_line_errors(tmp_path):
     (tmp_path / "full" / "x").write_text("x")
     with pytest.raises(CommandError, match="the folder is not empty"):
         call_command("make_covariate_shift", from_spec="source:val", out=str(tmp_path / "full"), stdout=io.StringIO())
+
+
+def test_the_admin_action_runs_it_as_a_job(tmp_path, settings, django_capture_on_commit_callbacks):
+    from django.test import Client
+
+    from curation.models import Job
+    from curation.services.users import users_create_demo
+
+    settings.SOURCE_ALLOWED_ROOTS = [tmp_path / "sources"]
+    source = _id_source(tmp_path)
+    users_create_demo()
+    curator = Client()
+    assert curator.login(username="curator", password="curator-demo")
+    with django_capture_on_commit_callbacks(execute=True):  # eager Celery: the job runs on commit
+        r = curator.post("/admin/curation/source/", {"action": "make_covariate_shift", "_selected_action": [str(source.pk)],
+                                                     "apply": "1", "name": "val-shift", "corruptions": ["fog"],
+                                                     "severities": ["2"], "seed": "1"}, follow=True)
+    assert r.status_code == 200
+    job = Job.objects.get(kind="covariate_shift")
+    assert job.status == "done" and job.result["sources"] == ["val-shift-fog-2"] and job.created_by.username == "curator"
+    assert (tmp_path / "sources" / "val-shift" / "fog" / "2" / "n01440764" / "0.png").is_file()
+    assert Source.objects.get(name="val-shift-fog-2").provenance["from"] == "val"
+    # the same name again is refused before any work
+    r = curator.post("/admin/curation/source/", {"action": "make_covariate_shift", "_selected_action": [str(source.pk)],
+                                                 "apply": "1", "name": "val-shift", "corruptions": ["fog"], "severities": ["2"],
+                                                 "seed": "1"}, follow=True)
+    assert b"already holds files; choose another name" in r.content and Job.objects.filter(kind="covariate_shift").count() == 1

@@ -33,6 +33,8 @@ def roots(tmp_path, settings):
     settings.EXTRACT_CHUNK_SIZE = 4
     settings.EVAL_CHUNK_SIZE = 4
     settings.INGEST_CHUNK_SIZE = 4
+    settings.SOURCE_ALLOWED_ROOTS = [tmp_path / "sources"]
+    settings.EVAL_SANITY_SEEDS = 0  # the random-weight check is tested on its own (tests/pipelines/test_sanity.py)
 
 
 def _source(tmp_path, name="pool", n=12):
@@ -109,8 +111,19 @@ def setup_evaluate(tmp_path):
                              methods=["msp", "energy"], enqueue=False).job
 
 
+def setup_covariate_shift(tmp_path):
+    from curation.models import Source
+    from curation.services.covariate_shift import covariate_shift_start
+    from tests.review_data import id_sets
+
+    id_sets(tmp_path, {"idref": (2, 64)})
+    return covariate_shift_start(source=Source.objects.get(name="idref"), corruptions=["fog"], severities=[1], seed=0,
+                                 name="idref-c", enqueue=False)
+
+
 SETUPS = {"ingest": setup_ingest, "extract": setup_extract, "dedup": setup_dedup, "class_filter": setup_class_filter,
-          "export": setup_export, "unit_tests": setup_unit_tests, "evaluate": setup_evaluate}
+          "export": setup_export, "unit_tests": setup_unit_tests, "evaluate": setup_evaluate,
+          "covariate_shift": setup_covariate_shift}
 
 
 def test_every_stage_is_a_registered_kind_with_a_protocol_test():

@@ -99,6 +99,15 @@ def _class_filter() -> JobKind:
     return single_step(kind=Job.Kind.CLASS_FILTER, label="class filter", execute=execute, fail=_job_fail, queue=_cpu)
 
 
+def _covariate_shift() -> JobKind:
+    from curation.services import covariate_shift as s
+
+    return single_step(kind=Job.Kind.COVARIATE_SHIFT, label="covariate shift",
+                       execute=lambda job_id, progress, on_total: s.covariate_shift_execute(job_id=job_id, progress=progress,
+                                                                                           on_total=on_total),
+                       fail=_job_fail, queue=_extract_queue)
+
+
 for _make in (_ingest, _extract, _evaluate, _dedup, lambda: _exports(Job.Kind.EXPORT), lambda: _exports(Job.Kind.UNIT_TESTS),
-              _class_filter):
+              _class_filter, _covariate_shift):
     register_kind(_make())

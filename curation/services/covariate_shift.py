@@ -9,8 +9,16 @@ from collections import Counter
 from pathlib import Path
 from typing import Callable
 
-from curation.models import Image, Source
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from curation.jobs import enqueue_on_commit
+from curation.models import Image, Job, Source
 from curation.services.audit import audit_record
+from curation.services.jobs import job_mark_running
+from curation.version import code_version
 from curation.services.ingest import ingest_run_inline, ingest_start
 from curation.services.sources import SourceError, source_register
 from pipelines import csv_cells
@@ -119,3 +127,61 @@ def _register(out_dir: Path, corruption: str, severity: int, name: str, original
 def read_provenance(out_dir: Path) -> list[dict]:
     with open(Path(out_dir) / PROVENANCE_FILE, newline="", encoding="utf-8") as fh:
         return list(csv.DictReader(fh))
+
+
+# -- as a job (the admin's action; the command runs covariate_shift_make directly) -----------------
+
+
+def covariate_shift_start(*, source: Source, corruptions: list[str], severities: list[int], seed: int, name: str,
+                          user=None, enqueue: bool = True) -> Job:
+    """Queue the corruption of ``source`` into ``<first allowed source root>/<name>``; the inputs
+    are checked now, the work runs on the workers (or in this process without a broker)."""
+    try:
+        check_name(name, what="name", max_length=70)
+        parse_corruptions(",".join(corruptions))
+        parse_severities(",".join(str(s) for s in severities))
+    except (InvalidName, CorruptionError) as exc:
+        raise CovariateShiftError(str(exc)) from None
+    if source.role != Source.Role.ID:
+        raise CovariateShiftError(f"{source.name} holds OOD candidates; covariate-shifted copies are made of ID sources")
+    out = Path(settings.SOURCE_ALLOWED_ROOTS[0]) / name
+    if out.exists() and any(out.iterdir()):
+        raise CovariateShiftError(f"{out} already holds files; choose another name")
+    with transaction.atomic():
+        job = Job.objects.create(kind=Job.Kind.COVARIATE_SHIFT, source=source, code_version=code_version(),
+                                 created_by=user if getattr(user, "pk", None) else None,
+                                 config={"from": f"source:{source.name}", "out": str(out), "corruptions": list(corruptions),
+                                         "severities": [int(s) for s in severities], "seed": int(seed), "name": name})
+        if enqueue:
+            enqueue_on_commit(job)
+    return job
+
+
+def covariate_shift_execute(*, job_id: int, progress=None, on_total=None) -> Job:
+    """The job's work; idempotent (files already written are kept, sources re-registered)."""
+    job = Job.objects.get(pk=job_id)
+    if job.status == Job.Status.DONE:
+        return job
+    job_mark_running(job=job, message="corrupting images")
+    cfg = job.config
+
+    def tick(n: int) -> None:
+        Job.objects.filter(pk=job.pk).update(progress=F("progress") + n)
+        if progress:
+            progress(n)
+
+    def total(n: int) -> None:
+        Job.objects.filter(pk=job.pk).update(total=n, progress=0)
+        if on_total:
+            on_total(n)
+
+    sources, counts = covariate_shift_make(
+        from_spec=cfg["from"], out_dir=Path(cfg["out"]), corruptions=",".join(cfg["corruptions"]),
+        severities=",".join(str(s) for s in cfg["severities"]), seed=cfg["seed"], name=cfg["name"], user=job.created_by,
+        progress=tick, on_total=total)
+    job.refresh_from_db()
+    job.status, job.finished_at = Job.Status.DONE, timezone.now()
+    job.result = {"sources": [s.name for s in sources], **counts}
+    job.message = (f"{len(sources)} shifted source(s) in {cfg['out']}: " + ", ".join(f"{k} {v}" for k, v in counts.items() if v))[:1000]
+    job.save(update_fields=["status", "finished_at", "result", "message"])
+    return job
