@@ -143,3 +143,25 @@ def colourfulness(path: str) -> float | None:
     rg = a[..., 0] - a[..., 1]
     yb = (a[..., 0] + a[..., 1]) / 2 - a[..., 2]
     return float(np.hypot(rg.std(), yb.std()) + 0.3 * np.hypot(rg.mean(), yb.mean()))
+
+
+# The IJG (libjpeg) standard luminance quantisation table at quality 50 (ITU-T T.81 Annex K, Table K.1).
+_IJG_LUMA_50 = np.array([
+    16, 11, 10, 16, 24, 40, 51, 61, 12, 12, 14, 19, 26, 58, 60, 55, 14, 13, 16, 24, 40, 57, 69, 56,
+    14, 17, 22, 29, 51, 87, 80, 62, 18, 22, 37, 56, 68, 109, 103, 77, 24, 35, 55, 64, 81, 104, 113, 92,
+    49, 64, 78, 87, 103, 121, 120, 101, 72, 92, 95, 98, 112, 100, 103, 99], dtype=np.float64)
+
+
+def jpeg_quality(quantization: dict | None) -> float | None:
+    """The IJG quality (1-100) a JPEG was most likely saved at, from its luminance quantisation
+    table (Pillow's ``Image.quantization[0]``): libjpeg scales the Annex K table by
+    S = 5000/Q (Q < 50) or 200 - 2Q (Q >= 50) percent, so Q follows from S = 100 * mean(table) / mean(K.1).
+    None for files without a table (not JPEG)."""
+    if not quantization or 0 not in quantization:
+        return None
+    table = np.asarray(quantization[0], dtype=np.float64)
+    if table.size != 64:
+        return None
+    scale = 100.0 * table.mean() / _IJG_LUMA_50.mean()
+    quality = (200.0 - scale) / 2.0 if scale <= 100.0 else 5000.0 / scale
+    return float(min(max(quality, 1.0), 100.0))

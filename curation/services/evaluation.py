@@ -732,6 +732,7 @@ def _sanity(cfg: dict, sets: dict[str, ImageSet], progress) -> dict:
 
 
 LOW_LEVEL = {"megapixels": "resolution (megapixels)", "jpeg_share": "share of JPEG files",
+             "jpeg_quality": "JPEG quality (estimated from the quantisation tables)",
              "bytes_per_pixel": "file bytes per pixel (compression)", "colourfulness": "colourfulness (Hasler & Süsstrunk)"}
 
 
@@ -739,24 +740,28 @@ def _low_level(paths: list[str]) -> dict:
     """Cheap statistics of a set's sampled files: header size and format, file size, colourfulness."""
     from PIL import Image as PILImage
 
-    from pipelines.sanity import colourfulness
+    from pipelines.sanity import colourfulness, jpeg_quality
 
-    mp, jpeg, bpp, colour = [], [], [], []
+    mp, jpeg, quality, bpp, colour = [], [], [], [], []
     for p in paths:
         try:
             with PILImage.open(p) as im:
                 w, h, fmt = im.width, im.height, im.format
+                q = jpeg_quality(getattr(im, "quantization", None)) if fmt == "JPEG" else None
             size = os.path.getsize(p)
         except OSError:
             continue
         mp.append(w * h / 1e6)
         jpeg.append(fmt == "JPEG")
+        if q is not None:
+            quality.append(q)
         bpp.append(size / max(w * h, 1))
         c = colourfulness(p)
         if c is not None:
             colour.append(c)
     mean = lambda v: float(np.mean(v)) if v else None  # noqa: E731
-    return {"n": len(mp), "megapixels": mean(mp), "jpeg_share": mean(jpeg), "bytes_per_pixel": mean(bpp), "colourfulness": mean(colour)}
+    return {"n": len(mp), "megapixels": mean(mp), "jpeg_share": mean(jpeg), "jpeg_quality": mean(quality),
+            "bytes_per_pixel": mean(bpp), "colourfulness": mean(colour)}
 
 
 def _differences(a: dict, b: dict, *, ratio: float = 1.25) -> list[str]:
@@ -770,6 +775,9 @@ def _differences(a: dict, b: dict, *, ratio: float = 1.25) -> list[str]:
         if key == "jpeg_share":
             if abs(x - y) > 0.25:
                 out.append(f"{words}: ID {x:.0%} vs {y:.0%}")
+        elif key == "jpeg_quality":
+            if abs(x - y) > 10:
+                out.append(f"{words}: ID {x:.0f} vs {y:.0f}")
         elif min(x, y) > 0 and max(x, y) / min(x, y) > ratio:
             out.append(f"{words}: ID {x:.3g} vs {y:.3g}")
     return out

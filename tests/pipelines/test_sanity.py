@@ -7,7 +7,8 @@ import pytest
 from PIL import Image, ImageFilter
 
 from fixtures.images import pattern_image
-from pipelines.sanity import RANDOM_LABEL, SanitySets, colourfulness, random_weight_check, random_weight_model, sample
+from pipelines.sanity import (RANDOM_LABEL, SanitySets, colourfulness, jpeg_quality, random_weight_check, random_weight_model,
+                              sample)
 
 KINDS = ("dots", "stripes", "checker", "blobs", "gradient")
 
@@ -68,3 +69,12 @@ def test_sampling_and_colourfulness(tmp_path):
     assert colourfulness(str(grey)) == pytest.approx(0.0)
     # a flat red image: rg = 255, yb = 127.5, no spread: 0.3 * hypot(255, 127.5)
     assert colourfulness(str(red)) == pytest.approx(0.3 * np.hypot(255, 127.5))
+
+
+@pytest.mark.parametrize("quality", [30, 50, 75, 90])
+def test_jpeg_quality_is_read_back_from_the_quantisation_tables(tmp_path, quality):
+    path = tmp_path / f"q{quality}.jpg"
+    Image.fromarray(np.random.default_rng(0).integers(0, 255, (64, 64, 3), dtype=np.uint8)).save(path, quality=quality)
+    with Image.open(path) as im:
+        assert jpeg_quality(im.quantization) == pytest.approx(quality, abs=2)
+    assert jpeg_quality(None) is None
