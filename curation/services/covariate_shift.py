@@ -82,7 +82,7 @@ def covariate_shift_make(*, from_spec: str, out_dir: Path, corruptions: str, sev
                 run_task(task, out_dir, imagenet_c_crop=imagenet_c_crop)
                 status[task.rel_out] = "ok"
                 counts["written"] += 1
-            except (OSError, ValueError) as exc:  # unreadable, too small, a corruption that failed on this image
+            except Exception as exc:  # unreadable, too small, a corruption that failed on this image: recorded, go on
                 status[task.rel_out] = f"failed: {type(exc).__name__}: {exc}"
                 counts["failed"] += 1
         if progress:
