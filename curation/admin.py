@@ -794,6 +794,12 @@ class EvaluationCreateForm(forms.Form):
     severity_protocol = forms.ChoiceField(choices=[("c-ood", "C-OOD: 200 images per class, 150 estimate / 50 test (default)"),
                                                    ("small-data", "small-data variant: any class with >= 2 images (not C-OOD's)")],
                                           required=False, initial="c-ood", help_text="C-OOD severity levels")
+    id_shifted = forms.MultipleChoiceField(required=False, widget=forms.CheckboxSelectMultiple,
+                                           help_text="Optional: covariate-shifted copies of ID classes (ImageNet-V2/-R/-C, or made "
+                                                     "with make_covariate_shift), reported standard, full-spectrum and as a shift")
+    sanity_seeds = forms.IntegerField(min_value=0, max_value=20, initial=5, required=False,
+                                      help_text="Random-weight sanity check (ImageNet-OOD): random networks to run, 0 = off. "
+                                                "RANDOM WEIGHTS, for the check only")
     decoder = forms.ChoiceField(choices=[("", "the deployment's default (OODC_DECODER)"),
                                          ("pil", "pil: Pillow and timm's transform"),
                                          ("torchvision", "torchvision: tensor decode and resize (nvJPEG on GPU workers)")],
@@ -806,6 +812,7 @@ class EvaluationCreateForm(forms.Form):
         super().__init__(*args, **kwargs)
         sets = _id_set_choices()
         self.fields["id_test"].choices = self.fields["id_fit"].choices = [("", "---------")] + sets
+        self.fields["id_shifted"].choices = sets
         self.fields["models"].choices = [(name, f"{name}: {spec.description}") for name, spec in MODELS.items()]
         self.fields["models"].initial = list(MODELS)[:1]
         self.fields["methods"].choices = [(n, f"{DETECTORS[n].label} ({DETECTORS[n].paper})") for n in detector_names()]
@@ -856,10 +863,13 @@ class EvaluationRunAdmin(NoDelete, NoChange, RecordAdmin):
         if request.method == "POST" and form.is_valid():
             d = form.cleaned_data
             params = {k: d[k] for k in ("knn_k", "odin_temperature", "odin_epsilon", "react_percentile", "ash_percentile", "seed",
-                                        "fpr_method", "oaa_convention", "severity_protocol", "decoder")}
+                                        "fpr_method", "oaa_convention", "severity_protocol", "decoder", "sanity_seeds")}
+            if params["sanity_seeds"] is None:  # empty: the deployment's default (OODC_EVAL_SANITY_SEEDS)
+                del params["sanity_seeds"]
             try:
                 run = evaluation_create(export=d["export"], unit_tests=d["unit_tests"], id_test=d["id_test"], id_fit=d["id_fit"],
-                                        models=d["model_names"], methods=d["methods"], params=params, user=request.user)
+                                        models=d["model_names"], methods=d["methods"], params=params, user=request.user,
+                                        id_shifted=list(d.get("id_shifted") or []))
             except EvaluationError as exc:
                 form.add_error(None, str(exc))
             else:

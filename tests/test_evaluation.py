@@ -174,6 +174,19 @@ def test_admin_form_starts_a_run(tmp_path, role_groups, django_capture_on_commit
     run.refresh_from_db()
     assert run.status == "done" and run.created_by.username == "res"  # eager Celery ran plan -> finalize
     assert set(run.results["models"]["toy"]["detectors"]) == {"msp", "energy"}
+    # shifted ID sets and the sanity check's seeds are in the form too
+    w, b, make = _gaussians(2)
+    x, lg, y = make(100, 3.0)
+    outputs_import(name="shifted", path=_write_npz(tmp_path / "sh.npz", features=x, logits=lg, labels=np.array([WNIDS[i] for i in y])),
+                   model_name="toy")
+    with django_capture_on_commit_callbacks(execute=True):
+        resp = researcher.post("/admin/curation/evaluationrun/add/", {
+            "export": export.pk, "id_test": "import:test", "id_fit": "import:fit", "other_models": "toy", "methods": ["msp"],
+            "knn_k": 1000, "odin_temperature": 2, "odin_epsilon": 1e-5, "react_percentile": 99, "ash_percentile": 90, "seed": 0,
+            "id_shifted": ["import:shifted"], "sanity_seeds": 0})
+    second = EvaluationRun.objects.order_by("-pk").first()
+    assert resp.status_code == 302 and "sanity" not in second.config
+    assert "import:shifted" in second.results["models"]["toy"]["detectors"]["msp"]["full_spectrum"]
     bad = researcher.post("/admin/curation/evaluationrun/add/", {
         "export": export.pk, "id_test": "import:test", "id_fit": "import:test", "other_models": "toy", "methods": ["msp"],
         "knn_k": 1000, "odin_temperature": 2, "odin_epsilon": 1e-5, "react_percentile": 99, "ash_percentile": 90, "seed": 0})
