@@ -63,6 +63,14 @@ class NoDelete:
         return False
 
 
+def only_one(modeladmin, request, queryset, message: str):
+    """The single selected row of an action that works on one, or None (and ``message`` shown)."""
+    if queryset.count() != 1:
+        modeladmin.message_user(request, message, messages.ERROR)
+        return None
+    return queryset.get()
+
+
 def action_form(modeladmin, request, queryset, *, form_class, title, intro, submit):
     """An admin action's intermediate page: show ``form_class`` for the selected rows; once it
     is posted back valid, call ``submit(cleaned_data)`` and return to the list."""
@@ -121,10 +129,9 @@ class IdClassSetAdmin(admin.ModelAdmin):
 
     @admin.action(description="Split into ID/OOD halves by WordNet parent (ImageNet-X)", permissions=["change"])
     def semantic_split(self, request, queryset):
-        if queryset.count() != 1:
-            self.message_user(request, "Select exactly one ID class set to split.", messages.ERROR)
+        id_set = only_one(self, request, queryset, "Select exactly one ID class set to split.")
+        if id_set is None:
             return None
-        id_set = queryset.get()
 
         def submit(data):
             folder = settings.DATA_DIR / "splits" / data["name"]
@@ -229,10 +236,9 @@ class SourceAdmin(admin.ModelAdmin):
 
     @admin.action(description="Make covariate-shifted copies of the selected ID source (ImageNet-C corruptions)", permissions=["change"])
     def make_covariate_shift(self, request, queryset):
-        if queryset.count() != 1:
-            self.message_user(request, "Select exactly one ID source to corrupt.", messages.ERROR)
+        source = only_one(self, request, queryset, "Select exactly one ID source to corrupt.")
+        if source is None:
             return None
-        source = queryset.get()
 
         def submit(data):
             try:

@@ -128,18 +128,23 @@ def random_weight_check(sets: SanitySets, detectors: list[tuple[str, dict]], *, 
 
 
 def colourfulness(path: str) -> float | None:
-    """Hasler & Süsstrunk's (2003) colourfulness of an image, on a 64-px-wide thumbnail:
-    sqrt(sd_rg^2 + sd_yb^2) + 0.3 * sqrt(mean_rg^2 + mean_yb^2), rg = R - G, yb = (R + G) / 2 - B."""
+    """Hasler & Süsstrunk's (2003) colourfulness of the image file at ``path`` (None if unreadable)."""
     from PIL import Image
 
     try:
         with Image.open(path) as im:
-            im.draft("RGB", (64, 64))
-            im = im.convert("RGB")
-            im.thumbnail((64, 64))
-            a = np.asarray(im, dtype=np.float64)
+            return colourfulness_of(im)
     except OSError:
         return None
+
+
+def colourfulness_of(im) -> float:
+    """Hasler & Süsstrunk's (2003) colourfulness of an open image, on a 64-px-wide thumbnail:
+    sqrt(sd_rg^2 + sd_yb^2) + 0.3 * sqrt(mean_rg^2 + mean_yb^2), rg = R - G, yb = (R + G) / 2 - B."""
+    im.draft("RGB", (64, 64))
+    small = im.convert("RGB")
+    small.thumbnail((64, 64))
+    a = np.asarray(small, dtype=np.float64)
     rg = a[..., 0] - a[..., 1]
     yb = (a[..., 0] + a[..., 1]) / 2 - a[..., 2]
     return float(np.hypot(rg.std(), yb.std()) + 0.3 * np.hypot(rg.mean(), yb.mean()))

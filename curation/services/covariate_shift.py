@@ -20,7 +20,7 @@ from curation.services.audit import audit_record
 from curation.services.jobs import job_mark_running
 from curation.version import code_version
 from curation.services.ingest import ingest_run_inline, ingest_start
-from curation.services.sources import SourceError, source_register
+from curation.services.sources import SourceError, id_source_named, source_register
 from pipelines import csv_cells
 from pipelines.corruptions import CorruptionError, parse_corruptions, parse_severities, plan, run_task
 from pipelines.names import InvalidName, atomic_write, check_name
@@ -48,11 +48,10 @@ def covariate_shift_make(*, from_spec: str, out_dir: Path, corruptions: str, sev
         names, levels = parse_corruptions(corruptions), parse_severities(severities)
     except CorruptionError as exc:
         raise CovariateShiftError(str(exc)) from None
-    source_name = from_spec.removeprefix("source:")
-    source = Source.objects.filter(name=source_name).first()
-    if source is None or source.role != Source.Role.ID:
-        known = ", ".join(Source.objects.filter(role=Source.Role.ID).values_list("name", flat=True)) or "none"
-        raise CovariateShiftError(f"--from {from_spec}: not an ID reference source (ID sources: {known})")
+    try:
+        source = id_source_named(from_spec, flag="--from")
+    except SourceError as exc:
+        raise CovariateShiftError(str(exc)) from None
     prefix = name or f"{source.name}-c"
     try:
         check_name(prefix, what="name", max_length=70)

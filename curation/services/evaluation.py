@@ -740,14 +740,15 @@ def _low_level(paths: list[str]) -> dict:
     """Cheap statistics of a set's sampled files: header size and format, file size, colourfulness."""
     from PIL import Image as PILImage
 
-    from pipelines.sanity import colourfulness, jpeg_quality
+    from pipelines.sanity import colourfulness_of, jpeg_quality
 
     mp, jpeg, quality, bpp, colour = [], [], [], [], []
     for p in paths:
         try:
-            with PILImage.open(p) as im:
+            with PILImage.open(p) as im:  # one open per file: header, quantisation tables, then a thumbnail
                 w, h, fmt = im.width, im.height, im.format
                 q = jpeg_quality(getattr(im, "quantization", None)) if fmt == "JPEG" else None
+                c = colourfulness_of(im)
             size = os.path.getsize(p)
         except OSError:
             continue
@@ -756,9 +757,7 @@ def _low_level(paths: list[str]) -> dict:
         if q is not None:
             quality.append(q)
         bpp.append(size / max(w * h, 1))
-        c = colourfulness(p)
-        if c is not None:
-            colour.append(c)
+        colour.append(c)
     mean = lambda v: float(np.mean(v)) if v else None  # noqa: E731
     return {"n": len(mp), "megapixels": mean(mp), "jpeg_share": mean(jpeg), "jpeg_quality": mean(quality),
             "bytes_per_pixel": mean(bpp), "colourfulness": mean(colour)}

@@ -7,6 +7,7 @@ from django.db import transaction
 
 from curation.models import IdClassSet, Image, Source
 from curation.services.audit import audit_record
+from curation.services.sources import SourceError, id_source_named
 from pipelines.imagenet import NAMED_LISTS, ClassListError, imagenet_lemmas, read_wnid_file, resolve_class_list
 from pipelines.names import InvalidName, atomic_write, check_name
 from pipelines.semantic_split import SemanticSplit, SplitError, semantic_split, write_split
@@ -104,11 +105,10 @@ def semantic_split_create(*, id_spec: str | None = "imagenet-1k", out_dir: Path 
 
 
 def _id_source(spec: str) -> Source:
-    source = Source.objects.filter(name=spec.removeprefix("source:")).first()
-    if source is None or source.role != Source.Role.ID:
-        known = ", ".join(Source.objects.filter(role=Source.Role.ID).values_list("name", flat=True)) or "none"
-        raise IdClassSetError(f"--images {spec}: not an ID reference source (ID sources: {known})")
-    return source
+    try:
+        return id_source_named(spec, flag="--images")
+    except SourceError as exc:
+        raise IdClassSetError(str(exc)) from None
 
 
 def semantic_split_image_lists(split: SemanticSplit, *, source: Source, out_dir: Path) -> list[Path]:

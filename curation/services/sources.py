@@ -95,3 +95,13 @@ def source_sync_classes(*, source: Source, folders: list[str], wn=None) -> list[
             obj.save()
         out.append(obj)
     return out
+
+
+def id_source_named(spec: str, *, flag: str) -> Source:
+    """The ID reference source ``spec`` names (``NAME`` or ``source:NAME``), else SourceError
+    naming ``flag`` and the ID sources there are."""
+    source = Source.objects.filter(name=spec.removeprefix("source:")).first()
+    if source is None or source.role != Source.Role.ID:
+        known = ", ".join(Source.objects.filter(role=Source.Role.ID).order_by("name").values_list("name", flat=True)) or "none"
+        raise SourceError(f"{flag} {spec}: not an ID reference source (ID sources: {known})")
+    return source
