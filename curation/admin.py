@@ -176,7 +176,7 @@ class SourceAdmin(admin.ModelAdmin):
             except IngestAlreadyRunning as exc:
                 self.message_user(request, str(exc), messages.WARNING)
             else:
-                self.message_user(request, f"Ingest job #{job.pk} started for {source.name}")
+                self.message_user(request, jobs.queued_message(job, f"ingest job #{job.pk} of {source.name}"))
 
     @admin.action(description="Run the WordNet class filter on the selected sources", permissions=["class_filter"])
     def run_class_filter(self, request, queryset):
@@ -190,7 +190,8 @@ class SourceAdmin(admin.ModelAdmin):
                     self.message_user(request, f"{source.name}: {exc}", messages.ERROR)
                 else:
                     url = reverse("labeling_ui:class_filter_report", args=[run.pk])
-                    self.message_user(request, format_html('Class filter job #{} started for {}: <a href="{}">report</a>', run.job_id, source.name, url))
+                    self.message_user(request, format_html('{}: <a href="{}">report</a>', jobs.queued_message(
+                        run.job, f"class filter job #{run.job_id} of {source.name}").replace("on this list", "on the report"), url))
 
         return action_form(self, request, queryset, form_class=ClassFilterForm, title="Run the WordNet class filter",
                            intro="Each selected source's class folders are judged by the rules of the chosen policy; the job's progress shows on the home page.",
@@ -209,7 +210,7 @@ class SourceAdmin(admin.ModelAdmin):
             except (JobAlreadyRunning, PipelineError) as exc:
                 self.message_user(request, str(exc), messages.WARNING)
             else:
-                self.message_user(request, f"Extraction job #{job.pk} ({settings.DEFAULT_MODEL}) started for {source.name}")
+                self.message_user(request, jobs.queued_message(job, f"extraction job #{job.pk} ({settings.DEFAULT_MODEL}) of {source.name}"))
 
     @admin.action(description="Find near-duplicates and duplicates of ID images (all sources, default model)", permissions=["change"])
     def find_near_duplicates(self, request, queryset):
@@ -218,7 +219,7 @@ class SourceAdmin(admin.ModelAdmin):
         except (JobAlreadyRunning, PipelineError) as exc:
             self.message_user(request, str(exc), messages.WARNING)
         else:
-            self.message_user(request, f"Duplicate search job #{job.pk} started over every extracted source")
+            self.message_user(request, jobs.queued_message(job, f"duplicate search job #{job.pk} over every extracted source"))
 
 
     @admin.action(description="Build / refresh the review queue of the selected candidate sources", permissions=["review"])
@@ -247,10 +248,8 @@ class SourceAdmin(admin.ModelAdmin):
             except CovariateShiftError as exc:
                 self.message_user(request, str(exc), messages.ERROR)
                 return
-            job.refresh_from_db()
-            done = job.status == job.Status.DONE
-            self.message_user(request, f"Covariate-shift job #{job.pk} for {source.name}: "
-                                       + (job.message if done else "queued; the new sources appear here when it is done"))
+            self.message_user(request, jobs.queued_message(job, f"covariate-shift job #{job.pk} of {source.name}").replace(
+                "its progress is shown on this list", "the new sources appear here when it is done"))
 
         return action_form(self, request, queryset, form_class=CovariateShiftForm, title="Covariate-shifted copies (ImageNet-C)",
                            intro="Each chosen corruption and severity becomes an ID source NAME-<corruption>-<severity> "
@@ -314,14 +313,15 @@ class JobAdmin(RecordAdmin):
         done, refused = [], []
         for job in queryset.order_by("pk"):
             try:
-                r = jobs.resume(job, user=request.user)
+                r = jobs.resume(job, user=request.user, background=True)
             except jobs.JobNotResumable as exc:
                 refused.append(str(exc))
                 continue
             except Exception as exc:  # an inline resume that failed: the job records it
                 refused.append(f"job #{job.pk}: {type(exc).__name__}: {exc}")
                 continue
-            done.append(f"#{job.pk} " + (f"re-queued ({r.queued} step(s))" if r.queued else f"run to {Job.objects.get(pk=job.pk).status}"))
+            done.append(f"#{job.pk} " + (f"{jobs.where_queued()} ({r.queued} step(s))" if r.queued
+                                         else f"run to {Job.objects.get(pk=job.pk).status}"))
         if done:
             self.message_user(request, "Resumed: " + "; ".join(done), messages.SUCCESS)
         for line in refused:
@@ -742,7 +742,8 @@ class ExportAdmin(NoDelete, NoChange, RecordAdmin):
             except ExportRequestError as exc:
                 form.add_error(None, str(exc))
             else:
-                self.message_user(request, f"{export.label} requested: the workers write it; its status is on this list", messages.SUCCESS)
+                what = f"{'export' if export.kind == Export.Kind.DATASET else 'unit-test set'} {export.label}"
+                self.message_user(request, jobs.queued_message(export.job, what), messages.SUCCESS)
                 return redirect_to(reverse("admin:curation_export_changelist"))
         context = {**self.admin_site.each_context(request), "title": "Create an export", "form": form, "opts": self.model._meta,
                    "intro": "A clean set carries every image whose final label is ood in a class the class filter kept (or a curator "
@@ -879,8 +880,8 @@ class EvaluationRunAdmin(NoDelete, NoChange, RecordAdmin):
             except EvaluationError as exc:
                 form.add_error(None, str(exc))
             else:
-                self.message_user(request, f"evaluation #{run.pk} started: the workers compute it; follow it on its result page",
-                                  messages.SUCCESS)
+                self.message_user(request, jobs.queued_message(run.job, f"evaluation #{run.pk}").replace(
+                    "shown on this list", "shown on its result page"), messages.SUCCESS)
                 return redirect_to(reverse("labeling_ui:evaluation", args=[run.pk]))
         context = {**self.admin_site.each_context(request), "title": "Start an evaluation run", "form": form, "opts": self.model._meta,
                    "intro": "Every chosen detector with every chosen model, on the export (and unit tests) against the ID test set, "

@@ -581,13 +581,18 @@ class Export(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
-        constraints = [models.UniqueConstraint(fields=["name", "version"], name="unique_export_version")]
+        # A failed attempt writes nothing and gives its version number back: the next export of
+        # that name takes it. Only exports that stand hold their (name, version).
+        constraints = [models.UniqueConstraint(fields=["name", "version"], condition=~models.Q(status="failed"),
+                                               name="unique_export_version")]
 
     def __str__(self) -> str:
-        return f"{self.name} v{self.version} ({self.get_kind_display()}, {self.status})"
+        return f"{self.label} ({self.get_kind_display()}, {self.status})"
 
     @property
     def label(self) -> str:
+        if self.status == self.Status.FAILED:
+            return f"{self.name} (failed attempt #{self.pk})"
         return f"{self.name}-v{self.version}"
 
 

@@ -138,8 +138,12 @@ DATABASES = {
     )
 }
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
-    # Several processes (web + eager jobs) may write; wait for the lock instead of failing.
-    DATABASES["default"].setdefault("OPTIONS", {})["timeout"] = 30
+    # Several writers (requests, the background job thread, commands) share the file: wait for
+    # the lock instead of failing, take it at the start of a transaction (a deferred one that
+    # upgrades to a writer gets "database is locked" at once, whatever the timeout), and let
+    # readers go on while one writes (write-ahead log).
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        {"timeout": 30, "transaction_mode": "IMMEDIATE", "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"})
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_PASSWORD_VALIDATORS = [
@@ -171,6 +175,9 @@ if env_bool("DJANGO_BEHIND_PROXY", False):  # a TLS-terminating proxy that sets 
 # --- Celery ------------------------------------------------------------------------------
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "")
 CELERY_TASK_ALWAYS_EAGER = not CELERY_BROKER_URL
+# Without a broker, jobs queued by a request run on a background thread of the web process
+# (curation/jobs/background.py), never in the request.
+JOBS_IN_BACKGROUND = os.environ.get("OODC_JOBS_IN_BACKGROUND", "1") != "0"
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import re
 import struct
 import warnings
 from dataclasses import dataclass
@@ -112,7 +113,17 @@ def _signature(data: bytes) -> str:
     return next((kind for magic, kind in _SIGNATURES if data.startswith(magic)), "")
 
 
+def _bomb_message(name: str, exc: Exception, max_pixels: int) -> str:
+    """Pillow's own guard fired (it warns above Image.MAX_IMAGE_PIXELS and raises above twice
+    that, naming its limit, not ours): the refusal in our terms, with our limit."""
+    found = re.search(r"\((\d+) pixels\)", str(exc))
+    size = f"{int(found.group(1)):,} pixels" if found else "its size"
+    return f"{name}: refused as a decompression bomb: {size} is more than the limit of {max_pixels:,} (OODC_MAX_IMAGE_PIXELS)"
+
+
 def _inspect_bytes(data: bytes, *, name: str, max_pixels: int) -> Inspection:
+    if Image.MAX_IMAGE_PIXELS is not None and Image.MAX_IMAGE_PIXELS < max_pixels:
+        Image.MAX_IMAGE_PIXELS = max_pixels  # Pillow's guard must not refuse what our (raised) limit allows
     digest = sha256_bytes(data)
     base = {"bytes": len(data), "sha256": digest}
     if not data:
@@ -123,7 +134,7 @@ def _inspect_bytes(data: bytes, *, name: str, max_pixels: int) -> Inspection:
         try:
             im = Image.open(io.BytesIO(data))
         except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
-            return Inspection(**base, error_code=DECOMPRESSION_BOMB, error=f"{name}: refused as a decompression bomb ({exc})")
+            return Inspection(**base, error_code=DECOMPRESSION_BOMB, error=_bomb_message(name, exc, max_pixels))
         except UnidentifiedImageError:
             kind = _signature(data)
             if kind:  # an image by its magic number whose header Pillow rejects (e.g. a PNG chunk with a bad CRC)
@@ -140,13 +151,14 @@ def _inspect_bytes(data: bytes, *, name: str, max_pixels: int) -> Inspection:
                 return Inspection(
                     **base, format=fmt, mode=mode, width=width, height=height,
                     error_code=DECOMPRESSION_BOMB,
-                    error=f"{name}: {width}x{height} = {width * height} pixels is more than the limit of {max_pixels}",
+                    error=f"{name}: refused as a decompression bomb: {width}x{height} = {width * height:,} pixels is more than "
+                          f"the limit of {max_pixels:,} (OODC_MAX_IMAGE_PIXELS)",
                 )
             orientation = _orientation(im, fmt)
             try:
                 _check_decodes(im, fmt)
             except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
-                return Inspection(**base, format=fmt, mode=mode, error_code=DECOMPRESSION_BOMB, error=f"{name}: refused as a decompression bomb ({exc})")
+                return Inspection(**base, format=fmt, mode=mode, error_code=DECOMPRESSION_BOMB, error=_bomb_message(name, exc, max_pixels))
             except OSError as exc:
                 text = str(exc)
                 code = TRUNCATED if "truncated" in text.lower() or "end of file" in text.lower() else CORRUPT

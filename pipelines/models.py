@@ -13,6 +13,8 @@ inside the functions: this module is imported by web code that must stay light.
 from __future__ import annotations
 
 import importlib.util
+import os
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -151,14 +153,81 @@ def _generic_timm(name: str, weights: Path | None):
         cfg = None
     if cfg is None or not (cfg.hf_hub_id or cfg.url or cfg.file):
         raise ModelUnavailable(f"timm has no pretrained weights for {name!r}; pass --weights FILE (random weights are never used)")
+    cached = cached_weights(cfg)
+    if cached is not None:  # downloaded before: no network needed
+        model = timm.create_model(name, pretrained=True, pretrained_cfg_overlay={"file": str(cached)})
+        return model, f"{cfg.hf_hub_id or cfg.url} (cached: {cached})"
+    where = hub_address(cfg)
+    problem = unreachable(where)
+    if problem:  # one try with a short timeout, instead of the hub client's retries
+        raise ModelUnavailable(
+            f"the weights of {name!r} are not in the local cache and {where} is unreachable ({problem}, tried once with a "
+            f"{hub_timeout():g} s timeout, OODC_HUB_TIMEOUT_S). Download the checkpoint where the hub is reachable "
+            f"(timm.create_model({name!r}, pretrained=True) caches it) and pass --weights FILE, or set HF_HOME to a copied cache")
     try:
         model = timm.create_model(name, pretrained=True)
-    except Exception as exc:  # hub errors come in many types (offline, 404, SSL)
+    except Exception as exc:  # hub errors come in many types (404, SSL, a dropped connection)
         raise ModelUnavailable(
             f"could not download the weights of {name!r} ({type(exc).__name__}: {str(exc)[:200]}). Where the Hugging Face "
             f"hub is unreachable, download the checkpoint elsewhere (timm.create_model({name!r}, pretrained=True) caches it "
             f"under ~/.cache/huggingface) and pass --weights FILE, or set HF_HOME to a copied cache") from None
     return model, cfg.hf_hub_id or cfg.url or cfg.file
+
+
+def hub_timeout() -> float:
+    return float(os.environ.get("OODC_HUB_TIMEOUT_S") or 3)
+
+
+def cached_weights(cfg) -> Path | None:
+    """A timm pretrained config's checkpoint where a previous download left it: the Hugging Face
+    cache (HF_HOME) for hub weights, torch hub's checkpoints folder (TORCH_HOME) for URLs."""
+    if cfg.file and Path(cfg.file).is_file():
+        return Path(cfg.file)
+    if cfg.hf_hub_id:
+        from huggingface_hub import try_to_load_from_cache
+
+        repo, _, revision = cfg.hf_hub_id.partition("@")
+        names = [cfg.hf_hub_filename] if cfg.hf_hub_filename else ["model.safetensors", "pytorch_model.bin", "open_clip_pytorch_model.bin"]
+        for filename in names:
+            found = try_to_load_from_cache(repo, filename, revision=revision or None)
+            if isinstance(found, str) and Path(found).is_file():
+                return Path(found)
+        return None
+    if cfg.url:
+        import torch.hub
+        from urllib.parse import urlparse
+
+        found = Path(torch.hub.get_dir()) / "checkpoints" / os.path.basename(urlparse(cfg.url).path)
+        return found if found.is_file() else None
+    return None
+
+
+def hub_address(cfg) -> str:
+    """Where timm would download the weights from."""
+    if cfg.hf_hub_id:
+        from huggingface_hub import constants
+
+        return constants.ENDPOINT
+    return cfg.url or ""
+
+
+def unreachable(url: str) -> str:
+    """'' when a TCP connection to ``url``'s host (or the HTTPS proxy in the environment) opens
+    within hub_timeout() seconds; else what went wrong, in a few words."""
+    from urllib.parse import urlparse
+
+    target = urlparse(url)
+    var = "https_proxy" if target.scheme == "https" else "http_proxy"
+    proxy = os.environ.get(var.upper()) or os.environ.get(var)
+    probe = urlparse(proxy) if proxy else target
+    host, port = probe.hostname, probe.port or (443 if probe.scheme == "https" else 80)
+    if not host:
+        return "no host in the address"
+    try:
+        with socket.create_connection((host, port), timeout=hub_timeout()):
+            return ""
+    except OSError as exc:
+        return f"{type(exc).__name__}: {exc.strerror or exc}"
 
 
 def load_model(name: str, *, weights: str | Path | None = None, device: str | None = None) -> LoadedModel:

@@ -12,6 +12,14 @@ from fixtures.images import broken_files, jpeg_bytes, pattern_image, png_bytes, 
 REPO = Path(__file__).resolve().parent.parent
 
 
+@pytest.fixture(autouse=True)
+def _jobs_finish_in_the_request(settings):
+    """Without a broker the web app runs queued jobs on a background thread; tests in this
+    process that check a job's result right after the request run it in the request instead.
+    tests/test_web_jobs.py turns the background thread on and checks it."""
+    settings.JOBS_IN_BACKGROUND = False
+
+
 @pytest.fixture(scope="session")
 def wn():
     from pipelines.wordnet import load_wordnet

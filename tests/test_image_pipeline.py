@@ -65,20 +65,29 @@ def test_predict_command_writes_topk_rows_and_skips_bad_files(tmp_path, capsys):
 
 
 @SLOW
-def test_find_duplicates_command_groups_copies_one_row_per_image(tmp_path):
+def test_find_duplicates_command_lists_groups_not_singletons(tmp_path):
     files = _copies_of(real_photo("chelsea.png"), tmp_path / "a") + _copies_of(real_photo("china.jpg", "sklearn"), tmp_path / "b", n=2)
     shutil.copy(files[0], tmp_path / "a" / "same_bytes.png")
+    shutil.copy(real_photo("coffee.png"), tmp_path / "b" / "alone.png")
     (tmp_path / "b" / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 truncated")
-    out = tmp_path / "groups.csv"
-    call_command("find_duplicates", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(out), "--workers", "0", stdout=io.StringIO())
+    out, said = tmp_path / "groups.csv", io.StringIO()
+    call_command("find_duplicates", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(out), "--workers", "0", stdout=said)
     rows = _rows(out)
     assert list(rows[0]) == ["group", "path", "similarity"]
-    assert len(rows) == len(files) + 1  # every readable image once; the broken one skipped
+    names = [Path(r["path"]).name for r in rows]
+    assert "alone.png" not in names and "broken.jpg" not in names  # a singleton is not a duplicate group; broken: skipped
+    assert len(rows) == len(files) + 1 and all(r["similarity"] for r in rows)
     group = {Path(r["path"]).name: r["group"] for r in rows}
     cats = {group[p.name] for p in files[:5]} | {group["same_bytes.png"]}
-    assert len(cats) == 1 and group["china.jpg"] not in cats
+    assert len(cats) == 1 and group["china.jpg"] not in cats and {r["group"] for r in rows} == {"1", "2"}
     first = rows[0]
     assert Path(first["path"]).name == "chelsea.png" and float(first["similarity"]) == 1.0  # the representative leads
+    assert "1 image(s) without one not listed (--singletons lists them)" in said.getvalue()
+    # --singletons: each as its own group, after the near-duplicate groups, with no similarity
+    call_command("find_duplicates", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(out), "--workers", "0",
+                 "--singletons", stdout=io.StringIO())
+    last = _rows(out)[-1]
+    assert Path(last["path"]).name == "alone.png" and last["group"] == "3" and last["similarity"] == ""
 
 
 @SLOW

@@ -33,8 +33,18 @@ class JobActive(RuntimeError):
 
 def on_workers() -> bool:
     """The one rule for inline or queued: jobs go to Celery workers when a broker is set
-    (CELERY_BROKER_URL), and run in the calling process otherwise."""
+    (CELERY_BROKER_URL). Without one, a command runs its job in its own process, and a job
+    queued by a request runs on the web process's background thread (``jobs.background``),
+    so no request waits for it (JOBS_IN_BACKGROUND; off only where a test wants the job
+    finished when the request returns)."""
     return not settings.CELERY_TASK_ALWAYS_EAGER
+
+
+def where_queued() -> str:
+    """Where a job queued now will run, for messages."""
+    if on_workers():
+        return "queued for the Celery workers"
+    return "queued on the web app's background worker" if settings.JOBS_IN_BACKGROUND else "run in this request"
 
 
 def dispatch(job: Job | int, step: str, index: int | None = None, *, countdown: float | None = None) -> None:
@@ -53,8 +63,24 @@ def dispatch(job: Job | int, step: str, index: int | None = None, *, countdown: 
         log.warning("job #%s (%s) failed in its %s step: %s: %s", job.pk, kind.kind, step, type(exc).__name__, exc)
 
 
+def queued_message(job: Job, what: str) -> str:
+    """What a page says once it has queued ``job``: done, failed, or queued and where, truly."""
+    job.refresh_from_db(fields=["status", "message", "progress", "total"])
+    if job.status == Job.Status.DONE:
+        return f"{what}: done" + (f" ({job.message})" if job.message else "")
+    if job.status == Job.Status.FAILED:
+        return f"{what}: failed: {job.message}"
+    return f"{what}: {where_queued()}; its progress is shown on this list"
+
+
 def enqueue_on_commit(job: Job) -> None:
-    """Queue the job's plan once the current transaction commits (the row must exist for the worker)."""
+    """Queue the job once the current transaction commits (the row must exist for the worker):
+    its plan step on the Celery workers, or the whole job on the background thread."""
+    if not on_workers() and settings.JOBS_IN_BACKGROUND:
+        from curation.jobs import background
+
+        transaction.on_commit(lambda: background.submit(job.pk))
+        return
     transaction.on_commit(lambda: dispatch(job, "plan"))
 
 
@@ -148,16 +174,23 @@ def check_resumable(job: Job, *, force: bool = False) -> None:
 
 
 def resume(job: Job, *, user=None, force: bool = False, progress: Progress | None = None,
-           on_total: Callable[[int], None] | None = None) -> Resumed:
+           on_total: Callable[[int], None] | None = None, background: bool = False) -> Resumed:
     """Carry on with an unfinished, stale job from where it stopped: its unfinished chunks (or
     its plan, or its finalize step) are queued again, or run here without a broker. Done
-    chunks are never redone; a chunk a lost worker held is redone from the start."""
+    chunks are never redone; a chunk a lost worker held is redone from the start. With
+    ``background`` (a request) a job without a broker goes to the background thread instead of
+    running in the caller."""
     from curation.services.audit import audit_record
 
     job.refresh_from_db()
     check_resumable(job, force=force)
     Job.objects.filter(pk=job.pk).update(heartbeat_at=timezone.now())  # not stale while it waits
     audit_record(actor=user, action="job_resumed", target=job, data={"kind": job.kind, "progress": job.progress, "total": job.total})
+    if not on_workers() and background and settings.JOBS_IN_BACKGROUND:  # a request: never wait for the work
+        from curation.jobs import background as bg
+
+        bg.submit(job.pk)
+        return Resumed(job=job, queued=1)
     if not on_workers():
         return Resumed(job=job, queued=0, result=run_inline(job, progress=progress, on_total=on_total))
     if not job.chunks.exists():

@@ -60,7 +60,7 @@ def _source_candidates(source: Source, spec: str) -> CandidateList:
         usable=Count("images", filter=Q(images__status=Image.Status.OK))).order_by("folder"))
     if not classes:
         raise ClassFilterError(f"{spec}: the source has no class folders yet; ingest it first (`manage.py add_source` or the admin's re-scan)")
-    cands = [Candidate(key=c.folder, wnid=c.wnid, n_images=c.usable) for c in classes]
+    cands = [Candidate(key=c.folder, wnid=c.wnid, n_images=c.usable, mapping_note=c.mapping_note) for c in classes]
     return CandidateList(spec=spec, candidates=cands, source=source, classes={c.folder: c for c in classes})
 
 

@@ -47,7 +47,8 @@ class ExportRequestError(ValueError):
 
 
 def _next_version(name: str) -> int:
-    return (Export.objects.filter(name=name).aggregate(v=Max("version"))["v"] or 0) + 1
+    # failed attempts wrote nothing; their numbers are free again
+    return (Export.objects.filter(name=name).exclude(status=Export.Status.FAILED).aggregate(v=Max("version"))["v"] or 0) + 1
 
 
 def check_export_names(name: str, split: str, *, name_label: str = "export name", split_label: str = "split") -> None:

@@ -129,7 +129,9 @@ def _run(graph, candidates, id_wnids, policy, overrides, progress, progress_ever
         fired: list[tuple[str, Hit | None, str]] = []  # rule, hit, text
         if node is None:
             if policy.severities["not_in_wordnet"] != "off":
-                why = f"{cand.wnid} is not a WordNet 3.0 noun" if cand.wnid else f"folder {cand.key!r} maps to no WordNet synset"
+                why = (f"{cand.wnid} is not a WordNet 3.0 noun" if cand.wnid else
+                       f"folder {cand.key!r} is not mapped to a WordNet synset ({cand.mapping_note or 'no wnid given'}; "
+                       "map it with add_source --class-map)")
                 fired.append(("not_in_wordnet", None, f"not_in_wordnet: {why}"))
         else:
             for slug, spec in active:

@@ -56,6 +56,7 @@ class Candidate:
     key: str  # a wnid, or a source's folder name
     wnid: str = ""
     n_images: int | None = None  # known for sources only
+    mapping_note: str = ""  # for a source's unmapped folder: why it has no wnid (ingest's words)
 
 
 @dataclass(frozen=True)

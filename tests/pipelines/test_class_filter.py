@@ -159,7 +159,7 @@ def test_unknown_wnids_and_unmapped_folders_are_flagged_not_dropped(graph):
     d = judge(graph, "n99999999")
     assert (d.decision, d.rule) == ("flag", "not_in_wordnet") and "not a WordNet 3.0 noun" in d.detail
     d = judge(graph, "", key="my scraped folder")
-    assert d.rule == "not_in_wordnet" and "maps to no WordNet synset" in d.detail
+    assert d.rule == "not_in_wordnet" and "'my scraped folder' is not mapped to a WordNet synset (no wnid given" in d.detail
 
 
 @pytest.mark.parametrize("wnid,label", [

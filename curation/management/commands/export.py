@@ -69,7 +69,15 @@ class Command(BaseCommand):
                 export = export_run_inline(export=export, progress=bar.update, on_total=bar.on_total)
         report(self, export)
         if export.status != Export.Status.DONE:
-            raise CommandError(f"export {export.label} {export.status}: {export.message}")
+            raise CommandError(not_done(export))
+
+
+def not_done(export: Export) -> str:
+    """The last line of a CLI export that did not finish."""
+    if export.status == Export.Status.FAILED:
+        return (f"export {export.name} failed, nothing was written and its version number is free again "
+                f"(attempt #{export.pk}): {export.message}")
+    return f"export {export.label} {export.status}: {export.message}"
 
 
 def resume_export(cmd, *, name: str, kind: str) -> None:
@@ -82,7 +90,7 @@ def resume_export(cmd, *, name: str, kind: str) -> None:
     export.refresh_from_db()
     report(cmd, export)
     if export.status != Export.Status.DONE:
-        raise CommandError(f"export {export.label} {export.status}: {export.message}")
+        raise CommandError(not_done(export))
 
 
 def report(cmd, export: Export) -> None:

@@ -13,8 +13,8 @@ class Command(BaseCommand):
     help = (
         "Group near-duplicate images in files or folders (no database needed): identical bytes first, "
         "then cosine similarity of the model's features (faiss) confirmed by a pixel check. CSV columns: group,path,similarity, one row "
-        "per readable image; a singleton is its own group; similarity is to the group's representative "
-        "(its largest image)."
+        "per image of a group of near-duplicates, the group's representative (its largest image) first; similarity is to the "
+        "representative. Images without a near-duplicate are left out (--singletons lists them, with an empty similarity)."
     )
 
     def add_arguments(self, parser):
@@ -23,9 +23,11 @@ class Command(BaseCommand):
         parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD, help=f"cosine similarity (default {DEFAULT_THRESHOLD})")
         parser.add_argument("--max-pixel-diff", type=float, default=DEFAULT_MAX_PIXEL_DIFF,
                             help=f"the pixel check: largest mean absolute difference of 16x16 signatures, 0-255 (default {DEFAULT_MAX_PIXEL_DIFF}); inf turns it off")
+        parser.add_argument("--singletons", action="store_true",
+                            help="also list the images without a near-duplicate, each as its own group with an empty similarity")
         add_model_arguments(parser)
 
-    def handle(self, *args, paths, out, threshold, max_pixel_diff, model, weights, batch_size, workers, device, decoder, **opts):
+    def handle(self, *args, paths, out, threshold, max_pixel_diff, singletons=False, model, weights, batch_size, workers, device, decoder, **opts):
         out = output_file(out, "--out")
         from pipelines.extract import extract
         from pipelines.images import sha256_file
@@ -63,25 +65,33 @@ class Command(BaseCommand):
 
         grouping = group_near_duplicates(feats, threshold=threshold, same=same, priority=[(-pixels[j], j) for j in range(len(ok))],
                                          verify=looks_same)
+        sizes: dict[int, int] = {}
+        for g in grouping.group_of:
+            sizes[g] = sizes.get(g, 0) + 1
+        multi = [n for n in sizes.values() if n > 1]
+        listed = [j for j in range(len(ok)) if singletons or sizes[grouping.group_of[j]] > 1]
+        # groups numbered 1.. in the order they are listed: near-duplicate groups first, then singletons
+        order = sorted(listed, key=lambda j: (sizes[grouping.group_of[j]] == 1, grouping.group_of[j],
+                                              j != grouping.representative[grouping.group_of[j]], j))
+        number: dict[int, int] = {}
         fh = sys.stdout if out == "-" else open(out, "w", newline="", encoding="utf-8")
         try:
             w = csv_cells.Writer(fh)
             w.writerow(["group", "path", "similarity"])
-            order = sorted(range(len(ok)), key=lambda j: (grouping.group_of[j], j != grouping.representative[grouping.group_of[j]], j))
             for j in order:
-                w.writerow([grouping.group_of[j] + 1, files[ok[j]], f"{grouping.similarity[j]:.4f}"])
+                g = grouping.group_of[j]
+                number.setdefault(g, len(number) + 1)
+                w.writerow([number[g], files[ok[j]], f"{grouping.similarity[j]:.4f}" if sizes[g] > 1 else ""])
         finally:
             if fh is not sys.stdout:
                 fh.close()
-        sizes = {}
-        for g in grouping.group_of:
-            sizes[g] = sizes.get(g, 0) + 1
-        multi = [n for n in sizes.values() if n > 1]
         if out != "-":
+            alone = len(sizes) - len(multi)
             self.stdout.write(self.style.SUCCESS(
-                f"{len(ok)} image(s): {len(sizes)} group(s), {len(multi)} with near-duplicates ({sum(multi) - len(multi)} "
-                f"duplicate image(s)); {len(files) - len(ok)} skipped; threshold {threshold}; wrote {out}"))
-
+                f"{len(ok)} image(s): {len(multi)} group(s) of near-duplicates ({sum(multi) - len(multi)} duplicate image(s) "
+                f"besides their representatives); {alone} image(s) without one"
+                + (" listed as their own groups" if singletons else " not listed (--singletons lists them)")
+                + f"; {len(files) - len(ok)} skipped; threshold {threshold}; wrote {out}"))
 
 def _pixels(path: str) -> int:
     from PIL import Image

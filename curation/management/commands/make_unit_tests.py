@@ -94,4 +94,5 @@ class Command(BaseCommand):
                     "recipe": unit_tests_recipe_text(convention),
                     "counts": {"images": len(rows), "id_samples": len(samples)}, "files": px.hash_tree(target)}
         px.write_manifest(target, manifest)
-        self.stdout.write(self.style.SUCCESS(f"{len(rows)} images ({len(chosen)} tests x {per_test}) written to {target}, mirroring {len(samples)} ID image(s)"))
+        self.stdout.write(self.style.SUCCESS(f"{len(rows)} images ({len(chosen)} tests x {per_test}) written to {target}, mirroring the sizes and formats of {len(samples)} ID image(s) of "
+                                             + (f"{id_images}" if id_images else f"source {source.name}")))

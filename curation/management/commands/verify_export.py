@@ -33,7 +33,9 @@ class Command(BaseCommand):
             v = export_verify(path=target, progress=bar.update)
         if v.ok:
             m = v.manifest
-            self.stdout.write(self.style.SUCCESS(f"OK: {target}: {v.checked} files match manifest.json ({m['name']} v{m['version']}, {m['kind']})"))
+            version = f"v{m['version']}" if m.get("version") is not None else "not a versioned export"
+            self.stdout.write(self.style.SUCCESS(f"OK: {target}: {v.checked} files match manifest.json ({m['name']}, {version}, "
+                                                 f"{str(m.get('kind', '')).replace('_', '-')})"))
             return
         for problem in v.problems:
             self.stderr.write(f"FAIL {problem}")
