@@ -71,6 +71,13 @@ class CandidateClass(models.Model):
     def __str__(self) -> str:
         return f"{self.source.name}/{self.folder}" + (f" ({self.wnid})" if self.wnid else " (unmapped)")
 
+    @property
+    def label(self) -> str:
+        """The class as pages, CSVs and plots name it (pipelines.names.class_label)."""
+        from pipelines.names import class_label
+
+        return class_label(self.wnid, (self.lemmas or [""])[0] or self.synset_name, self.folder)
+
 
 class Image(models.Model):
     class Status(models.TextChoices):

@@ -5,6 +5,7 @@ from django.db.models import Count, F, Q
 
 from curation.models import CandidateClass, ClassFilterRun, IdClassSet, Image, Job, Source
 from pipelines.class_filter.engine import CSV_COLUMNS
+from pipelines.names import class_label
 from pipelines.class_filter.rules import RULES
 
 
@@ -69,6 +70,24 @@ def _fixed(value: float | None) -> str:
     return "" if value is None else f"{value:.4f}"
 
 
+CLASS_DECISION_FILTERS = {"decision": ("keep", "flag", "remove"), "level": ("strong", "weak")}
+
+
+def class_decision_search(*, run: ClassFilterRun, q: str = "", decision: str = "", rule: str = "", level: str = ""):
+    """Every decision of ``run`` matching the report's search form: ``q`` in the class name,
+    wnid, folder or reason; a decision, a deciding rule, a flag level (empty: any), by name."""
+    qs = run.decisions.all()
+    if q:
+        qs = qs.filter(Q(name__icontains=q) | Q(wnid__icontains=q) | Q(key__icontains=q) | Q(detail__icontains=q))
+    if decision:
+        qs = qs.filter(decision=decision)
+    if rule:
+        qs = qs.filter(rule=rule)
+    if level:
+        qs = qs.filter(decision="flag", flag_level=level)
+    return qs.order_by("name", "key")
+
+
 def class_filter_report(*, run: ClassFilterRun, list_limit: int | None = None) -> dict:
     """Counts per decision and rule (effective, and what the rules alone said), the removed and
     flagged classes with their reasons, resolutions and the overrides that applied."""
@@ -94,6 +113,7 @@ def class_filter_report(*, run: ClassFilterRun, list_limit: int | None = None) -
         return total, list(rows[:list_limit] if list_limit else rows)
 
     n_removed, removed = listing("remove")
+    n_kept, kept = listing("keep")
     # flags rank by strength: the likeliest contamination first (docs/class_filter.md)
     flag_rows = qs.filter(decision="flag").order_by(F("flag_strength").desc(nulls_last=True), "name")
     n_flagged = flag_rows.count()
@@ -103,7 +123,7 @@ def class_filter_report(*, run: ClassFilterRun, list_limit: int | None = None) -
     resolved = list(qs.exclude(resolution="").select_related("resolved_by").order_by("name"))
     return {
         "run": run, "total": sum(by_decision.values()), "by_decision": by_decision, "rules_alone": rules_alone,
-        "by_rule": by_rule, "per_rule": per_rule, "removed": removed, "n_removed": n_removed,
+        "by_rule": by_rule, "per_rule": per_rule, "removed": removed, "n_removed": n_removed, "kept": kept, "n_kept": n_kept,
         "flagged": flagged, "n_flagged": n_flagged, "overridden": overridden, "resolved": resolved,
         "strong": [x for x in flagged if x.flag_level == "strong"], "weak": [x for x in flagged if x.flag_level != "strong"],
         "flag_levels": {"strong": levels.get("strong", 0), "weak": levels.get("weak", 0)},
@@ -187,7 +207,7 @@ def review_payload(assignments, *, model_name: str) -> list[dict]:
             "width": it.image.width, "height": it.image.height, "path": it.image.relative_path,
             "source": it.source.name,
             "ood_class": {"folder": cc.folder if cc else "", "wnid": cc.wnid if cc else "",
-                          "label": (ct.label if ct else (cc.synset_name or cc.folder)) if cc else "(no class)",
+                          "label": class_label(cc.wnid, ct.label if ct else cc.synset_name, cc.folder) if cc else "(no class)",
                           "lemmas": ct.lemmas if ct else (cc.lemmas if cc else []), "gloss": (ct.gloss if ct else cc.gloss) if cc else ""},
             "nearest_id_similarity": round(e.nearest_id_similarity, 3) if e and e.nearest_id_similarity is not None else None,
             "top5": top, "expires_at": a.expires_at.isoformat(),
@@ -219,12 +239,14 @@ def annotator_queue(*, user) -> dict:
     scope = annotator_scope(user)
     not_mine = not_seen_by(user)
     rows = (ReviewItem.objects.filter(scope.q()).exclude(status=ReviewItem.Status.WITHDRAWN)
-            .values("source__name", "candidate_class__folder", "candidate_class__synset_name")
+            .values("source__name", "candidate_class__folder", "candidate_class__wnid", "candidate_class__synset_name")
             .annotate(total=Count("id"), waiting=Count("id", filter=Q(status=ReviewItem.Status.OPEN) & not_mine),
                       finished=Count("id", filter=~Q(status=ReviewItem.Status.OPEN)))
             .order_by("source__name", "candidate_class__folder"))
     mine = Review.objects.filter(annotator=user, is_gold=False)
-    return {"rows": list(rows), "restricted": not scope.unrestricted, "my_reviews": mine.count(),
+    rows = [{**r, "label": class_label(r["candidate_class__wnid"], r["candidate_class__synset_name"], r["candidate_class__folder"])}
+            for r in rows]
+    return {"rows": rows, "restricted": not scope.unrestricted, "my_reviews": mine.count(),
             "my_today": mine.filter(created_at__date=_today()).count()}
 
 
@@ -258,6 +280,7 @@ def review_dashboard() -> dict:
         row["rate"] = row["n_id"] / row["final"] if row["final"] else None
         row["ci"] = ci
         row["percent"] = int(100 * min(row["reviews"] or 0, row["required"] or 0) / row["required"]) if row["required"] else 0
+        row["label"] = class_label(row["candidate_class__wnid"], row["candidate_class__synset_name"], row["candidate_class__folder"])
         classes.append(row)
 
     annotators = []
@@ -349,6 +372,7 @@ def contamination_report(*, source: Source, sample: int = 400, seed: int = 0) ->
     for r in rows:
         lo, hi = wilson_interval(r["n_id"], r["n"])
         classes.append({"wnid": r["candidate_class__wnid"], "folder": r["candidate_class__folder"], "synset": r["candidate_class__synset_name"],
+                        "label": class_label(r["candidate_class__wnid"], r["candidate_class__synset_name"], r["candidate_class__folder"]),
                         "n": r["n"], "n_id": r["n_id"], "n_ood": r["n_ood"], "n_unclear": r["n_unclear"], "n_not_target": r["n_not_target"],
                         "share": r["n_id"] / r["n"], "ci_low": lo, "ci_high": hi})
     n, n_id = sum(c["n"] for c in classes), sum(c["n_id"] for c in classes)

@@ -11,7 +11,7 @@ from django.views.decorators.http import require_GET
 from curation import selectors
 from curation.models import EvaluationRun
 from curation.roles import CURATOR, RESEARCHER
-from labeling_ui.review_views import _roles, role_required
+from labeling_ui.review_views import role_required
 from labeling_ui.http import attachment
 from pipelines import csv_cells
 
@@ -19,7 +19,7 @@ from pipelines import csv_cells
 @require_GET
 @role_required(CURATOR, RESEARCHER)
 def evaluations(request):
-    return render(request, "labeling_ui/evaluations.html", {"runs": selectors.evaluation_list(), "roles": sorted(_roles(request))})
+    return render(request, "labeling_ui/evaluations.html", {"runs": selectors.evaluation_list()})
 
 
 def _pct(x):
@@ -79,8 +79,7 @@ def evaluation(request, run_id: int):
                        "units": sorted(units.values(), key=lambda u: u["name"]), "severity": severity, "plots": plots,
                        "subsplits": [subsplits[k] for k in ("hard", "easy") if k in subsplits], "shifted": shifted, "fsx_rows": fsx_rows, "fsx_sources": fsx_sources,
                        "bars": [(row["label"], plots.get("bars", {}).get(row["det"])) for row in ok if plots.get("bars", {}).get(row["det"])]})
-    return render(request, "labeling_ui/evaluation.html", {"run": run, "models": models, "sanity": _sanity_view(res, info),
-                                                           "roles": sorted(_roles(request))})
+    return render(request, "labeling_ui/evaluation.html", {"run": run, "models": models, "sanity": _sanity_view(res, info)})
 
 
 def _sanity_view(res: dict, info: dict) -> dict | None:

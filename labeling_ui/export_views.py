@@ -12,7 +12,7 @@ from curation import selectors
 from curation.models import Export, Source
 from curation.roles import CURATOR, RESEARCHER
 from curation.services.exports import export_path
-from labeling_ui.review_views import _roles, role_required
+from labeling_ui.review_views import role_required
 from labeling_ui.http import attachment
 from pipelines.export import LAYOUTS, MANIFEST, DownloadAborted, ExportError, archive_members, iter_tar_gz, iter_zip, read_manifest
 from pipelines.images import sha256_file
@@ -25,8 +25,7 @@ FORMATS = {"tar.gz": ("application/gzip", iter_tar_gz), "zip": ("application/zip
 @role_required(CURATOR, RESEARCHER)
 def exports(request):
     return render(request, "labeling_ui/exports.html", {"exports": selectors.export_list(), "layouts": LAYOUTS,
-                                                        "sources": Source.objects.filter(role=Source.Role.CANDIDATE).order_by("name"),
-                                                        "roles": sorted(_roles(request))})
+                                                        "sources": Source.objects.filter(role=Source.Role.CANDIDATE).order_by("name")})
 
 
 @require_GET
@@ -77,5 +76,4 @@ def contamination(request, source_id: int):
         seed = int(request.GET.get("seed", 0))
     except ValueError:
         sample, seed = 400, 0
-    return render(request, "labeling_ui/contamination.html", {"source": source, "r": selectors.contamination_report(source=source, sample=sample, seed=seed),
-                                                            "roles": sorted(_roles(request))})
+    return render(request, "labeling_ui/contamination.html", {"source": source, "r": selectors.contamination_report(source=source, sample=sample, seed=seed)})

@@ -96,13 +96,13 @@ def _items(assignments, have=()) -> list[dict]:
 @role_required(ANNOTATOR)
 @require_GET
 def queue(request):
-    return render(request, "labeling_ui/review_queue.html", {"q": selectors.annotator_queue(user=request.user), "roles": sorted(_roles(request))})
+    return render(request, "labeling_ui/review_queue.html", {"q": selectors.annotator_queue(user=request.user)})
 
 
 @role_required(ANNOTATOR)
 @require_GET
 def screen(request):
-    return render(request, "labeling_ui/review_screen.html", {"keys": KEYS, "roles": sorted(_roles(request)),
+    return render(request, "labeling_ui/review_screen.html", {"keys": KEYS,
                                                               "lease_minutes": settings.REVIEW_LEASE_SECONDS // 60})
 
 
@@ -199,7 +199,7 @@ def dashboard(request):
     base = {s.source_id: s for s in d["settings"] if s.candidate_class_id is None}
     return render(request, "labeling_ui/review_dashboard.html", {
         "d": d, "sources": [(s, base.get(s.pk)) for s in sources], "orders": ReviewSettings.Order.choices,
-        "can_curate": CURATOR in _roles(request), "roles": sorted(_roles(request))})
+        "can_curate": CURATOR in _roles(request)})
 
 
 @role_required(CURATOR)
@@ -241,8 +241,7 @@ def adjudicate(request):
         fake = Assignment(item_id=current.pk, is_gold=False, expires_at=current.created_at)
         payload = selectors.review_payload([fake], model_name=settings.DEFAULT_MODEL)[0]
     return render(request, "labeling_ui/adjudicate.html", {
-        "current": current, "p": payload, "waiting": len(conflicts), "decisions": [c for c in ReviewDecision.choices if c[0] != "skip"],
-        "roles": sorted(_roles(request))})
+        "current": current, "p": payload, "waiting": len(conflicts), "decisions": [c for c in ReviewDecision.choices if c[0] != "skip"]})
 
 
 @role_required(CURATOR)
@@ -263,4 +262,4 @@ def classes(request):
         except (KeyError, ReviewError, ValueError) as exc:
             messages.error(request, f"could not record it: {exc}")
         return redirect("labeling_ui:review_classes")
-    return render(request, "labeling_ui/review_classes.html", {"entries": selectors.flagged_classes(), "roles": sorted(_roles(request))})
+    return render(request, "labeling_ui/review_classes.html", {"entries": selectors.flagged_classes()})

@@ -1,8 +1,10 @@
+from urllib.parse import quote
 
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
 from django.db import connection
-from django.http import JsonResponse, StreamingHttpResponse
+from django.http import HttpResponseBadRequest, JsonResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_GET
 
@@ -17,7 +19,7 @@ from pipelines import csv_cells
 @require_GET
 def home(request):
     roles = user_roles(request.user)
-    context = {"roles": sorted(roles), "id_classes": selectors.default_id_class_set()}
+    context = {"id_classes": selectors.default_id_class_set()}
     # Source and job overviews are for the people who curate and evaluate; annotators see
     # only their own work (the review queue arrives with the review app).
     if roles & {CURATOR, RESEARCHER} or request.user.is_staff:
@@ -46,7 +48,17 @@ def class_filter_report(request, run_id: int):
     _require_curation_reader(request)
     run = get_object_or_404(ClassFilterRun.objects.select_related("job", "source", "created_by"), pk=run_id)
     report = selectors.class_filter_report(run=run, list_limit=500)
-    return render(request, "labeling_ui/class_filter_report.html", {"r": report, "run": run})
+    rules = sorted(run.policy.get("rules", {})) + ["override_keep", "override_remove", "override_flag"]
+    search = {k: request.GET.get(k, "").strip()[:100] for k in ("q", "decision", "rule", "level")}
+    for key, allowed in (*selectors.CLASS_DECISION_FILTERS.items(), ("rule", rules)):
+        if search[key] and search[key] not in allowed:
+            return HttpResponseBadRequest(f"{key}={search[key]!r} is not one of: {', '.join(allowed)}")
+    searching = any(search.values())
+    page = Paginator(selectors.class_decision_search(run=run, **search), 100).get_page(request.GET.get("page")) if searching else None
+    query = "&".join(f"{k}={quote(v)}" for k, v in search.items() if v)
+    return render(request, "labeling_ui/class_filter_report.html", {
+        "r": report, "run": run, "search": search, "page": page, "query": query, "rules": rules,
+        "filters": selectors.CLASS_DECISION_FILTERS})
 
 
 class _Echo:

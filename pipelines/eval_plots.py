@@ -26,25 +26,48 @@ def _figure(width: float, height: float):
     return plt.subplots(figsize=(width, height))
 
 
-def fpr_cdf_svg(per_detector: dict[str, list[float]], *, title: str) -> str:
+# Line styles for many series (14 detectors and more): ten colours (matplotlib's tab10, which
+# colour-blind readers tell apart best among the defaults), then the same colours dashed, dotted
+# and dash-dotted, each series with its own marker as well.
+_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
+_LINES = ("-", "--", ":", "-.")
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h", "p")
+
+
+def series_styles(n: int) -> list[dict]:
+    """Keyword arguments for ``ax.plot`` / ``ax.step`` of ``n`` series, no two alike (up to 40)."""
+    return [{"color": _COLOURS[i % len(_COLOURS)], "linestyle": _LINES[(i // len(_COLOURS)) % len(_LINES)],
+             "marker": _MARKERS[i % len(_MARKERS)]} for i in range(n)]
+
+
+def _legend_outside(ax) -> None:
+    """The legend to the right of the axes, never over the data."""
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False)
+
+
+def fpr_cdf_figure(per_detector: dict[str, list[float]], *, title: str):
     """One step curve per detector: the share of OOD classes whose FPR@95 (ID positive) is at
-    most x. Curves further up and left are better."""
+    most x. Curves further up and left are better. Returns the matplotlib figure."""
     fig, ax = _figure(7.0, 4.2)
-    for label, values in per_detector.items():
+    for (label, values), style in zip(per_detector.items(), series_styles(len(per_detector))):
         v = np.sort(np.asarray([x for x in values if x is not None], dtype=float))
         if not len(v):
             continue
         x = np.concatenate([[0.0], v, [1.0]])
         y = np.concatenate([[0.0], np.arange(1, len(v) + 1) / len(v), [1.0]])
-        ax.step(x * 100, y * 100, where="post", label=label, linewidth=1.4)
+        ax.step(x * 100, y * 100, where="post", label=label, linewidth=1.4, markersize=3.5, markevery=max(1, len(x) // 8), **style)
     ax.set_xlim(0, 100)
     ax.set_ylim(0, 101)
     ax.set_xlabel("FPR@95% TPR, ID positive (NINCO), per OOD class [%]")
     ax.set_ylabel("OOD classes with at most this FPR [%]")
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, ncol=2, loc="lower right")
-    return _svg(fig)
+    _legend_outside(ax)
+    return fig
+
+
+def fpr_cdf_svg(per_detector: dict[str, list[float]], *, title: str) -> str:
+    return _svg(fpr_cdf_figure(per_detector, title=title))
 
 
 def class_bars_svg(names: list[str], values: list[float | None], *, title: str) -> str:
@@ -65,13 +88,13 @@ def class_bars_svg(names: list[str], values: list[float | None], *, title: str) 
 
 def severity_svg(per_detector: dict[str, list[float | None]], *, title: str) -> str:
     fig, ax = _figure(7.0, 4.0)
-    for label, aurocs in per_detector.items():
-        ax.plot(range(len(aurocs)), [a * 100 if a is not None else np.nan for a in aurocs], marker="o", markersize=3, label=label)
+    for (label, aurocs), style in zip(per_detector.items(), series_styles(len(per_detector))):
+        ax.plot(range(len(aurocs)), [a * 100 if a is not None else np.nan for a in aurocs], markersize=3, label=label, **style)
     ax.set_xlabel("C-OOD severity level")
     ax.set_ylabel("AUROC [%]")
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, ncol=2)
+    _legend_outside(ax)
     return _svg(fig)
 
 

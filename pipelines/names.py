@@ -20,6 +20,19 @@ NAME_RULE = (f"letters, digits, '.', '_' and '-' only, not starting with '.' or 
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*\Z", re.ASCII)
 
 
+def class_label(wnid: str = "", name: str = "", folder: str = "") -> str:
+    """The one way a class is named on pages, in CSVs and plots: its first WordNet lemma and its
+    wnid, "sunset (n11517776)"; the folder name for a class without a wnid. ``name`` may be a
+    lemma, a lemma list "a, b", or a synset name "sunset.n.02"."""
+    if not wnid:
+        return folder or "(no class)"
+    lemma = (name or "").split(",")[0].strip()
+    if re.fullmatch(r".+\.[a-z]\.\d\d", lemma):
+        lemma = lemma.rsplit(".", 2)[0]
+    lemma = lemma.replace("_", " ")
+    return f"{lemma} ({wnid})" if lemma and lemma != wnid else wnid
+
+
 class InvalidName(ValueError):
     """A user-given name the rule refuses; the message names the input and shows the rule."""
 

@@ -23,7 +23,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from curation.models import EvalFeatureSet, EvaluationRun, Export, IdClassSet, Image, Job, JobChunk, Source, SynsetText
+from curation.models import CandidateClass, EvalFeatureSet, EvaluationRun, Export, IdClassSet, Image, Job, JobChunk, Source, SynsetText
 from curation.services.audit import audit_record
 from curation.jobs import JobActive, enqueue_on_commit, run_inline
 from curation.services.jobs import job_fail, job_mark_running
@@ -609,8 +609,20 @@ def _head(model: str, fit_row: EvalFeatureSet):
 
 
 def _names(wnids) -> dict[str, str]:
-    names = dict(SynsetText.objects.filter(wnid__in=list(wnids)).values_list("wnid", "label"))
-    return {w: names.get(w) or w for w in wnids}
+    """wnid -> the class's name as every page, CSV and plot gives it (pipelines.names.class_label):
+    the lemma from the synset texts, else from the candidate class folders, else ImageNet's."""
+    from pipelines.imagenet import imagenet_lemmas
+    from pipelines.names import class_label
+
+    wnids = list(wnids)
+    lemmas = dict(SynsetText.objects.filter(wnid__in=wnids).values_list("wnid", "label"))
+    for wnid, synset, folder_lemmas in CandidateClass.objects.filter(wnid__in=wnids).values_list("wnid", "synset_name", "lemmas"):
+        lemmas.setdefault(wnid, (folder_lemmas or [""])[0] or synset)
+    missing = [w for w in wnids if not lemmas.get(w)]
+    if missing:
+        known = imagenet_lemmas()
+        lemmas.update({w: known[w] for w in missing if w in known})
+    return {w: class_label(w, lemmas.get(w, "")) for w in wnids}
 
 
 def evaluation_finalize(*, job_id: int, progress: Callable[[str], None] | None = None) -> EvaluationRun:

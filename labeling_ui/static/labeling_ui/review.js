@@ -67,7 +67,7 @@
     photo.dataset.image = item.image;
     $("dims").textContent = `${item.width}×${item.height}`;
     $("path").textContent = item.path;
-    $("source").textContent = `· ${item.source}${item.ood_class.wnid ? " · " + item.ood_class.wnid : ""}`;
+    $("source").textContent = `· ${item.source}`;
     $("ood-label").textContent = item.ood_class.label;
     $("ood-gloss").textContent = item.ood_class.gloss || "";
     const list = $("top5");

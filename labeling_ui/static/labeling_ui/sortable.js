@@ -1,5 +1,7 @@
 // Sortable tables: click a header of a table.sortable to sort by that column (numbers as
-// numbers, empty cells last); click again to reverse. Cells may carry data-sort to sort by.
+// numbers, empty cells last); click again to reverse. The first click puts the best first:
+// headers say data-better="high" (AUROC, AUPR) or "low" (FPR, failures; the default for
+// names: A to Z). Cells may carry data-sort to sort by.
 (function () {
   function value(cell) {
     const raw = (cell.dataset.sort !== undefined ? cell.dataset.sort : cell.textContent).trim();
@@ -10,10 +12,10 @@
   document.querySelectorAll("table.sortable").forEach(function (table) {
     table.querySelectorAll("thead th").forEach(function (th, col) {
       th.classList.add("sort-header");
-      th.title = "Sort by " + th.textContent.trim();
+      th.title = "Sort by " + th.textContent.trim() + (th.dataset.better === "high" ? " (highest first)" : th.dataset.better === "low" ? " (lowest first)" : "");
       th.addEventListener("click", function () {
         const body = table.tBodies[0];
-        const asc = th.dataset.dir !== "asc";
+        const asc = th.dataset.dir ? th.dataset.dir !== "asc" : th.dataset.better !== "high";
         table.querySelectorAll("thead th").forEach(function (h) { delete h.dataset.dir; });
         th.dataset.dir = asc ? "asc" : "desc";
         const rows = Array.from(body.rows);
