@@ -12,33 +12,45 @@ want_test=0
 SUDO=""
 [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null && SUDO="sudo"
 
+# Each step says what it installs and how long it took; the total comes at the end.
+started=$SECONDS
+timed() {
+  local what="$1" t=$SECONDS
+  shift
+  echo "==> $what"
+  "$@"
+  echo "    done in $((SECONDS - t)) s"
+}
+
 pkgs="wordnet-base wordnet-sense-index libgl1 libglib2.0-0"  # the last two: OpenCV (ImageNet-C corruptions)
 [ "$want_test" = 1 ] && pkgs="$pkgs postgresql redis-server chromium chromium-driver"
 missing=""
 for p in $pkgs; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 if [ -n "$missing" ]; then
-  echo "==> apt-get install$missing"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
+  apt_install() {
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
+  }
+  timed "apt-get install$missing" apt_install
 fi
 
 PY="${PYTHON:-python3}"
 "$PY" -c 'import sys; sys.exit(0 if sys.version_info[:2] >= (3, 11) else 1)' \
   || { echo "Python >= 3.11 is required (found $("$PY" --version 2>&1)); set PYTHON=/path/to/python3.11" >&2; exit 1; }
 if [ ! -x .venv/bin/python ]; then
-  echo "==> creating .venv"
-  "$PY" -m venv .venv
+  timed "creating .venv" "$PY" -m venv .venv
 fi
 stamp=.venv/.requirements.sha256
 want=$(sha256sum requirements.txt | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-  echo "==> pip install -r requirements.txt (torch is large: a few minutes the first time)"
-  .venv/bin/pip install -q --upgrade pip
-  .venv/bin/pip install -q -r requirements.txt
+  pip_install() {
+    .venv/bin/pip install -q --upgrade pip
+    .venv/bin/pip install -q -r requirements.txt
+  }
+  timed "pip install -r requirements.txt (torch, timm, Django, faiss...: about 2-3 minutes the first time)" pip_install
   echo "$want" > "$stamp"
 fi
 
-echo "==> WordNet 3.0 for NLTK"
-.venv/bin/python manage.py setup_wordnet
-echo "==> database migrations"
-.venv/bin/python manage.py migrate --noinput -v 0
+timed "WordNet 3.0 for NLTK" .venv/bin/python manage.py setup_wordnet
+timed "database migrations" .venv/bin/python manage.py migrate --noinput -v 0
+echo "==> set-up done in $((SECONDS - started)) s"

@@ -241,6 +241,10 @@ def test_curator_logs_in_and_sees_the_sources(demo_server, tmp_path):
         header.click()
         values = [float(v) for v in res.locator("table.per-class td[data-detector=mahalanobis]").all_inner_texts()]
         assert values == sorted(values)
+        # a metric where higher is better sorts best-first on the first click
+        res.locator("table.results thead th", has_text="AUROC").first.click()
+        aurocs = [float(v) for v in res.locator("table.results td[data-metric=auroc]").all_inner_texts() if v.strip()]
+        assert aurocs == sorted(aurocs, reverse=True), aurocs
         res.screenshot(path=str(shots / "evaluation_1366x900.png"), full_page=True)
         # an annotator finds the class left for people and reviews one image with the keyboard
         ann = browser.new_context(viewport={"width": 1920, "height": 1080}).new_page()
@@ -256,4 +260,57 @@ def test_curator_logs_in_and_sees_the_sources(demo_server, tmp_path):
         ann.keyboard.press("o")
         ann.wait_for_function("document.querySelector('#status').textContent.includes('1 reviewed this session')")
         ann.screenshot(path=str(shots / "demo_review_1920x1080.png"))
+        browser.close()
+
+
+SKIP_LINKS = re.compile(r"(\.(csv|json|zip|tar\.gz|svg|png|jpg)(\?|$))|/plots/|/images/|/download\.|^mailto:|^#|/logout/")
+
+
+@pytest.mark.browser
+def test_every_page_fits_a_laptop_and_no_role_sees_a_link_it_cannot_follow(demo_server):
+    """Every page each demo account can reach by clicking, at 1366 and 1920 px: no horizontal
+    page scroll, and no link on it answers 403 (the admin's pages are checked, not crawled)."""
+    from playwright.sync_api import sync_playwright
+
+    url, _data = demo_server
+    accounts = {"annotator": "annotator-demo", "curator": "curator-demo", "researcher": "researcher-demo", "admin": "admin-demo"}
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=[
+            "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--disable-sync"])
+        for username, password in accounts.items():
+            ctx = browser.new_context(viewport={"width": 1366, "height": 768})
+            page = ctx.new_page()
+            page.goto(f"{url}/accounts/login/")
+            page.fill("#id_username", username)
+            page.fill("#id_password", password)
+            page.keyboard.press("Enter")
+            page.wait_for_selector("header.top nav")
+            seen, queue, checked = set(), ["/"], {}
+            while queue and len(seen) < 40:
+                path = queue.pop(0)
+                if path in seen:
+                    continue
+                seen.add(path)
+                response = page.goto(f"{url}{path}")
+                assert response.status == 200, (username, path, response.status)
+                assert page.locator("header.top nav").count() == 1, (username, path)  # every page has the main navigation
+                for width in (1366, 1920):
+                    page.set_viewport_size({"width": width, "height": 900})
+                    page.wait_for_timeout(50)
+                    overflow = page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth")
+                    assert overflow <= 0, f"{username} {path} at {width} px scrolls sideways by {overflow} px"
+                page.set_viewport_size({"width": 1366, "height": 768})
+                for href in page.eval_on_selector_all("a[href]", "els => els.map(e => e.getAttribute('href'))"):
+                    if not href or SKIP_LINKS.search(href) or href.startswith("http") and not href.startswith(url):
+                        continue
+                    target = href.removeprefix(url)
+                    if target.startswith("?"):
+                        target = path.split("?")[0] + target
+                    if target not in checked:
+                        checked[target] = ctx.request.get(f"{url}{target}", max_redirects=0).status
+                    assert checked[target] != 403, f"{username} sees a link to {target} on {path}, which answers 403"
+                    if not target.startswith("/admin/") and not target.startswith("/accounts/"):
+                        queue.append(target)
+            assert len(seen) >= (2 if username == "annotator" else 6), (username, sorted(seen))
+            ctx.close()
         browser.close()

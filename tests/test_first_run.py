@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import re
-from pathlib import Path
 
 import pytest
 from django.conf import settings
@@ -48,6 +47,19 @@ def test_an_unreachable_hub_is_tried_once_without_retry_spam(tmp_path):
     assert "retry" not in proc.stderr.lower() and "retrying" not in proc.stdout.lower(), proc.stderr[-2000:]
     assert len([x for x in proc.stderr.splitlines() if x.strip()]) <= 2, proc.stderr  # the error, not a page of hub chatter
     assert last.startswith("CommandError:")
+
+
+def test_documented_defaults_are_the_codes(monkeypatch):
+    """The README's table of settings gives the defaults the code uses."""
+    table = {m.group(1): m.group(2) for m in re.finditer(r"^\| `([A-Z_]+)`[^|]*\| ([^|]+) \|", (REPO / "README.md").read_text(), re.M)}
+    for env, setting in (("OODC_MAX_IMAGE_PIXELS", "MAX_IMAGE_PIXELS"), ("OODC_INGEST_CHUNK_SIZE", "INGEST_CHUNK_SIZE"),
+                         ("OODC_REVIEW_LEASE_SECONDS", "REVIEW_LEASE_SECONDS"), ("OODC_REVIEW_PREFETCH", "REVIEW_PREFETCH"),
+                         ("OODC_EVAL_CHUNK_SIZE", "EVAL_CHUNK_SIZE"), ("OODC_NEAR_DUP_MAX_PIXEL_DIFF", "NEAR_DUP_MAX_PIXEL_DIFF")):
+        assert float(table[env].replace(",", "")) == float(getattr(settings, setting)), env
+    from pipelines.models import hub_timeout
+
+    monkeypatch.delenv("OODC_HUB_TIMEOUT_S", raising=False)
+    assert float(table["OODC_HUB_TIMEOUT_S"]) == hub_timeout()
 
 
 def test_the_bomb_refusal_names_the_documented_limit():

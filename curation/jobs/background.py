@@ -57,7 +57,7 @@ def wait_idle(timeout: float) -> bool:
 
 
 def _work() -> None:
-    from curation.jobs.runner import run_inline
+    from curation.jobs import runner
     from curation.models import Job
 
     while True:
@@ -68,7 +68,7 @@ def _work() -> None:
             job = Job.objects.filter(pk=job_id).first()
             if job is None or job.status in (Job.Status.DONE, Job.Status.FAILED):
                 continue
-            run_inline(job)
+            runner.run_inline(job)
         except Exception as exc:  # the kind has recorded the failure on its job; the thread goes on
             log.warning("background job #%s: %s: %s", job_id, type(exc).__name__, exc)
         finally:

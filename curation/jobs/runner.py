@@ -44,7 +44,7 @@ def where_queued() -> str:
     """Where a job queued now will run, for messages."""
     if on_workers():
         return "queued for the Celery workers"
-    return "queued on the web app's background worker" if settings.JOBS_IN_BACKGROUND else "run in this request"
+    return "queued on the web app's background worker" if settings.JOBS_IN_BACKGROUND else "queued to run in this process"
 
 
 def dispatch(job: Job | int, step: str, index: int | None = None, *, countdown: float | None = None) -> None:

@@ -1,3 +1,4 @@
+import time
 from pathlib import Path
 
 from django.conf import settings
@@ -43,6 +44,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, data=None, addr="127.0.0.1:8000", no_serve=False, unit_tests=5, **opts):
         out = self.stdout
+        started = time.monotonic()
         root = Path(data or settings.DATA_DIR / "demo")
         out.write(self.style.MIGRATE_HEADING(f"1/10 Generating demo data in {root}"))
         paths = generate_demo(root)
@@ -99,6 +101,7 @@ class Command(BaseCommand):
         out.write(self.style.MIGRATE_HEADING("Demo accounts (one per role; log in at the address below)"))
         for username, password in accounts.items():
             out.write(f"  {username:<11} password: {password:<16} {ACCOUNT_ROLES.get(username, '')}")
+        out.write(f"  The demo took {time.monotonic() - started:.0f} s (after set-up).")
         url = f"http://{addr}/"
         out.write(f"  Evaluation results: {url}evaluations/{run.pk}/ (log in as researcher or curator)")
         out.write(f"  Annotators review at {url}review/ (log in as annotator or annotator2); curators follow progress at "
