@@ -20,6 +20,18 @@ def _jobs_finish_in_the_request(settings):
     settings.JOBS_IN_BACKGROUND = False
 
 
+@pytest.fixture
+def isolated_roots(tmp_path, settings):
+    """Exports and feature shards under the test's own folder, and no review cache carried over."""
+    settings.EXPORT_ROOT = tmp_path / "exports"
+    settings.FEATURE_STORE = tmp_path / "features"
+    from curation.services.review import review_cache_clear
+
+    review_cache_clear()
+    yield
+    review_cache_clear()
+
+
 @pytest.fixture(scope="session")
 def wn():
     from pipelines.wordnet import load_wordnet

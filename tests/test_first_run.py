@@ -18,18 +18,7 @@ from tests.review_data import ingest
 from tests.test_exports import reviewed_pool
 from tests.test_security import cli, one_line_error
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def roots(tmp_path, settings):
-    settings.EXPORT_ROOT = tmp_path / "exports"
-    settings.FEATURE_STORE = tmp_path / "features"
-    from curation.services.review import review_cache_clear
-
-    review_cache_clear()
-    yield
-    review_cache_clear()
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("isolated_roots")]
 
 
 # -- commands fail fast and speak plainly ------------------------------------------------------------

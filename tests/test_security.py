@@ -26,20 +26,9 @@ from curation.models import Export, Source
 from tests.conftest import REPO, make_image_folder
 from tests.test_exports import reviewed_pool, run_export, user
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("isolated_roots")]
 
 HOSTILE_NAMES = ["../../x", "/abs/x", "x" * 300, "a\r\nb", 'quo"te', "naïve", ".hidden", "-rf", "a/b", "", "a b", "=1+2"]
-
-
-@pytest.fixture(autouse=True)
-def roots(tmp_path, settings):
-    settings.EXPORT_ROOT = tmp_path / "exports"
-    settings.FEATURE_STORE = tmp_path / "features"
-    from curation.services.review import review_cache_clear
-
-    review_cache_clear()
-    yield
-    review_cache_clear()
 
 
 def cli(*args, data_dir: Path, env_extra: dict | None = None, timeout=300):
