@@ -672,8 +672,8 @@ class ExportCreateForm(forms.Form):
     classes = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 3}),
                               help_text="Clean set: wnids to export (comma or line separated); empty = every class")
     min_per_class = forms.IntegerField(min_value=1, initial=1, help_text="Clean set: classes with fewer clean images are left out")
-    layouts = forms.MultipleChoiceField(choices=[(x, x) for x in ("ninco", "imagenet-ood", "openood")], initial=["ninco", "imagenet-ood", "openood"],
-                                        widget=forms.CheckboxSelectMultiple, required=False)
+    layouts = forms.MultipleChoiceField(widget=forms.CheckboxSelectMultiple, required=False,
+                                        help_text="Folder conventions to write (pipelines/layouts/, one file each)")
     split = name_field("split", max_length=40, initial="test",
                        help_text="Clean set: images may not be near-duplicates of another split's")
     copy_files = forms.BooleanField(required=False, help_text="Copy files instead of hard-linking them to the sources")
@@ -689,6 +689,13 @@ class ExportCreateForm(forms.Form):
     convention = forms.ChoiceField(choices=[("paper", "paper: recipes as appendix G states them (default)"),
                                             ("ninco", "ninco: as NINCO's published generator computes them")],
                                    initial="paper", required=False, help_text="Unit tests: which convention (docs/exports.md)")
+
+    def __init__(self, *args, **kwargs):
+        from pipelines.layouts import LAYOUTS
+
+        super().__init__(*args, **kwargs)
+        self.fields["layouts"].choices = [(name, layout.description) for name, layout in LAYOUTS.items()]
+        self.fields["layouts"].initial = list(LAYOUTS)
 
     def clean(self):
         data = super().clean()
@@ -786,11 +793,6 @@ class EvaluationCreateForm(forms.Form):
     models = forms.MultipleChoiceField(widget=forms.CheckboxSelectMultiple, required=False, help_text="Registered models")
     other_models = forms.CharField(required=False, help_text="More timm model names, comma separated (their weights must be reachable)")
     methods = forms.MultipleChoiceField(widget=forms.CheckboxSelectMultiple, help_text="Detectors (higher score = more ID)")
-    knn_k = forms.IntegerField(min_value=1, initial=1000, help_text="K for KNN (NINCO: 1000)")
-    odin_temperature = forms.FloatField(initial=2.0, help_text="ODIN temperature (C-OOD: 2)")
-    odin_epsilon = forms.FloatField(initial=1e-5, min_value=0, help_text="ODIN perturbation (C-OOD: 1e-5)")
-    react_percentile = forms.FloatField(initial=99.0, help_text="ReAct clipping percentile of ID fit activations")
-    ash_percentile = forms.FloatField(initial=90.0, help_text="ASH-S pruning percentile")
     seed = forms.IntegerField(initial=0, help_text="Seed of C-OOD's estimation/test split")
     fpr_method = forms.ChoiceField(choices=[("exact", "exact order statistic (default)"),
                                             ("ninco-interpolated", "NINCO's code: np.quantile (linear interpolation)")],
@@ -813,7 +815,7 @@ class EvaluationCreateForm(forms.Form):
                                 required=False, initial="", help_text="How images become model inputs, for every set of the run")
 
     def __init__(self, *args, **kwargs):
-        from pipelines.detectors import DETECTORS, detector_names
+        from pipelines.detectors import DETECTORS, detector_names, parameters
         from pipelines.models import MODELS
 
         super().__init__(*args, **kwargs)
@@ -824,6 +826,10 @@ class EvaluationCreateForm(forms.Form):
         self.fields["models"].initial = list(MODELS)[:1]
         self.fields["methods"].choices = [(n, f"{DETECTORS[n].label} ({DETECTORS[n].paper})") for n in detector_names()]
         self.fields["methods"].initial = detector_names()
+        for det, p in parameters():  # each detector's own declaration: knn_k, odin_temperature, vim_dim, ...
+            field = forms.IntegerField if p.kind is int else forms.FloatField
+            self.fields[p.key(det)] = field(required=False, initial=p.default, min_value=p.low, max_value=p.high,
+                                            label=f"{DETECTORS[det].label}: {p.name}", help_text=p.describe())
 
     def clean(self):
         data = super().clean()
@@ -869,8 +875,10 @@ class EvaluationRunAdmin(NoDelete, NoChange, RecordAdmin):
         form = EvaluationCreateForm(request.POST or None)
         if request.method == "POST" and form.is_valid():
             d = form.cleaned_data
-            params = {k: d[k] for k in ("knn_k", "odin_temperature", "odin_epsilon", "react_percentile", "ash_percentile", "seed",
-                                        "fpr_method", "oaa_convention", "severity_protocol", "decoder", "sanity_seeds")}
+            from pipelines.detectors import parameters
+
+            params = {k: d[k] for k in ("seed", "fpr_method", "oaa_convention", "severity_protocol", "decoder", "sanity_seeds")}
+            params.update({p.key(det): d[p.key(det)] for det, p in parameters() if d.get(p.key(det)) is not None})
             if params["sanity_seeds"] is None:  # empty: the deployment's default (OODC_EVAL_SANITY_SEEDS)
                 del params["sanity_seeds"]
             try:

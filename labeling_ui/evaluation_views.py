@@ -38,7 +38,8 @@ def evaluation(request, run_id: int):
         rows, classes, units, subsplits = [], {}, {}, {}
         for det, e in r["detectors"].items():
             label = info.get(det, {}).get("label", det)
-            row = {"det": det, "label": label, "paper": info.get(det, {}).get("paper", ""), "e": e}
+            row = {"det": det, "label": label, "paper": info.get(det, {}).get("paper", ""), "e": e,
+                   "settings": info.get(det, {}).get("settings", "")}
             if e["status"] == "ok":
                 row.update(auroc=_pct(e["pooled"]["auroc"]), fpr_id=_pct(e["pooled"]["fpr95_id_positive"]),
                            fpr_ood=_pct(e["pooled"]["fpr95_ood_positive"]), mean_fpr=_pct(e["mean_class"]["fpr95_id_positive"]),

@@ -229,7 +229,15 @@ def evaluate_model(inputs: EvalInputs, methods: list[tuple[str, dict]], *, sever
     return clean(result)
 
 
-def detector_info(names: list[str]) -> dict[str, dict]:
-    """Labels and citations for the result page (stored with the results: the web process
-    reads them from there)."""
-    return {n: {"label": DETECTORS[n].label, "paper": DETECTORS[n].paper} for n in names if n in DETECTORS}
+def detector_info(names: list[str], method_params: dict | None = None) -> dict[str, dict]:
+    """Labels, citations and the settings used, for the result page (stored with the results:
+    the web process reads them from there)."""
+    out = {}
+    for n in names:
+        if n not in DETECTORS:
+            continue
+        used = {**DETECTORS[n].defaults(), **(method_params or {}).get(n, {})}
+        settings = ", ".join(f"{p.name}={used[p.name]:g}" if used.get(p.name) is not None else f"{p.name}: {p.describe()}"
+                             for p in DETECTORS[n].parameters)
+        out[n] = {"label": DETECTORS[n].label, "paper": DETECTORS[n].paper, "settings": settings}
+    return out

@@ -1,14 +1,9 @@
 """Writing, checking and streaming exports (no Django and nothing heavy: the web process streams them).
 
 An export is a folder: ``manifest.json`` (provenance, counts, and the sha256 of every other
-file), ``decisions.csv`` and one sub-folder per layout:
-
-- ``ninco/<readable class name>/<file>`` plus ``ninco/metadata.csv`` (NINCO's one folder per
-  OOD class, named for people) and ``ninco_class_map.csv`` (folder -> wnid, for re-ingest);
-- ``imagenet-ood/<wnid>/<original file name>`` plus ``imagenet-ood/file_list.txt`` (ImageNet-OOD's
-  wnid folders);
-- ``openood/images/<wnid>/<file>`` plus ``openood/imglist.txt`` with ``images/... -1`` lines
-  (OpenOOD's evaluator reads ``<path> <label>`` lists; -1 marks OOD).
+file), ``decisions.csv`` and one sub-folder per layout, each layout one file in
+``pipelines/layouts/`` (NINCO's readable class folders with metadata.csv, ImageNet-OOD's wnid
+folders with file_list.txt, OpenOOD's images/<wnid> with an imglist.txt of ``path -1`` lines).
 
 Image files are hard links to the source files where the filesystem allows (same device, links
 permitted) and byte copies otherwise; every layout after the first links to the export's own
@@ -24,20 +19,19 @@ import gzip
 import hashlib
 import json
 import os
-import re
 import shutil
 import tarfile
-import unicodedata
 import zipfile
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from pipelines import csv_cells
 from pipelines.images import sha256_file
+from pipelines.layouts import LAYOUTS, PlanContext, write_csv
+from pipelines.layouts.ninco import readable_folder
 from pipelines.names import PathOutsideRoot, inside
 
-LAYOUTS = ("ninco", "imagenet-ood", "openood")
+__all__ = ["LAYOUTS", "readable_folder", "write_csv"]  # re-exported: the layouts live in pipelines/layouts/
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = "oodc-export/1"
 BLOCK = 1 << 20
@@ -67,23 +61,9 @@ class Placed:
     problem: str = ""
 
 
-def readable_folder(name: str) -> str:
-    """A folder name people can read: ASCII letters, digits, ``_`` and ``-`` ("sea anemone" ->
-    "sea_anemone")."""
-    text = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode()
-    text = re.sub(r"[^A-Za-z0-9_-]+", "_", text).strip("_-")
-    return text[:100] or "class"
-
-
 def listable_name(name: str, layout: str) -> str:
-    """A file name that the layout's line-based listing can hold: control characters (a
-    newline would split a line) become '_' in every layout, and so does any whitespace in
-    OpenOOD's, whose imglist.txt is '<path> <label>' split on spaces by OpenOOD's loader (a
-    quoted path would not be understood there). The original name stays in decisions.csv."""
-    name = "".join("_" if unicodedata.category(c)[0] == "C" else c for c in name)
-    if layout == "openood":
-        name = re.sub(r"\s", "_", name)
-    return name
+    """A file name that the layout's line-based listings can hold (``Layout.listable``)."""
+    return LAYOUTS[layout].listable(name)
 
 
 def plan_paths(items: Sequence[ExportItem], layouts: Sequence[str]) -> dict[int, dict[str, str]]:
@@ -96,19 +76,12 @@ def plan_paths(items: Sequence[ExportItem], layouts: Sequence[str]) -> dict[int,
     folders_by_name: dict[str, set[str]] = {}
     for it in items:
         folders_by_name.setdefault(readable_folder(it.class_name), set()).add(it.wnid)
+    ctx = PlanContext(folders_by_name)
     out: dict[int, dict[str, str]] = {it.image_id: {} for it in items}
     for layout in layouts:
         taken: set[str] = set()
         for it in sorted(items, key=lambda i: (i.wnid, i.file_name, i.image_id)):
-            if layout == "ninco":
-                folder = readable_folder(it.class_name)
-                if len(folders_by_name[folder]) > 1:
-                    folder = f"{folder}_{it.wnid}"
-                base = f"ninco/{folder}"
-            elif layout == "imagenet-ood":
-                base = f"imagenet-ood/{it.wnid}"
-            else:
-                base = f"openood/images/{it.wnid}"
+            base = LAYOUTS[layout].folder(it, ctx)
             name = listable_name(PurePosixPath(it.file_name).name or f"{it.image_id}", layout)
             rel = f"{base}/{name}"
             if rel.lower() in taken:  # case-insensitive filesystems too
@@ -180,14 +153,6 @@ def place_items(root: Path, items: Sequence[ExportItem], paths: dict[int, dict[s
     return placed
 
 
-def write_csv(path: Path, header: Sequence[str], rows: Iterable[Sequence]) -> None:
-    """A new CSV file, its cells neutralised against spreadsheet formulas (pipelines/csv_cells.py)."""
-    with open(path, "x", newline="", encoding="utf-8") as fh:
-        w = csv_cells.Writer(fh)
-        w.writerow(header)
-        w.writerows(rows)
-
-
 @dataclass(frozen=True)
 class ClassDifficulty:
     """An OOD class's place in an easy/hard sub-split (pipelines.semantic.difficulty_split)."""
@@ -214,34 +179,8 @@ def write_layout_lists(root: Path, placed: Sequence[Placed], layouts: Sequence[s
     def of(sub: str) -> list[Placed]:
         return [p for p in ok if difficulty and p.item.wnid in difficulty and difficulty[p.item.wnid].subsplit == sub]
 
-    if "ninco" in layouts:
-        header = ["file", "class_folder", "class_name", "wnid", "original_file", "sha256", "image_id"]
-        extra = ["semantic_similarity", "closest_id_wnid", "difficulty"] if difficulty else []
-
-        def row(p: Placed) -> list:
-            out = [p.files["ninco"].removeprefix("ninco/"), p.files["ninco"].split("/")[1], p.item.class_name, p.item.wnid,
-                   p.item.file_name, p.item.sha256, p.item.image_id]
-            if difficulty:
-                d = difficulty.get(p.item.wnid)  # None: a class outside WordNet has no similarity and no sub-split
-                out += [f"{d.similarity:.4f}", d.closest_id_wnid, d.subsplit] if d else ["", "", ""]
-            return out
-
-        write_csv(root / "ninco" / "metadata.csv", header + extra, (row(p) for p in ok))
-        # folder -> wnid, the class map `add_source --class-map` reads to re-ingest the NINCO layout
-        write_csv(root / "ninco_class_map.csv", ["folder", "wnid"], sorted({(p.files["ninco"].split("/")[1], p.item.wnid) for p in ok}))
-        for sub in subsplits:
-            _write_list(root / "ninco" / f"file_list_{sub}.txt", (p.files["ninco"].removeprefix("ninco/") for p in of(sub)))
-    if "imagenet-ood" in layouts:
-        (root / "imagenet-ood").mkdir(exist_ok=True)
-        _write_list(root / "imagenet-ood" / "file_list.txt", (p.files["imagenet-ood"].removeprefix("imagenet-ood/") for p in ok))
-        for sub in subsplits:
-            _write_list(root / "imagenet-ood" / f"file_list_{sub}.txt",
-                        (p.files["imagenet-ood"].removeprefix("imagenet-ood/") for p in of(sub)))
-    if "openood" in layouts:
-        (root / "openood").mkdir(exist_ok=True)
-        _write_list(root / "openood" / "imglist.txt", (p.files["openood"].removeprefix("openood/") + " -1" for p in ok))
-        for sub in subsplits:
-            _write_list(root / "openood" / f"imglist_{sub}.txt", (p.files["openood"].removeprefix("openood/") + " -1" for p in of(sub)))
+    for layout in layouts:
+        LAYOUTS[layout].write_lists(root, ok, {sub: of(sub) for sub in subsplits}, difficulty)
     if difficulty:
         per_class: dict[str, list[Placed]] = {}
         for p in ok:
@@ -251,13 +190,6 @@ def write_layout_lists(root: Path, placed: Sequence[Placed], layouts: Sequence[s
                   ([w, ps[0].item.class_name, f"{difficulty[w].similarity:.4f}", difficulty[w].closest_id_wnid,
                     difficulty[w].closest_id_name, difficulty[w].path_distance, difficulty[w].subsplit, len(ps)]
                    for w, ps in sorted(per_class.items(), key=lambda kv: (-difficulty[kv[0]].similarity, kv[0]))))
-
-
-def _write_list(path: Path, lines: Iterable[str]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "x", encoding="utf-8") as fh:
-        for line in lines:
-            fh.write(line + "\n")
 
 
 def hash_tree(root: Path, *, known: dict[str, str] | None = None) -> dict[str, str]:
@@ -357,17 +289,10 @@ def verify_export(root: str | os.PathLike, *, progress: Callable[[int], None] | 
     if counted is not None:
         per_layout = v.manifest.get("counts", {}).get("files_per_layout", {})
         for layout, n in per_layout.items():
-            actual = sum(1 for name in files if name.startswith(f"{layout}/") and _is_image_entry(layout, name))
+            actual = sum(1 for name in files if name.startswith(f"{layout}/") and layout in LAYOUTS and LAYOUTS[layout].is_image(name))
             if actual != n:
                 v.problems.append(f"{layout}/: {actual} image files listed, the manifest counts {n}")
     return v
-
-
-def _is_image_entry(layout: str, name: str) -> bool:
-    """Images sit in class folders (``ninco/<class>/f``, ``imagenet-ood/<wnid>/f``,
-    ``openood/images/<wnid>/f``); the listings (metadata.csv, file_list*.txt, imglist*.txt) sit
-    at the layout's top."""
-    return name.count("/") >= 2
 
 
 def hash_tree_names(root: Path) -> list[str]:

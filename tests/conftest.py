@@ -22,8 +22,10 @@ def _jobs_finish_in_the_request(settings):
 
 @pytest.fixture
 def isolated_roots(tmp_path, settings):
-    """Exports and feature shards under the test's own folder, and no review cache carried over."""
+    """Exports, evaluation outputs and feature shards under the test's own folder, and no review
+    cache carried over."""
     settings.EXPORT_ROOT = tmp_path / "exports"
+    settings.EVAL_ROOT = tmp_path / "evaluations"
     settings.FEATURE_STORE = tmp_path / "features"
     from curation.services.review import review_cache_clear
 

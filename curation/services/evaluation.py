@@ -163,26 +163,13 @@ def set_items(image_set: ImageSet) -> list[Item]:
 
 
 def _method_params(params: dict) -> dict[str, dict]:
-    """Per-detector parameters from the run's settings, checked."""
-    def number(key, default, lo=None, hi=None, kind=float):
-        value = params.get(key, default)
-        try:
-            value = kind(value)
-        except (TypeError, ValueError):
-            raise EvaluationError(f"{key}: {value!r} is not a number") from None
-        if (lo is not None and value < lo) or (hi is not None and value > hi):
-            raise EvaluationError(f"{key}: {value} must be between {lo} and {hi}")
-        return value
+    """Per-detector parameters from the run's settings, checked against each detector's declaration."""
+    from pipelines.detectors import DetectorError, method_params
 
-    out = {
-        "knn": {"k": number("knn_k", 1000, 1, 10**6, int)},
-        "react": {"percentile": number("react_percentile", 99.0, 50.0, 100.0)},
-        "ash": {"percentile": number("ash_percentile", 90.0, 1.0, 99.9)},
-        "odin": {"temperature": number("odin_temperature", 2.0, 1e-3, 1e5), "epsilon": number("odin_epsilon", 1e-5, 0.0, 1.0)},
-    }
-    if params.get("vim_dim"):
-        out["vim"] = {"dim": number("vim_dim", 0, 1, 10**5, int)}
-    return out
+    try:
+        return method_params(params)
+    except DetectorError as exc:
+        raise EvaluationError(str(exc)) from None
 
 
 def _conventions(params: dict) -> dict:
@@ -637,7 +624,8 @@ def evaluation_finalize(*, job_id: int, progress: Callable[[str], None] | None =
         raise EvaluationError(f"evaluation #{run.pk}: {job.chunks.filter(done=False).count()} chunk(s) are not computed yet")
     cfg = run.config
     odin = _odin_key(cfg)
-    results: dict = {"models": {}, "detectors": detector_info(cfg["methods"]), "sets": cfg["sets"], "plots": {}}
+    results: dict = {"models": {}, "detectors": detector_info(cfg["methods"], cfg.get("method_params")), "sets": cfg["sets"],
+                     "plots": {}}
     sets = {role: _set_of(entry) for role, entry in cfg["sets"].items()}
     decoder = _decoder(cfg)
     results["decoder"] = decoder

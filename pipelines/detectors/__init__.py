@@ -6,16 +6,19 @@ when it needs it, the model's last linear layer (``Head``: logits = features @ w
 ``fit`` learns ID statistics from the ID fit set; ``score`` scores any set. Input-level methods
 (ODIN) are computed during feature extraction and read from ``Outputs.extra``.
 
-Adding a method is one file in this package with one decorated class::
+Adding a method is one file in this package with one decorated class; its parameters are
+declared on it once, and the evaluation command's flags, the admin form's fields, the checks
+and the docs table follow::
 
     @register_detector
     class MyScore(Detector):
         name = "my_score"
         label = "My score"
         paper = "Someone et al., Venue Year"
+        parameters = (Param("temperature", float, 1.0, 0.01, 100.0, help="logit temperature", source="the paper"),)
 
         def score(self, data):
-            return data.logits.max(axis=1)
+            return (data.logits / self.params["temperature"]).max(axis=1)
 
 Formulas follow NINCO's appendix C and the original papers, as restated in REFERENCE.md
 (Detectors); each module cites its paper.
@@ -78,19 +81,65 @@ class Head:
         return features.astype(np.float64) @ self.weight.T + self.bias
 
 
+@dataclass(frozen=True)
+class Param:
+    """A detector's parameter, declared once on its class; the evaluation command's flag
+    (``--knn-k``), the admin form's field (``knn_k``), the run's validation, the result labels
+    and the docs table (``python manage.py detectors``) are all made from it."""
+
+    name: str  # the detector's own name for it, e.g. "k"
+    kind: type  # int or float
+    default: int | float | None  # None: the detector works it out (e.g. ViM's rule from the feature dimension)
+    low: int | float | None = None
+    high: int | float | None = None
+    help: str = ""
+    source: str = ""  # where the default comes from, e.g. "NINCO"
+
+    def key(self, detector: str) -> str:
+        """The run settings' key, and the admin field's name: ``knn_k``."""
+        return f"{detector}_{self.name}"
+
+    def flag(self, detector: str) -> str:
+        """The command-line option: ``--knn-k``."""
+        return "--" + self.key(detector).replace("_", "-")
+
+    def describe(self) -> str:
+        default = "worked out from the data" if self.default is None else f"{self.default:g}"
+        return f"{self.help} (default {default}{'; ' + self.source if self.source else ''})"
+
+    def check(self, detector: str, value):
+        """``value`` as this parameter's type and in its range; DetectorError naming the flag otherwise.
+        None (and 0 for a parameter the detector works out) means the default."""
+        if value is None or value == "" or (self.default is None and value in (0, "0")):
+            return self.default
+        try:
+            value = self.kind(value)
+        except (TypeError, ValueError):
+            raise DetectorError(f"{self.flag(detector)}: {value!r} is not {'a whole number' if self.kind is int else 'a number'}") from None
+        if (self.low is not None and value < self.low) or (self.high is not None and value > self.high):
+            raise DetectorError(f"{self.flag(detector)}: {value:g} must be between {self.low:g} and {self.high:g}")
+        return value
+
+
 class Detector:
     name: ClassVar[str] = ""
     label: ClassVar[str] = ""
     paper: ClassVar[str] = ""
     needs_fit: ClassVar[bool] = False  # learns statistics from the ID fit set
     needs_head: ClassVar[bool] = False  # needs the classifier's weight and bias
-    defaults: ClassVar[dict] = {}
+    parameters: ClassVar[tuple[Param, ...]] = ()  # every setting it takes, declared once
+    input_level: ClassVar[bool] = False  # scores computed from the images while extracting (ODIN), not from outputs
+
+    @classmethod
+    def defaults(cls) -> dict:
+        return {p.name: p.default for p in cls.parameters}
 
     def __init__(self, **params):
-        unknown = set(params) - set(self.defaults)
+        known = {p.name for p in self.parameters}
+        unknown = set(params) - known
         if unknown:
-            raise DetectorError(f"{self.name}: unknown parameter(s) {', '.join(sorted(unknown))}; it takes {sorted(self.defaults) or 'none'}")
-        self.params = {**self.defaults, **params}
+            raise DetectorError(f"{self.name}: unknown parameter(s) {', '.join(sorted(unknown))}; it takes {sorted(known) or 'none'}")
+        self.params = {**self.defaults(), **params}
         self.notes: list[str] = []  # adjustments made while fitting, shown with the results
 
     def fit(self, fit: Outputs, head: Head | None = None) -> "Detector":
@@ -119,6 +168,22 @@ def detector_names() -> list[str]:
     """Every registered detector, in table order (unknown newcomers last, alphabetically)."""
     rank = {n: i for i, n in enumerate(PREFERRED_ORDER)}
     return sorted(DETECTORS, key=lambda n: (rank.get(n, len(rank)), n))
+
+
+def parameters() -> list[tuple[str, Param]]:
+    """Every registered detector's parameters, in table order: (detector name, parameter)."""
+    return [(name, p) for name in detector_names() for p in DETECTORS[name].parameters]
+
+
+def method_params(settings: dict) -> dict[str, dict]:
+    """Per-detector parameters from a run's settings (keys like ``knn_k``), each checked against
+    its declaration; a parameter not set takes its default (left out when that default is None)."""
+    out: dict[str, dict] = {}
+    for name, p in parameters():
+        value = p.check(name, settings.get(p.key(name)))
+        if value is not None:
+            out.setdefault(name, {})[p.name] = value
+    return out
 
 
 def get_detector(name: str, **params) -> Detector:

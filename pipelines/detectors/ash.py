@@ -1,6 +1,6 @@
 import numpy as np
 
-from . import Detector, logsumexp, register_detector, require_head
+from . import Detector, Param, logsumexp, register_detector, require_head
 
 
 def ash_keep_count(d: int, percentile: float) -> int:
@@ -36,7 +36,7 @@ class ASH(Detector):
     label = "ASH-S + Energy"
     paper = "Djurisic et al., ICLR 2023"
     needs_head = True
-    defaults = {"percentile": 90.0}
+    parameters = (Param("percentile", float, 90.0, 1.0, 99.9, help="pruning percentile of each activation vector", source="NINCO"),)
 
     def fit(self, fit, head=None):
         self.head = require_head(head, "ASH")

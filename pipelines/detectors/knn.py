@@ -1,7 +1,7 @@
 import numpy as np
 
 from ..gpu_search import exact_topk, preferred_device
-from . import Detector, DetectorError, register_detector
+from . import Detector, DetectorError, Param, register_detector
 
 
 def _normalised(x: np.ndarray) -> np.ndarray:
@@ -20,7 +20,7 @@ class KNN(Detector):
     label = "KNN"
     paper = "Sun et al., ICML 2022"
     needs_fit = True
-    defaults = {"k": 1000}
+    parameters = (Param("k", int, 1000, 1, 10**6, help="K, the neighbour whose distance is the score", source="NINCO"),)
 
     def fit(self, fit, head=None):
         k = int(self.params["k"])

@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from . import Detector, DetectorError, register_detector
+from . import Detector, DetectorError, Param, register_detector
 
 DEFAULT_TEMPERATURE = 2.0
 DEFAULT_EPSILON = 1e-5
@@ -30,7 +30,9 @@ class ODIN(Detector):
     name = "odin"
     label = "ODIN"
     paper = "Liang, Li, Srikant, ICLR 2018"
-    defaults = {"temperature": DEFAULT_TEMPERATURE, "epsilon": DEFAULT_EPSILON}
+    parameters = (Param("temperature", float, DEFAULT_TEMPERATURE, 1e-3, 1e5, help="softmax temperature", source="C-OOD"),
+                  Param("epsilon", float, DEFAULT_EPSILON, 0.0, 1.0, help="input perturbation", source="C-OOD"))
+    input_level = True
 
     @property
     def input_key(self) -> str:

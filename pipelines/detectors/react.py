@@ -1,6 +1,6 @@
 import numpy as np
 
-from . import Detector, logsumexp, register_detector, require_head
+from . import Detector, Param, logsumexp, register_detector, require_head
 
 
 @register_detector
@@ -14,7 +14,7 @@ class ReAct(Detector):
     paper = "Sun, Guo, Li, NeurIPS 2021"
     needs_fit = True
     needs_head = True
-    defaults = {"percentile": 99.0}
+    parameters = (Param("percentile", float, 99.0, 50.0, 100.0, help="clipping percentile of ID fit activations", source="NINCO"),)
 
     def fit(self, fit, head=None):
         self.head = require_head(head, "ReAct")

@@ -1,6 +1,6 @@
 import numpy as np
 
-from . import Detector, DetectorError, logsumexp, register_detector, require_head
+from . import Detector, DetectorError, Param, logsumexp, register_detector, require_head
 
 
 def principal_dim(d: int) -> int:
@@ -26,7 +26,8 @@ class ViM(Detector):
     paper = "Wang et al., CVPR 2022"
     needs_fit = True
     needs_head = True
-    defaults = {"dim": None}  # None: the paper's rule from the feature dimension
+    parameters = (Param("dim", int, None, 1, 10**5, help="principal dimension D (0: the paper's rule from the feature dimension)",
+                        source="ViM's rule"),)
 
     def fit(self, fit, head=None):
         head = require_head(head, "ViM")

@@ -4,6 +4,7 @@ from curation.management.progress import InlineBar, resume_and_wait, wait_for_jo
 from curation.models import EvaluationRun, Export
 from curation.services.evaluation import EvaluationError, EvaluationRunning, evaluation_create, evaluation_run_inline
 from pipelines.decode import DECODERS
+from pipelines.detectors import DETECTORS, parameters
 from pipelines.metrics import FPR_METHODS, OAA_CONVENTIONS
 from pipelines.severity import ESTIMATION, PER_CLASS, PROTOCOLS
 
@@ -59,12 +60,9 @@ class Command(BaseCommand):
         parser.add_argument("--id-fit", required=True, help="ID fit set for detectors with statistics: source:NAME or import:NAME")
         parser.add_argument("--models", default="", help="comma-separated model names (default: the default model)")
         parser.add_argument("--methods", default="", help="comma-separated detectors (default: every registered one)")
-        parser.add_argument("--knn-k", type=int, default=1000, help="K for KNN (default 1000, as NINCO)")
-        parser.add_argument("--odin-temperature", type=float, default=2.0, help="ODIN temperature (default 2, as C-OOD)")
-        parser.add_argument("--odin-epsilon", type=float, default=1e-5, help="ODIN input perturbation (default 1e-5, as C-OOD)")
-        parser.add_argument("--react-percentile", type=float, default=99.0, help="ReAct clipping percentile (default 99)")
-        parser.add_argument("--ash-percentile", type=float, default=90.0, help="ASH-S pruning percentile (default 90)")
-        parser.add_argument("--vim-dim", type=int, default=0, help="ViM principal dimension (default: the paper's rule)")
+        for det, p in parameters():  # each detector's own declaration: --knn-k, --odin-temperature, ...
+            parser.add_argument(p.flag(det), dest=p.key(det), type=p.kind, default=None,
+                                help=f"{DETECTORS[det].label}: {p.describe()}")
         parser.add_argument("--severity-window", type=int, default=0, help="C-OOD window (default |Y_ID| = 1000)")
         parser.add_argument("--severity-protocol", choices=PROTOCOLS, default=PROTOCOLS[0],
                             help="C-OOD's protocol (200 images per class: 150 estimate, 50 test; default) or our small-data "
@@ -92,11 +90,10 @@ class Command(BaseCommand):
             raise CommandError("give the OOD set with --export NAME (a clean export) or --ood source:NAME@CLASSES, not both")
         export = find_export(o["export"], kind=Export.Kind.DATASET) if o["export"] else None
         unit = find_export(o["unit_tests"], kind=Export.Kind.UNIT_TESTS) if o["unit_tests"] else None
-        params = {"knn_k": o["knn_k"], "odin_temperature": o["odin_temperature"], "odin_epsilon": o["odin_epsilon"],
-                  "react_percentile": o["react_percentile"], "ash_percentile": o["ash_percentile"], "vim_dim": o["vim_dim"],
-                  "severity_window": o["severity_window"], "seed": o["seed"], "severity_protocol": o["severity_protocol"],
-                  "severity_per_class": o["severity_per_class"], "severity_estimation": o["severity_estimation"],
-                  "fpr_method": o["fpr_method"], "oaa_convention": o["oaa_convention"], "decoder": o["decoder"]}
+        params = {p.key(det): o[p.key(det)] for det, p in parameters() if o.get(p.key(det)) is not None}
+        params.update({"severity_window": o["severity_window"], "seed": o["seed"], "severity_protocol": o["severity_protocol"],
+                       "severity_per_class": o["severity_per_class"], "severity_estimation": o["severity_estimation"],
+                       "fpr_method": o["fpr_method"], "oaa_convention": o["oaa_convention"], "decoder": o["decoder"]})
         if o["sanity_seeds"] is not None:
             params["sanity_seeds"] = o["sanity_seeds"]
         if o["sanity_arch"]:

@@ -29,7 +29,9 @@ class Command(BaseCommand):
         parser.add_argument("--classes", help="comma-separated wnids to export (default: every class)")
         parser.add_argument("--classes-file", help="file with one wnid per line")
         parser.add_argument("--min-per-class", type=int, default=1, help="classes with fewer clean images are left out (default 1)")
-        parser.add_argument("--layout", action="append", dest="layouts", choices=LAYOUTS, help="layouts to write (default: all three)")
+        parser.add_argument("--layout", action="append", dest="layouts", choices=list(LAYOUTS),
+                            help="a layout to write, repeatable (default: every one): " + "; ".join(
+                                layout.description for layout in LAYOUTS.values()))
         parser.add_argument("--split", default="test", help="split name; images may not be near-duplicates of another split's (default test)")
         parser.add_argument("--copy", action="store_true", help="copy files instead of hard-linking them")
         parser.add_argument("--override-leakage", default="", metavar="NOTE", help="export despite leakage, recording this note")

@@ -1,0 +1,110 @@
+"""Export layouts: one registered class per folder convention (NINCO, ImageNet-OOD, OpenOOD).
+
+An export writes each chosen layout as a sub-folder of its own. A layout says where an image
+goes (``folder``), which file names its listings can hold (``listable``) and which listings it
+writes (``write_lists``); the export command's ``--layout`` choices, the admin form and the
+export's checks come from this registry. Adding a layout is one file in this package::
+
+    @register_layout
+    class FlatList(Layout):
+        name = "flat"
+        description = "every image in one folder, with a plain file list"
+
+        def folder(self, item, ctx):
+            return "flat"
+
+        def write_lists(self, root, placed, subsets):
+            write_list(root / "flat" / "files.txt", (self.inside(p) for p in placed))
+"""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import unicodedata
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar
+
+from pipelines import csv_cells
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pipelines.export import ExportItem, Placed
+
+
+def write_csv(path: Path, header: Sequence[str], rows: Iterable[Sequence]) -> None:
+    """A new CSV file, its cells neutralised against spreadsheet formulas (pipelines/csv_cells.py)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "x", newline="", encoding="utf-8") as fh:
+        w = csv_cells.Writer(fh)
+        w.writerow(header)
+        w.writerows(rows)
+
+
+def write_list(path: Path, lines: Iterable[str]) -> None:
+    """A new text file, one line per entry."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "x", encoding="utf-8") as fh:
+        for line in lines:
+            fh.write(line + "\n")
+
+
+class PlanContext:
+    """What a layout may need to know about the whole export while placing one item: the
+    wnids that share each readable class folder name."""
+
+    def __init__(self, folders_by_name: dict[str, set[str]]):
+        self.folders_by_name = folders_by_name
+
+
+class Layout:
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    reference: ClassVar[str] = ""  # whose convention it is
+
+    def folder(self, item: "ExportItem", ctx: PlanContext) -> str:
+        """The folder, relative to the export, that ``item`` goes into (starting with the
+        layout's name)."""
+        raise NotImplementedError
+
+    def listable(self, name: str) -> str:
+        """A file name this layout's line-based listings can hold: control characters (a newline
+        would split a line) become '_'."""
+        return "".join("_" if unicodedata.category(c)[0] == "C" else c for c in name)
+
+    def is_image(self, rel: str) -> bool:
+        """Whether a path under this layout's folder is an image (not a listing)."""
+        return rel.count("/") >= 2
+
+    def inside(self, p: "Placed") -> str:
+        """``p``'s path relative to this layout's own folder."""
+        return p.files[self.name].removeprefix(f"{self.name}/")
+
+    def write_lists(self, root: Path, placed: Sequence["Placed"], subsets: dict[str, Sequence["Placed"]],
+                    difficulty: dict | None = None) -> None:
+        """The layout's listings of the placed images (sorted by class), once for all and once
+        per sub-split in ``subsets`` (``easy``/``hard``...); ``difficulty`` is wnid ->
+        pipelines.export.ClassDifficulty when the export has sub-splits."""
+        raise NotImplementedError
+
+
+LAYOUTS: dict[str, Layout] = {}  # name -> layout, in registration order
+
+
+def register_layout(cls: type[Layout]) -> type[Layout]:
+    if not cls.name or cls.name in LAYOUTS:
+        raise ValueError(f"layout name {cls.name!r} is empty or registered twice")
+    LAYOUTS[cls.name] = cls()
+    return cls
+
+
+# NINCO, ImageNet-OOD, OpenOOD: the order exports list them in
+_BUILT_IN = ("ninco", "imagenet_ood", "openood")
+
+
+def _load_all() -> None:
+    names = [m.name for m in pkgutil.iter_modules(__path__)]
+    for mod in sorted(names, key=lambda m: (_BUILT_IN.index(m) if m in _BUILT_IN else len(_BUILT_IN), m)):
+        importlib.import_module(f"{__name__}.{mod}")
+
+
+_load_all()
