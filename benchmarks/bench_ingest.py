@@ -105,8 +105,12 @@ def main() -> None:
 
     times = {"bare-verify": [], "bare-decode": [], "ingest-1thread": [], "ingest": []}
     for r in range(args.repeats):
-        t = time.perf_counter(); bare_verify(files); times["bare-verify"].append(time.perf_counter() - t)
-        t = time.perf_counter(); bare_decode(files); times["bare-decode"].append(time.perf_counter() - t)
+        t = time.perf_counter()
+        bare_verify(files)
+        times["bare-verify"].append(time.perf_counter() - t)
+        t = time.perf_counter()
+        bare_decode(files)
+        times["bare-decode"].append(time.perf_counter() - t)
         times["ingest-1thread"].append(run_ingest(f"bench-1t-{r}", 1))
         times["ingest"].append(run_ingest(f"bench-{r}", None))
 

@@ -43,8 +43,9 @@ def free_port() -> int:
 
 
 def recreate_database(admin_url: str, name: str) -> str:
-    import psycopg2
     from urllib.parse import urlparse
+
+    import psycopg2
 
     u = urlparse(admin_url)
     conn = psycopg2.connect(host=u.hostname, port=u.port or 5432, user=u.username, password=u.password, dbname=u.path.lstrip("/"))
@@ -184,7 +185,8 @@ def main() -> int:
     bench_url = recreate_database(admin_url, "oodc_bench")
     data_dir = Path(os.environ.get("OODC_BENCH_DIR", "/tmp/oodc-bench"))
     env = {**os.environ, "DATABASE_URL": bench_url, "DJANGO_SETTINGS_MODULE": "curation.settings", "DJANGO_DEBUG": "0",
-           "DB_CONN_MAX_AGE": "60", "DJANGO_SECRET_KEY": secrets.token_hex(32), "OODC_DATA_DIR": str(data_dir), "NLTK_DATA": os.environ.get("NLTK_DATA", str(REPO / "var" / "nltk_data"))}
+           "DB_CONN_MAX_AGE": "60", "DJANGO_SECRET_KEY": secrets.token_hex(32), "OODC_DATA_DIR": str(data_dir),
+           "NLTK_DATA": os.environ.get("NLTK_DATA", str(REPO / "var" / "nltk_data"))}
     subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=REPO, env=env, check=True)
     os.environ.update(env)
     cookies = populate(args.images, args.annotators, data_dir)

@@ -1,34 +1,60 @@
-from django.conf import settings
 from django import forms
+from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.contrib.auth.models import User
+from django.db.models import F
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html
-from django.db.models import F
 
 from curation import jobs
-from curation.models import (AnnotatorScope, Assignment, AuditLog, CandidateClass, ClassDecision, ClassFilterRun, ClassOverride,
-                             ClassVisualSignal, EvalFeatureSet, EvaluationRun, Export, ExportMember, FeatureShard, IdClassSet, Image, ImageEmbedding, Job, JobChunk, Review,
-                             ReviewItem, ReviewSettings, Source)
-from curation.services.audit import audit_record
-from curation.validators import name_field
-from curation.services.class_filter import (ClassDecisionError, ClassFilterError, class_decisions_resolve, class_filter_start,
-                                            class_override_pin, class_override_unpin)
-from curation.services.evaluation import EvaluationError, evaluation_create
+from curation.audit import audit_record
+from curation.models import (
+    AnnotatorScope,
+    Assignment,
+    AuditLog,
+    CandidateClass,
+    ClassDecision,
+    ClassFilterRun,
+    ClassOverride,
+    ClassVisualSignal,
+    EvalFeatureSet,
+    EvaluationRun,
+    Export,
+    ExportMember,
+    FeatureShard,
+    IdClassSet,
+    Image,
+    ImageEmbedding,
+    Job,
+    JobChunk,
+    Review,
+    ReviewItem,
+    ReviewSettings,
+    Source,
+)
+from curation.services.class_filter import (
+    ClassDecisionError,
+    ClassFilterError,
+    class_decisions_resolve,
+    class_filter_start,
+    class_override_pin,
+    class_override_unpin,
+)
 from curation.services.covariate_shift import CovariateShiftError, covariate_shift_start
-from curation.services.id_classes import IdClassSetError, semantic_split_create
+from curation.services.evaluation import EvaluationError, evaluation_create
 from curation.services.exports import ExportRequestError, export_create, unit_tests_create
+from curation.services.id_classes import IdClassSetError, semantic_split_create
 from curation.services.image_pipeline import JobAlreadyRunning, PipelineError, dedup_start, extract_start
 from curation.services.ingest import IngestAlreadyRunning, ingest_start
-from curation.services.review import (ReviewError, review_items_set_gold, review_queue_sync, review_scope_apply,
-                                      review_settings_save)
+from curation.services.review import ReviewError, review_items_set_gold, review_queue_sync, review_scope_apply, review_settings_save
+from curation.validators import name_field
 from pipelines.class_filter import PolicyError
-from pipelines.names import NAME_RULE
-from pipelines.corruptions import CORRUPTIONS
-from pipelines.semantic import DIFFICULTY_HELP
 from pipelines.class_filter.policy import DEFAULT_PRESET, PRESETS
+from pipelines.corruptions import CORRUPTIONS
+from pipelines.names import NAME_RULE
+from pipelines.semantic import DIFFICULTY_HELP
 from pipelines.wordnet import WordNetUnavailable
 
 
@@ -194,7 +220,8 @@ class SourceAdmin(admin.ModelAdmin):
                         run.job, f"class filter job #{run.job_id} of {source.name}").replace("on this list", "on the report"), url))
 
         return action_form(self, request, queryset, form_class=ClassFilterForm, title="Run the WordNet class filter",
-                           intro="Each selected source's class folders are judged by the rules of the chosen policy; the job's progress shows on the home page.",
+                           intro="Each selected source's class folders are judged by the rules of the chosen policy; "
+                                 "the job's progress shows on the home page.",
                            submit=submit)
 
     def has_class_filter_permission(self, request):
@@ -437,7 +464,8 @@ class ClassDecisionAdmin(NoDelete, RecordAdmin):
             self.message_user(request, f"{len(wnids)} override(s) pinned: {action}; they win over every rule in every run")
 
         return action_form(self, request, queryset, form_class=NoteForm, title=f"Pin '{action}' overrides",
-                           intro=f"{len(wnids)} synset(s) will always be {'kept' if action == 'allow' else 'removed'}, whatever the rules say, in this and future runs.",
+                           intro=f"{len(wnids)} synset(s) will always be {'kept' if action == 'allow' else 'removed'}, "
+                                 "whatever the rules say, in this and future runs.",
                            submit=submit)
 
     @admin.action(description="Pin override: always keep these synsets", permissions=["override"])

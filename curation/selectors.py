@@ -1,12 +1,14 @@
 """Reads. Views, commands and the admin ask these rather than building queries themselves."""
 from __future__ import annotations
 
-from django.db.models import Count, F, Q
+from dataclasses import dataclass
 
-from curation.models import CandidateClass, ClassFilterRun, IdClassSet, Image, Job, Source
+from django.db.models import Count, Exists, F, OuterRef, Q
+
+from curation.models import AnnotatorScope, Assignment, CandidateClass, ClassFilterRun, IdClassSet, Image, Job, Source
 from pipelines.class_filter.engine import CSV_COLUMNS
-from pipelines.names import class_label
 from pipelines.class_filter.rules import RULES
+from pipelines.names import class_label
 
 
 def latest_class_filter_run(*, source: Source) -> ClassFilterRun | None:
@@ -234,8 +236,6 @@ def annotator_queue(*, user) -> dict:
     """An annotator's queue: per source and class, images still needing a review they could
     give, and what they have done."""
     from curation.models import Review, ReviewItem
-    from curation.services.review import annotator_scope, not_seen_by
-
     scope = annotator_scope(user)
     not_mine = not_seen_by(user)
     rows = (ReviewItem.objects.filter(scope.q()).exclude(status=ReviewItem.Status.WITHDRAWN)
@@ -485,3 +485,34 @@ def evaluation_plot_path(run, rel: str):
     if rel not in allowed:
         return None
     return Path(settings.EVAL_ROOT) / "runs" / str(run.pk) / rel
+
+
+# -- what an annotator may see (used by the review service and the pages) -----------------------
+
+
+@dataclass
+class Scope:
+    sources: set[int]
+    classes: set[int]
+
+    @property
+    def unrestricted(self) -> bool:
+        return not self.sources and not self.classes
+
+    def q(self) -> Q:
+        """The queue rows this annotator may get."""
+        if self.unrestricted:
+            return Q()  # only candidate sources have queue rows
+        return Q(source_id__in=self.sources) | Q(candidate_class_id__in=self.classes)
+
+
+def annotator_scope(user) -> Scope:
+    sources, classes = set(), set()
+    for source_id, class_id in AnnotatorScope.objects.filter(annotator=user).values_list("source_id", "candidate_class_id"):
+        (classes.add(class_id) if class_id else sources.add(source_id))
+    return Scope(sources, classes)
+
+
+def not_seen_by(user):
+    """Queue rows this annotator holds no live or finished assignment on."""
+    return ~Exists(Assignment.objects.filter(item=OuterRef("pk"), annotator=user).exclude(state=Assignment.State.EXPIRED))

@@ -185,7 +185,7 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_IGNORE_RESULT = True  # job status lives on the Job model, not in a result backend
 CELERY_TASK_DEFAULT_QUEUE = "cpu"
-# Each job step is queued on the queue its kind declares (curation/jobs/kinds.py):
+# Each job step is queued on the queue its kind declares (curation/services/job_kinds.py):
 # extraction on OODC_EXTRACT_QUEUE (gpu where GPU workers serve it), evaluation outputs on
 # OODC_EVAL_QUEUE, everything else on "cpu".
 # How long a task may stay unacknowledged before Redis hands it to another worker. A killed

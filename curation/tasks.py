@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from curation.jobs.protocol import STEPS
+from curation.jobs.protocol import STEPS, task_name
 from curation.models import Job
 
 TASK_OPTIONS = {"acks_late": True, "reject_on_worker_lost": True}
@@ -21,11 +21,8 @@ def _make_task(kind: str, step: str):
         return len(result) if isinstance(result, list) else None
 
     run.__name__ = run.__qualname__ = f"{kind}_{step}_task"
-    return shared_task(name=f"curation.{kind}.{step}", **TASK_OPTIONS)(run)
+    return shared_task(name=task_name(kind, step), **TASK_OPTIONS)(run)
 
 
 TASKS = {(kind, step): _make_task(kind, step) for kind in Job.Kind.values for step in STEPS}
 
-
-def task_for(kind: str, step: str):
-    return TASKS[(kind, step)]

@@ -11,8 +11,8 @@ from django.views.decorators.http import require_GET
 from curation import selectors
 from curation.models import EvaluationRun
 from curation.roles import CURATOR, RESEARCHER
-from labeling_ui.review_views import role_required
 from labeling_ui.http import attachment
+from labeling_ui.review_views import role_required
 from pipelines import csv_cells
 
 
@@ -78,7 +78,8 @@ def evaluation(request, run_id: int):
         models.append({"name": model, "r": r, "rows": rows, "ok": ok, "accuracy": _pct(r.get("id_accuracy")),
                        "classes": sorted(classes.values(), key=lambda c: c["name"].lower()),
                        "units": sorted(units.values(), key=lambda u: u["name"]), "severity": severity, "plots": plots,
-                       "subsplits": [subsplits[k] for k in ("hard", "easy") if k in subsplits], "shifted": shifted, "fsx_rows": fsx_rows, "fsx_sources": fsx_sources,
+                       "subsplits": [subsplits[k] for k in ("hard", "easy") if k in subsplits], "shifted": shifted,
+                       "fsx_rows": fsx_rows, "fsx_sources": fsx_sources,
                        "bars": [(row["label"], plots.get("bars", {}).get(row["det"])) for row in ok if plots.get("bars", {}).get(row["det"])]})
     return render(request, "labeling_ui/evaluation.html", {"run": run, "models": models, "sanity": _sanity_view(res, info)})
 

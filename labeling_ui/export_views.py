@@ -12,8 +12,8 @@ from curation import selectors
 from curation.models import Export, Source
 from curation.roles import CURATOR, RESEARCHER
 from curation.services.exports import export_path
-from labeling_ui.review_views import role_required
 from labeling_ui.http import attachment
+from labeling_ui.review_views import role_required
 from pipelines.export import LAYOUTS, MANIFEST, DownloadAborted, ExportError, archive_members, iter_tar_gz, iter_zip, read_manifest
 from pipelines.images import sha256_file
 

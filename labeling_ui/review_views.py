@@ -18,11 +18,21 @@ from django.views.decorators.http import require_GET, require_POST
 from curation import selectors
 from curation.models import Assignment, ClassDecision, Image, ReviewDecision, ReviewSettings, Source
 from curation.roles import ANNOTATOR, CURATOR, RESEARCHER, user_roles
+from curation.selectors import annotator_scope
 from curation.services.class_filter import class_decisions_resolve
 from curation.services.renditions import VARIANTS, RenditionError, rendition
-from curation.services.review import (NothingToUndo, ReviewError, annotator_scope, class_signal_resolve, review_adjudicate, review_next,
-                                      review_queue_refresh_if_built, review_queue_sync, review_settings_save, review_submit,
-                                      review_undo)
+from curation.services.review import (
+    NothingToUndo,
+    ReviewError,
+    class_signal_resolve,
+    review_adjudicate,
+    review_next,
+    review_queue_refresh_if_built,
+    review_queue_sync,
+    review_settings_save,
+    review_submit,
+    review_undo,
+)
 
 # Keys of the review screen (shown on the buttons and in the help overlay).
 KEYS = [

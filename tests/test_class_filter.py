@@ -3,8 +3,8 @@ resolution, pinned overrides), the report page; runs persist and re-runs reprodu
 from __future__ import annotations
 
 import csv
-import json
 import io
+import json
 
 import pytest
 from django.core.management import CommandError, call_command

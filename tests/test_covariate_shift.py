@@ -9,7 +9,8 @@ import pytest
 from django.core.management import CommandError, call_command
 from PIL import Image
 
-from curation.models import AuditLog, Image as ImageRow, Source
+from curation.models import AuditLog, Source
+from curation.models import Image as ImageRow
 from curation.services.covariate_shift import read_provenance
 from tests.review_data import ingest
 

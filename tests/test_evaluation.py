@@ -15,11 +15,10 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from PIL import Image as PILImage
 
-from curation.models import EvalFeatureSet, EvaluationRun, Export, ExportMember, Job
-from curation.services.evaluation import (EvaluationError, cache_dir, evaluation_create, evaluation_run_inline, export_set,
-                                          outputs_import)
-from pipelines.models import imagenet_1k_classes
+from curation.models import EvalFeatureSet, EvaluationRun, Export, Job
 from curation.selectors import evaluation_csv_rows
+from curation.services.evaluation import EvaluationError, cache_dir, evaluation_create, evaluation_run_inline, export_set, outputs_import
+from pipelines.models import imagenet_1k_classes
 from tests.review_data import ingest
 
 pytestmark = pytest.mark.django_db
@@ -261,8 +260,8 @@ def test_conventions_are_chosen_recorded_and_shown(tmp_path, role_groups):
     assert run.config["conventions"]["fpr_method"] == "ninco-interpolated" and conv["oaa_convention"] == "code"
     assert "conventions: FPR@95 ID+ ninco-interpolated; mOAA code; severity c-ood" in out.getvalue()
     # the pooled FPR is NINCO's code's: np.quantile of the ID scores (written here, not our helper)
-    from pipelines.detectors import get_detector
     from curation.services.evaluation import load_outputs
+    from pipelines.detectors import get_detector
 
     fit, _, _, _ = load_outputs(EvalFeatureSet.objects.get(dataset="import:fit"))
     test, _, _, _ = load_outputs(EvalFeatureSet.objects.get(dataset="import:test"))
@@ -289,11 +288,8 @@ def test_conventions_are_chosen_recorded_and_shown(tmp_path, role_groups):
 def test_odin_scores_cached_under_the_old_rule_are_computed_again_not_mixed(tmp_path):
     """ODIN's step changed (epsilon now in pixel space): outputs cached with the old key must not be
     reused; the plan schedules ODIN afresh under the new key."""
+    from curation.services.evaluation import evaluation_plan, resolve_set
     from pipelines.detectors.odin import odin_key
-
-    from curation.services.evaluation import evaluation_plan
-
-    from curation.services.evaluation import resolve_set
 
     src = _id_source(tmp_path, "idtest")
     _id_source(tmp_path, "idfit")

@@ -341,7 +341,8 @@ def test_unit_test_exports_from_the_command_and_the_admin(tmp_path, client, djan
     call_command("verify_export", str(root), stdout=io.StringIO(), stderr=io.StringIO())
     # --out with a folder of ID images
     target = tmp_path / "plain"
-    call_command("make_unit_tests", out=str(target), per_test=2, id_images=str(tmp_path / "ids"), tests="black,white", stdout=io.StringIO(), stderr=io.StringIO())
+    call_command("make_unit_tests", out=str(target), per_test=2, id_images=str(tmp_path / "ids"), tests="black,white", stdout=io.StringIO(),
+                 stderr=io.StringIO())
     assert sorted(p.name for p in target.iterdir()) == ["black", "manifest.json", "unit_tests.csv", "white"]
     with pytest.raises(CommandError, match="not empty"):
         call_command("make_unit_tests", out=str(target), per_test=2, id_images=str(tmp_path / "ids"), stdout=io.StringIO(), stderr=io.StringIO())
@@ -377,7 +378,8 @@ def test_unit_test_exports_from_the_command_and_the_admin(tmp_path, client, djan
         call_command("make_unit_tests", out=str(tmp_path / "bad"), per_test=2, id_images=str(tmp_path / "ids"), convention="bogus",
                      stdout=io.StringIO(), stderr=io.StringIO())
     # a dataset export without sources is refused on the form, naming the field
-    r = client.post("/admin/curation/export/add/", {"kind": "dataset", "name": "x", "per_test": 2, "seed": 0, "min_per_class": 1, "split": "test", "create": "1"})
+    r = client.post("/admin/curation/export/add/", {"kind": "dataset", "name": "x", "per_test": 2, "seed": 0, "min_per_class": 1, "split": "test",
+                                                     "create": "1"})
     assert r.status_code == 200 and b"choose at least one candidate source" in r.content
     # researchers read exports but cannot create them
     client.force_login(user("res", "researcher", staff=True))

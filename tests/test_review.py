@@ -20,12 +20,22 @@ from django.utils import timezone
 from PIL import Image as PILImage
 
 from curation import selectors
-from curation.models import (AnnotatorScope, Assignment, AuditLog, ClassVisualSignal, ImageEmbedding, Review, ReviewItem,
-                             ReviewSettings)
+from curation.models import AnnotatorScope, Assignment, AuditLog, ClassVisualSignal, ImageEmbedding, Review, ReviewItem, ReviewSettings
 from curation.roles import ANNOTATOR, CURATOR, RESEARCHER
-from curation.services.review import (NothingToUndo, ReviewError, class_signal_resolve, review_adjudicate, review_cache_clear,
-                                      review_items_set_gold, review_next, review_queue_sync, review_reclaim_expired,
-                                      review_settings_save, review_submit, review_undo)
+from curation.services.review import (
+    NothingToUndo,
+    ReviewError,
+    class_signal_resolve,
+    review_adjudicate,
+    review_cache_clear,
+    review_items_set_gold,
+    review_next,
+    review_queue_sync,
+    review_reclaim_expired,
+    review_settings_save,
+    review_submit,
+    review_undo,
+)
 from curation.services.users import user_create_with_role
 from fixtures.images import awkward_images, write
 from tests.review_data import FAKE_TOP5, ingest, queue_with_rows, write_candidates
@@ -289,7 +299,8 @@ def test_api_roles_csrf_and_one_round_trip_per_decision(tmp_path):
     assert Review.objects.get().seconds == pytest.approx(3.2)
     r = c.post("/api/review/submit", body, content_type="application/json")
     assert r.json()["saved"]["replay"] and Review.objects.count() == 1
-    r = c.post("/api/review/submit", json.dumps({"assignment": items[1]["assignment"], "decision": "id", "wnids": ["n00000001"]}), content_type="application/json")
+    r = c.post("/api/review/submit", json.dumps({"assignment": items[1]["assignment"], "decision": "id", "wnids": ["n00000001"]}),
+               content_type="application/json")
     assert r.status_code == 400 and "not ID classes" in r.json()["error"]
     classes = c.get("/api/id-classes")
     assert len(classes.json()["classes"]) == 1000 and classes["Cache-Control"].startswith("private")

@@ -16,33 +16,35 @@ import logging
 import queue
 import threading
 import time
+from typing import Any, Callable
 
 from django.db import close_old_connections, connections
 
 log = logging.getLogger("curation.jobs")
 
-_pending: "queue.Queue[int]" = queue.Queue()
+_pending: "queue.Queue[tuple[int, Callable[[Any], Any]]]" = queue.Queue()
 _lock = threading.Lock()
 _thread: threading.Thread | None = None
 _current: list[int] = []  # the job the thread works on, if any
 _outstanding = [0]  # queued and not finished
 
 
-def submit(job_id: int) -> None:
-    """Queue job ``job_id`` (its row committed) to run on the background thread."""
+def submit(job_id: int, run: Callable[[Any], Any]) -> None:
+    """Queue job ``job_id`` (its row committed) to run on the background thread as ``run(job)``
+    (the runner's ``run_inline``)."""
     global _thread
     with _lock:
         if _thread is None or not _thread.is_alive():
             _thread = threading.Thread(target=_work, name="oodc-background-jobs", daemon=True)
             _thread.start()
         _outstanding[0] += 1
-    _pending.put(job_id)
+    _pending.put((job_id, run))
 
 
 def busy() -> list[int]:
     """The job running now and those waiting, in order (for pages and tests)."""
     with _pending.mutex:
-        waiting = list(_pending.queue)
+        waiting = [job_id for job_id, _run in _pending.queue]
     return list(_current) + waiting
 
 
@@ -57,18 +59,17 @@ def wait_idle(timeout: float) -> bool:
 
 
 def _work() -> None:
-    from curation.jobs import runner
     from curation.models import Job
 
     while True:
-        job_id = _pending.get()
+        job_id, run = _pending.get()
         _current[:] = [job_id]
         try:
             close_old_connections()
             job = Job.objects.filter(pk=job_id).first()
             if job is None or job.status in (Job.Status.DONE, Job.Status.FAILED):
                 continue
-            runner.run_inline(job)
+            run(job)
         except Exception as exc:  # the kind has recorded the failure on its job; the thread goes on
             log.warning("background job #%s: %s: %s", job_id, type(exc).__name__, exc)
         finally:

@@ -28,6 +28,11 @@ Progress = Callable[[int], None]
 STEPS = ("plan", "chunk", "finalize")
 
 
+def task_name(kind: str, step: str) -> str:
+    """The Celery task that runs ``step`` of a ``kind`` job (curation/tasks.py defines them)."""
+    return f"curation.{kind}.{step}"
+
+
 @dataclass(frozen=True)
 class JobKind:
     kind: str
@@ -51,8 +56,8 @@ def register_kind(kind: JobKind) -> JobKind:
 
 
 def kind_of(name: str) -> JobKind:
-    if not _KINDS:
-        from curation.jobs import kinds  # noqa: F401  (registers the built-in kinds)
+    """The registered kind ``name`` (the built-in kinds are registered by curation/services/job_kinds.py
+    when Django starts: CurationConfig.ready)."""
     try:
         return _KINDS[name]
     except KeyError:
@@ -60,7 +65,6 @@ def kind_of(name: str) -> JobKind:
 
 
 def registered_kinds() -> list[str]:
-    kind_of(next(iter(_KINDS), "ingest"))
     return sorted(_KINDS)
 
 

@@ -12,7 +12,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from curation.jobs.heartbeat import Heartbeat, claim_chunk, is_stale, new_owner, release_chunk, silent_for
-from curation.jobs.protocol import JobKind, Progress, kind_of
+from curation.jobs.protocol import JobKind, Progress, kind_of, task_name
 from curation.models import Job, JobChunk
 
 log = logging.getLogger("curation.jobs")
@@ -48,17 +48,18 @@ def where_queued() -> str:
 
 
 def dispatch(job: Job | int, step: str, index: int | None = None, *, countdown: float | None = None) -> None:
-    """Queue one step of a job on its kind's queue (``countdown``: not before so many seconds)."""
-    from curation.tasks import task_for
-
+    """Queue one step of a job on its kind's queue (``countdown``: not before so many seconds);
+    without a broker, run it here and now (it runs the steps after it the same way)."""
     job = job if isinstance(job, Job) else Job.objects.only("pk", "kind").get(pk=job)
     kind = kind_of(job.kind)
     args = (job.pk,) if index is None else (job.pk, index)
     if on_workers():
-        task_for(kind.kind, step).apply_async(args=args, queue=kind.queue(step), countdown=countdown)
+        from curation.celery import app
+
+        app.send_task(task_name(kind.kind, step), args=args, queue=kind.queue(step), countdown=countdown)
         return
-    try:  # no broker: the step runs here and now (and queues the next ones the same way)
-        task_for(kind.kind, step).apply_async(args=args)
+    try:
+        run_step(job_id=job.pk, step=step, index=index)
     except Exception as exc:  # recorded on the job by run_step; the caller (a web request) goes on
         log.warning("job #%s (%s) failed in its %s step: %s: %s", job.pk, kind.kind, step, type(exc).__name__, exc)
 
@@ -79,7 +80,7 @@ def enqueue_on_commit(job: Job) -> None:
     if not on_workers() and settings.JOBS_IN_BACKGROUND:
         from curation.jobs import background
 
-        transaction.on_commit(lambda: background.submit(job.pk))
+        transaction.on_commit(lambda: background.submit(job.pk, run_inline))
         return
     transaction.on_commit(lambda: dispatch(job, "plan"))
 
@@ -180,7 +181,7 @@ def resume(job: Job, *, user=None, force: bool = False, progress: Progress | Non
     chunks are never redone; a chunk a lost worker held is redone from the start. With
     ``background`` (a request) a job without a broker goes to the background thread instead of
     running in the caller."""
-    from curation.services.audit import audit_record
+    from curation.audit import audit_record
 
     job.refresh_from_db()
     check_resumable(job, force=force)
@@ -189,7 +190,7 @@ def resume(job: Job, *, user=None, force: bool = False, progress: Progress | Non
     if not on_workers() and background and settings.JOBS_IN_BACKGROUND:  # a request: never wait for the work
         from curation.jobs import background as bg
 
-        bg.submit(job.pk)
+        bg.submit(job.pk, run_inline)
         return Resumed(job=job, queued=1)
     if not on_workers():
         return Resumed(job=job, queued=0, result=run_inline(job, progress=progress, on_total=on_total))

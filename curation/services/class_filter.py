@@ -10,10 +10,10 @@ from django.db import transaction
 from django.db.models import Count, Q
 from django.utils import timezone
 
-from curation.models import CandidateClass, ClassDecision, ClassFilterRun, ClassOverride, Image, ImageEmbedding, Job, Source
-from curation.services.audit import audit_record
-from curation.services.id_classes import IdClassSetError, id_classes_resolve
+from curation.audit import audit_record
 from curation.jobs import enqueue_on_commit, run_inline
+from curation.models import CandidateClass, ClassDecision, ClassFilterRun, ClassOverride, Image, ImageEmbedding, Job, Source
+from curation.services.id_classes import IdClassSetError, id_classes_resolve
 from curation.services.jobs import job_mark_running
 from curation.version import code_version
 from pipelines.class_filter import Candidate, Override, Policy, load_policy, policy_from_text, run_class_filter

@@ -14,13 +14,13 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from curation.audit import audit_record
 from curation.jobs import enqueue_on_commit
 from curation.models import Image, Job, Source
-from curation.services.audit import audit_record
-from curation.services.jobs import job_mark_running
-from curation.version import code_version
 from curation.services.ingest import ingest_run_inline, ingest_start
+from curation.services.jobs import job_mark_running
 from curation.services.sources import SourceError, id_source_named, source_register
+from curation.version import code_version
 from pipelines import csv_cells
 from pipelines.corruptions import CorruptionError, parse_corruptions, parse_severities, plan, run_task
 from pipelines.names import InvalidName, atomic_write, check_name

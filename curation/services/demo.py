@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Callable
 
+from curation.audit import audit_record
 from curation.models import ReviewItem
-from curation.services.audit import audit_record
 from curation.services.review import review_next, review_submit
 
 

@@ -23,9 +23,9 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from curation.models import CandidateClass, EvalFeatureSet, EvaluationRun, Export, IdClassSet, Image, Job, JobChunk, Source, SynsetText
-from curation.services.audit import audit_record
+from curation.audit import audit_record
 from curation.jobs import JobActive, enqueue_on_commit, run_inline
+from curation.models import CandidateClass, EvalFeatureSet, EvaluationRun, Export, IdClassSet, Image, Job, JobChunk, Source, SynsetText
 from curation.services.jobs import job_fail, job_mark_running
 from curation.version import code_version
 from pipelines.names import InvalidName, atomic_write, check_name, safe_component
@@ -201,9 +201,8 @@ def evaluation_create(*, export: Export | None = None, id_test: str, id_fit: str
     ``import:NAME`` each) are covariate-shifted images of ID classes (ImageNet-V2/-R/-C copies,
     or ``make_covariate_shift`` output): each is reported standard, full-spectrum and as a shift
     (pipelines.metrics.full_spectrum_metrics), with the model's accuracy on it."""
-    from pipelines.detectors import detector_names
-
     from curation.services.image_pipeline import PipelineError, _check_model_name
+    from pipelines.detectors import detector_names
 
     params = dict(params or {})
     ood_shifted: dict[str, str] = {}
@@ -459,9 +458,8 @@ def _write_head(lm) -> None:
 def evaluation_process_chunk(*, job_id: int, index: int, progress: Callable[[int], None] | None = None) -> bool:
     """Compute one chunk's outputs (features and logits, or ODIN scores) and write its part file.
     Returns True when it was the last unfinished chunk."""
-    from pipelines.extract import extract
-
     from curation.services.image_pipeline import _model
+    from pipelines.extract import extract
 
     chunk = JobChunk.objects.select_related("job").get(job_id=job_id, index=index)
     job = chunk.job
@@ -531,7 +529,8 @@ def _assemble(model: str, entry: dict, what: str, user, decoder: str) -> EvalFea
         try:
             with transaction.atomic():
                 row = EvalFeatureSet.objects.create(
-                    model_name=model, dataset=entry["key"], version=entry["version"], decoder=decoder, path=str((folder / "outputs.npz").relative_to(settings.EVAL_ROOT)),
+                    model_name=model, dataset=entry["key"], version=entry["version"], decoder=decoder,
+                    path=str((folder / "outputs.npz").relative_to(settings.EVAL_ROOT)),
                     images=len(arrays["keys"]), feature_dim=int(arrays["features"].shape[1]), failed=[str(e) for e in arrays["errors"]],
                     created_by=user)
         except IntegrityError:
@@ -822,8 +821,8 @@ def _plots(run: EvaluationRun, model: str, r: dict, info: dict) -> dict:
                                             title=f"{model} / {label(d)}: FPR@95 per OOD class")
     fs = {d: e["full_spectrum"] for d, e in ok.items() if e.get("full_spectrum")}
     if fs:
-        from pipelines.evaluation import ALL_SHIFTED
         from pipelines.eval_plots import full_spectrum_svg
+        from pipelines.evaluation import ALL_SHIFTED
 
         pick = ALL_SHIFTED if ALL_SHIFTED in next(iter(fs.values())) else next(iter(next(iter(fs.values()))))
         files["full_spectrum"] = full_spectrum_svg(

@@ -19,21 +19,31 @@ from django.db import IntegrityError, transaction
 from django.db.models import Max
 from django.utils import timezone
 
+from curation.audit import audit_record
+from curation.jobs import enqueue_on_commit, run_inline
 from curation.models import (
-    CandidateClass, ClassDecision, ClassVisualSignal, Export, ExportMember, Image, ImageEmbedding, Job, ReviewDecision,
-    ReviewItem, ReviewSettings, Source,
+    CandidateClass,
+    ClassDecision,
+    ClassVisualSignal,
+    Export,
+    ExportMember,
+    Image,
+    ImageEmbedding,
+    Job,
+    ReviewDecision,
+    ReviewItem,
+    ReviewSettings,
+    Source,
 )
 from curation.selectors import contamination_report, latest_class_filter_run
-from curation.services.audit import audit_record
 from curation.services.id_classes import id_classes_resolve
-from pipelines.semantic import EASY, HARD, DifficultyError, SemanticIndex, difficulty_split, parse_difficulty
-from pipelines.wordnet_graph import load_noun_graph
-from curation.jobs import enqueue_on_commit, run_inline
 from curation.services.jobs import job_fail, job_mark_running
 from curation.version import code_version
 from pipelines.export import LAYOUTS, MANIFEST_FORMAT
 from pipelines.names import InvalidName, check_name, inside
+from pipelines.semantic import EASY, HARD, DifficultyError, SemanticIndex, difficulty_split, parse_difficulty
 from pipelines.sources import UnsafePath, safe_join
+from pipelines.wordnet_graph import load_noun_graph
 
 Progress = Callable[[int], None]
 FINAL = (ReviewItem.Status.COMPLETE, ReviewItem.Status.ADJUDICATED)
@@ -434,7 +444,8 @@ def _decisions_rows(sel: Selection, placed_by_image: dict, model_name: str):
             it.final_note, json.dumps([{"annotator": r.annotator.username, "decision": r.decision, "id_wnids": r.id_wnids, "note": r.note,
                                         "at": r.created_at.isoformat(), "seconds": round(r.seconds, 1), "gold": r.is_gold} for r in reviews[it.pk]]),
             json.dumps(e.topk if e else []), e.dup_group if e else "", e.drop_reason if e else "",
-            e.nearest_id_image_id if e and e.nearest_id_image_id else "", round(e.nearest_id_similarity, 4) if e and e.nearest_id_similarity is not None else "",
+            e.nearest_id_image_id if e and e.nearest_id_image_id else "",
+            round(e.nearest_id_similarity, 4) if e and e.nearest_id_similarity is not None else "",
             "yes" if files else "no", reason, files.get("ninco", ""), files.get("imagenet-ood", ""), files.get("openood", ""),
         ]
 

@@ -5,8 +5,8 @@ from pathlib import Path
 from django.conf import settings
 from django.db import transaction
 
+from curation.audit import audit_record
 from curation.models import IdClassSet, Image, Source
-from curation.services.audit import audit_record
 from curation.services.sources import SourceError, id_source_named
 from pipelines.imagenet import NAMED_LISTS, ClassListError, imagenet_lemmas, read_wnid_file, resolve_class_list
 from pipelines.names import InvalidName, atomic_write, check_name

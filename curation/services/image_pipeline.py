@@ -19,12 +19,11 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from curation.models import (ClassVisualSignal, FeatureShard, Image, ImageEmbedding, Job, JobChunk,
-                             Source)
-from curation.services.audit import audit_record
-from curation.services.class_filter import class_filter_refresh_source
-from curation.services.bulk import insert_rows
+from curation.audit import audit_record
 from curation.jobs import JobActive, enqueue_on_commit, run_inline
+from curation.models import ClassVisualSignal, FeatureShard, Image, ImageEmbedding, Job, JobChunk, Source
+from curation.services.bulk import insert_rows
+from curation.services.class_filter import class_filter_refresh_source
 from curation.services.jobs import job_mark_running
 from curation.version import code_version
 from pipelines.names import atomic_write, safe_component

@@ -16,9 +16,9 @@ from django.db import transaction
 from django.db.models import Count, F
 from django.utils import timezone
 
-from curation.models import CandidateClass, Image, ImageEmbedding, Job, JobChunk, Source
-from curation.services.audit import audit_record
+from curation.audit import audit_record
 from curation.jobs import JobActive, enqueue_on_commit, run_inline
+from curation.models import CandidateClass, Image, ImageEmbedding, Job, JobChunk, Source
 from curation.services.jobs import job_mark_running
 from curation.services.sources import source_sync_classes
 from curation.version import code_version

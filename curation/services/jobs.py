@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import traceback
+
 from django.utils import timezone
 
 from curation.models import Job

@@ -21,15 +21,28 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Exists, F, OuterRef, Q
+from django.db.models import F
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
-from curation.models import (AnnotatorScope, Assignment, CandidateClass, ClassDecision, ClassFilterRun, ClassVisualSignal,
-                             IdClassSet, Image, ImageEmbedding, Review, ReviewDecision, ReviewItem, ReviewSettings, Source,
-                             SynsetText)
-from curation.selectors import latest_class_filter_run
-from curation.services.audit import audit_record
+from curation.audit import audit_record
+from curation.models import (
+    Assignment,
+    CandidateClass,
+    ClassDecision,
+    ClassFilterRun,
+    ClassVisualSignal,
+    IdClassSet,
+    Image,
+    ImageEmbedding,
+    Review,
+    ReviewDecision,
+    ReviewItem,
+    ReviewSettings,
+    Source,
+    SynsetText,
+)
+from curation.selectors import Scope, annotator_scope, latest_class_filter_run, not_seen_by
 
 SECONDS_CAP = 300.0  # a longer gap is a break, not work on the image
 FINAL = (ReviewItem.Status.COMPLETE, ReviewItem.Status.ADJUDICATED)
@@ -244,29 +257,6 @@ def _finalize(item: ReviewItem, decisions: list[tuple[str, list]] | None = None)
 
 # -- leasing ---------------------------------------------------------------------------------------
 
-@dataclass
-class Scope:
-    sources: set[int]
-    classes: set[int]
-
-    @property
-    def unrestricted(self) -> bool:
-        return not self.sources and not self.classes
-
-    def q(self) -> Q:
-        """The queue rows this annotator may get."""
-        if self.unrestricted:
-            return Q()  # only candidate sources have queue rows
-        return Q(source_id__in=self.sources) | Q(candidate_class_id__in=self.classes)
-
-
-def annotator_scope(user) -> Scope:
-    sources, classes = set(), set()
-    for source_id, class_id in AnnotatorScope.objects.filter(annotator=user).values_list("source_id", "candidate_class_id"):
-        (classes.add(class_id) if class_id else sources.add(source_id))
-    return Scope(sources, classes)
-
-
 _reclaim_lock = threading.Lock()
 _last_reclaim = 0.0
 
@@ -314,11 +304,6 @@ def review_scope_apply(*, annotator, user=None) -> int:
         if n:
             audit_record(actor=user, action="review_scope_applied", target=annotator, data={"released": n})
     return n
-
-
-def not_seen_by(user):
-    """Queue rows this annotator holds no live or finished assignment on."""
-    return ~Exists(Assignment.objects.filter(item=OuterRef("pk"), annotator=user).exclude(state=Assignment.State.EXPIRED))
 
 
 def _lease(user, item_id: int, *, gold: bool, now) -> Assignment:

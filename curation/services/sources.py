@@ -6,8 +6,8 @@ from pathlib import Path
 from django.conf import settings
 from django.db import transaction
 
+from curation.audit import audit_record
 from curation.models import CandidateClass, Source
-from curation.services.audit import audit_record
 from pipelines.names import InvalidName, check_name
 from pipelines.sources import ClassMapping, map_class_folders, read_class_map, scan_class_folders
 from pipelines.wordnet import load_wordnet

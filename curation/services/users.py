@@ -3,8 +3,8 @@ from __future__ import annotations
 from django.contrib.auth.models import Group, User
 from django.db import transaction
 
+from curation.audit import audit_record
 from curation.roles import ANNOTATOR, CURATOR, RESEARCHER
-from curation.services.audit import audit_record
 
 # username -> (password, role group or None, is_staff, is_superuser). Demo only: printed by
 # the demo command, meant for a laptop on localhost.
@@ -18,7 +18,8 @@ DEMO_USERS = {
 
 
 @transaction.atomic
-def user_create_with_role(*, username: str, password: str, role: str | None, is_staff: bool = False, is_superuser: bool = False, actor=None) -> tuple[User, bool]:
+def user_create_with_role(*, username: str, password: str, role: str | None, is_staff: bool = False, is_superuser: bool = False,
+                          actor=None) -> tuple[User, bool]:
     """Create a user in a role group (idempotent: an existing user keeps its password)."""
     user, created = User.objects.get_or_create(username=username, defaults={"is_staff": is_staff, "is_superuser": is_superuser})
     if created:

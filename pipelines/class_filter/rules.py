@@ -275,7 +275,8 @@ def _hyponym_of_id(ctx, node, cand, params):
 
 
 @rule("organism", "remove",
-      "The candidate descends from an organism root: WordNet mixes technical and everyday categories there, so ID animals and plants hide under other names (ImageNet-OOD).",
+      "The candidate descends from an organism root: WordNet mixes technical and everyday categories there, so ID animals and "
+      "plants hide under other names (ImageNet-OOD).",
       roots=["organism.n.01"], exceptions=[])
 def _organism(ctx, node, cand, params):
     below_root, below_exception = ctx.organism_maps(tuple(params["roots"]), tuple(params["exceptions"]))
@@ -302,7 +303,8 @@ _PART_WORDS = {
 
 
 @rule("part_whole", "remove",
-      "The candidate is a part, member or substance of an ID object, or has one as a part: its images show (part of) an ID object (C-OOD's whole/component pairs; NINCO: even partly visible counts).")
+      "The candidate is a part, member or substance of an ID object, or has one as a part: its images show (part of) an ID "
+      "object (C-OOD's whole/component pairs; NINCO: even partly visible counts).")
 def _part_whole(ctx, node, cand, params):
     found = ctx.part_partners.get(node)
     if found is None:

@@ -23,12 +23,15 @@ import pkgutil
 import unicodedata
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import Any, ClassVar
 
 from pipelines import csv_cells
 
-if TYPE_CHECKING:  # pragma: no cover
-    from pipelines.export import ExportItem, Placed
+# An item (pipelines.export.ExportItem: wnid, class_name, file_name, sha256, image_id) and a
+# placed file (pipelines.export.Placed: item, files = layout -> path); typed loosely here so
+# this package does not import the export module that uses it.
+ExportItem = Any
+Placed = Any
 
 
 def write_csv(path: Path, header: Sequence[str], rows: Iterable[Sequence]) -> None:
@@ -61,7 +64,7 @@ class Layout:
     description: ClassVar[str] = ""
     reference: ClassVar[str] = ""  # whose convention it is
 
-    def folder(self, item: "ExportItem", ctx: PlanContext) -> str:
+    def folder(self, item: ExportItem, ctx: PlanContext) -> str:
         """The folder, relative to the export, that ``item`` goes into (starting with the
         layout's name)."""
         raise NotImplementedError
@@ -75,11 +78,11 @@ class Layout:
         """Whether a path under this layout's folder is an image (not a listing)."""
         return rel.count("/") >= 2
 
-    def inside(self, p: "Placed") -> str:
+    def inside(self, p: Placed) -> str:
         """``p``'s path relative to this layout's own folder."""
         return p.files[self.name].removeprefix(f"{self.name}/")
 
-    def write_lists(self, root: Path, placed: Sequence["Placed"], subsets: dict[str, Sequence["Placed"]],
+    def write_lists(self, root: Path, placed: Sequence[Placed], subsets: dict[str, Sequence[Placed]],
                     difficulty: dict | None = None) -> None:
         """The layout's listings of the placed images (sorted by class), once for all and once
         per sub-split in ``subsets`` (``easy``/``hard``...); ``difficulty`` is wnid ->

@@ -12,8 +12,7 @@ import pytest
 import torch
 from PIL import Image, ImageOps
 
-from fixtures.images import (DISTINCT_REAL_PHOTOS, awkward_images, broken_files, decompression_bomb_png, exif_rotated_jpeg,
-                             jpeg_bytes, pattern_image, png_bytes)
+from fixtures.images import DISTINCT_REAL_PHOTOS, awkward_images, broken_files, exif_rotated_jpeg, jpeg_bytes, pattern_image, png_bytes
 from pipelines.decode import JpegHeader, Preprocess, TensorBatches, apply_orientation, jpeg_header
 from tests.conftest import real_photo
 

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import average_precision_score, roc_auc_score, roc_curve
 
-from pipelines.metrics import (failure_detection_auroc, mean_outlier_aware_accuracy, ood_metrics)
+from pipelines.metrics import failure_detection_auroc, mean_outlier_aware_accuracy, ood_metrics
 
 
 def _sk_fpr(y, s):

@@ -1,5 +1,4 @@
 """WordNet provisioning and ImageNet class lists (real files, no database)."""
-from pathlib import Path
 
 import pytest
 

@@ -2,14 +2,14 @@ import time
 from pathlib import Path
 
 from django.conf import settings
-from django.core.management import call_command
 from django.contrib.auth.models import User
+from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
 from curation import selectors
 from curation.models import EvaluationRun, Source
-from curation.services.review import review_queue_sync
 from curation.services.demo import demo_reviews_record
+from curation.services.review import review_queue_sync
 from curation.services.users import users_create_demo
 from fixtures.demo import demo_answer, generate_demo, generate_demo_eval
 from pipelines.detectors import detector_names

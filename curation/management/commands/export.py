@@ -99,7 +99,8 @@ def report(cmd, export: Export) -> None:
     if export.status == Export.Status.BLOCKED:
         cmd.stdout.write(cmd.style.ERROR("Leakage check failed:"))
         for v in export.leakage.get("violations", [])[:50]:
-            cmd.stdout.write(f"  {v['path']}: {v['kind']} {v['with']} ({v['against']}" + (f", similarity {v['similarity']}" if v["similarity"] is not None else "") + ")")
+            similarity = f", similarity {v['similarity']}" if v["similarity"] is not None else ""
+            cmd.stdout.write(f"  {v['path']}: {v['kind']} {v['with']} ({v['against']}{similarity})")
         return
     if export.status != Export.Status.DONE:
         return

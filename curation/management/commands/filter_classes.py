@@ -2,17 +2,17 @@ import sys
 from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
-from curation.management.cli import output_file
 from tqdm import tqdm
 
 from curation import selectors
+from curation.management.cli import output_file
 from curation.management.progress import wait_for_job
 from curation.models import Job
 from curation.services.class_filter import ClassFilterError, class_filter_run_inline, class_filter_start
+from pipelines import csv_cells
 from pipelines.class_filter import FilterInputError, PolicyError
 from pipelines.class_filter.policy import DEFAULT_PRESET, PRESETS
 from pipelines.wordnet import WordNetUnavailable
-from pipelines import csv_cells
 
 
 class Command(BaseCommand):
@@ -28,8 +28,9 @@ class Command(BaseCommand):
                             help="ID classes: imagenet-1k (default), a file of wnids, or a registered ID class set's name")
         parser.add_argument("--policy", default=DEFAULT_PRESET,
                             help=f"a preset ({', '.join(PRESETS)}; default {DEFAULT_PRESET}) or a .yaml/.json policy file")
-        parser.add_argument("--out", required=True, help="CSV to write (wnid,name,decision,rule,related_wnid,related_name,detail,semantic_similarity,closest_id_wnid,"
-                                                             "path_distance,flag_strength,flag_level); - for stdout")
+        parser.add_argument("--out", required=True,
+                            help="CSV to write (wnid,name,decision,rule,related_wnid,related_name,detail,semantic_similarity,closest_id_wnid,"
+                                 "path_distance,flag_strength,flag_level); - for stdout")
         parser.add_argument("--report", help="also write the run's report (Markdown) here")
         parser.add_argument("--queue", action="store_true", help="run it on the Celery workers and wait (default: in this process)")
 

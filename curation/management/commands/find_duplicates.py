@@ -1,12 +1,12 @@
 import sys
 
 from django.core.management.base import BaseCommand, CommandError
-from curation.management.cli import output_file
 from tqdm import tqdm
 
+from curation.management.cli import output_file
 from curation.management.model_cli import add_model_arguments, files_and_model
-from pipelines.near_dups import DEFAULT_MAX_PIXEL_DIFF, DEFAULT_THRESHOLD
 from pipelines import csv_cells
+from pipelines.near_dups import DEFAULT_MAX_PIXEL_DIFF, DEFAULT_THRESHOLD
 
 
 class Command(BaseCommand):
@@ -22,7 +22,8 @@ class Command(BaseCommand):
         parser.add_argument("--out", required=True, help="CSV to write; - for stdout")
         parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD, help=f"cosine similarity (default {DEFAULT_THRESHOLD})")
         parser.add_argument("--max-pixel-diff", type=float, default=DEFAULT_MAX_PIXEL_DIFF,
-                            help=f"the pixel check: largest mean absolute difference of 16x16 signatures, 0-255 (default {DEFAULT_MAX_PIXEL_DIFF}); inf turns it off")
+                            help=f"the pixel check: largest mean absolute difference of 16x16 signatures, 0-255 "
+                                 f"(default {DEFAULT_MAX_PIXEL_DIFF}); inf turns it off")
         parser.add_argument("--singletons", action="store_true",
                             help="also list the images without a near-duplicate, each as its own group with an empty similarity")
         add_model_arguments(parser)

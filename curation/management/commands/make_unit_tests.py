@@ -3,13 +3,12 @@ import sys
 from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
-from curation.management.cli import output_folder
 from tqdm import tqdm
 
+from curation.management.cli import output_folder
 from curation.management.progress import InlineBar
 from curation.models import Source
-from curation.services.exports import (ExportRequestError, unit_tests_recipe_text, export_path, export_run_inline, id_samples_of_source,
-                                       unit_tests_create)
+from curation.services.exports import ExportRequestError, export_path, export_run_inline, id_samples_of_source, unit_tests_create, unit_tests_recipe_text
 from pipelines.unit_tests import CONVENTIONS, UNIT_TESTS, id_samples_from_folder, write_unit_tests
 
 
@@ -94,5 +93,6 @@ class Command(BaseCommand):
                     "recipe": unit_tests_recipe_text(convention),
                     "counts": {"images": len(rows), "id_samples": len(samples)}, "files": px.hash_tree(target)}
         px.write_manifest(target, manifest)
-        self.stdout.write(self.style.SUCCESS(f"{len(rows)} images ({len(chosen)} tests x {per_test}) written to {target}, mirroring the sizes and formats of {len(samples)} ID image(s) of "
-                                             + (f"{id_images}" if id_images else f"source {source.name}")))
+        origin = f"{id_images}" if id_images else f"source {source.name}"
+        self.stdout.write(self.style.SUCCESS(f"{len(rows)} images ({len(chosen)} tests x {per_test}) written to {target}, "
+                                             f"mirroring the sizes and formats of {len(samples)} ID image(s) of {origin}"))

@@ -1,9 +1,9 @@
 import sys
 
 from django.core.management.base import BaseCommand, CommandError
-from curation.management.cli import output_file
 from tqdm import tqdm
 
+from curation.management.cli import output_file
 from curation.management.model_cli import add_model_arguments, files_and_model
 from pipelines import csv_cells
 

@@ -1,3 +1,4 @@
+"""Recording who did what: one AuditLog row per action (persistence only, used by services and the job runner alike)."""
 from __future__ import annotations
 
 from typing import Any
