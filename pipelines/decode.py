@@ -31,7 +31,7 @@ import threading
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Iterator, Literal, Sequence
 
 import numpy as np
 from PIL import UnidentifiedImageError
@@ -97,7 +97,7 @@ class JpegHeader:
 def jpeg_header(data) -> JpegHeader | None:
     """The frame header of a JPEG held in ``data`` (bytes or a 1-D uint8 array), read from its
     markers without decoding: None for anything that is not a readable JPEG header."""
-    mv = memoryview(data).cast("B") if not isinstance(data, np.ndarray) else memoryview(np.ascontiguousarray(data, dtype=np.uint8))
+    mv = memoryview(data).cast("B") if not isinstance(data, np.ndarray) else np.ascontiguousarray(data, dtype=np.uint8).data
     n = len(mv)
     if n < 4 or mv[0] != 0xFF or mv[1] != 0xD8:
         return None
@@ -136,7 +136,8 @@ def _exif_orientation(tiff: bytes) -> int:
     """Tag 0x0112 of IFD0 in an EXIF (TIFF) block; 1 when absent or unreadable (as the Pillow
     path: a broken EXIF block must not hide a good picture)."""
     try:
-        order = {b"II": "little", b"MM": "big"}[tiff[:2]]
+        orders: dict[bytes, Literal["little", "big"]] = {b"II": "little", b"MM": "big"}
+        order = orders[tiff[:2]]
         u16 = lambda o: int.from_bytes(tiff[o:o + 2], order)  # noqa: E731
         ifd = int.from_bytes(tiff[4:8], order)
         for e in range(u16(ifd)):
@@ -171,6 +172,12 @@ def apply_orientation(t, orientation: int):
 # -- resize, crop, normalise ----------------------------------------------------------------------
 
 
+def _rgb(values) -> tuple[float, float, float]:
+    """A per-channel (R, G, B) triple from a data config's mean or std."""
+    r, g, b = (float(v) for v in values)
+    return r, g, b
+
+
 @dataclass(frozen=True)
 class Preprocess:
     """timm's eval transform (``transforms_imagenet_eval``) as tensor operations on a batch."""
@@ -194,7 +201,7 @@ class Preprocess:
         if mode not in ("center", "squash", "border"):
             raise ValueError(f"crop mode {mode!r} is not one timm defines (center, squash, border)")
         return cls(input_size=(int(h), int(w)), scale_size=(math.floor(h / crop_pct), math.floor(w / crop_pct)), crop_mode=mode,
-                   interpolation=interp, mean=tuple(float(v) for v in cfg["mean"]), std=tuple(float(v) for v in cfg["std"]))
+                   interpolation=interp, mean=_rgb(cfg["mean"]), std=_rgb(cfg["std"]))
 
     def resized_size(self, h: int, w: int) -> tuple[int, int]:
         sh, sw = self.scale_size
@@ -399,7 +406,7 @@ class TensorBatches:
         if not starts:
             return
         stop = threading.Event()
-        outs = [queue.Queue(maxsize=2) for _ in range(self.producers)]
+        outs: list[queue.Queue] = [queue.Queue(maxsize=2) for _ in range(self.producers)]
         pool = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="decode")
 
         def hand_over(p: int, item) -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -169,7 +169,7 @@ def evaluate_model(inputs: EvalInputs, methods: list[tuple[str, dict]], *, sever
     if inputs.id_shifted:
         result["shifted"] = {name: _accuracy(o) for name, o in inputs.id_shifted.items()}
     class_sizes = {g: int(n) for g, n in zip(*np.unique(inputs.ood_groups, return_counts=True))}
-    sev_opts = {"protocol": conv.severity_protocol, "per_class": conv.severity_per_class, "estimation": conv.severity_estimation}
+    sev_opts: dict[str, Any] = {"protocol": conv.severity_protocol, "per_class": conv.severity_per_class, "estimation": conv.severity_estimation}
     result["severity_message"] = severity_requirements(class_sizes, severity_window, **sev_opts)
     for name, params in methods:
         started = time.perf_counter()
@@ -206,6 +206,7 @@ def evaluate_model(inputs: EvalInputs, methods: list[tuple[str, dict]], *, sever
                 entry["notes"].append("failure-detection AUROC and mOAA need ID test labels of the model's classes")
             if inputs.unit_tests is not None and len(inputs.unit_tests):
                 unit_scores = det.score(inputs.unit_tests)
+                assert inputs.unit_groups is not None  # given with the unit-test outputs
                 tests = _group_metrics(id_scores, unit_scores, inputs.unit_groups, fm)
                 for t in tests.values():
                     t["failed"] = bool(t["fpr95_id_positive"] > UNIT_TEST_FPR_LIMIT)

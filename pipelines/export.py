@@ -25,6 +25,7 @@ import zipfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import IO, cast
 
 from pipelines.images import sha256_file
 from pipelines.layouts import LAYOUTS, PlanContext, write_csv
@@ -289,9 +290,9 @@ def verify_export(root: str | os.PathLike, *, progress: Callable[[int], None] | 
     if counted is not None:
         per_layout = v.manifest.get("counts", {}).get("files_per_layout", {})
         for layout, n in per_layout.items():
-            actual = sum(1 for name in files if name.startswith(f"{layout}/") and layout in LAYOUTS and LAYOUTS[layout].is_image(name))
-            if actual != n:
-                v.problems.append(f"{layout}/: {actual} image files listed, the manifest counts {n}")
+            images = sum(1 for name in files if name.startswith(f"{layout}/") and layout in LAYOUTS and LAYOUTS[layout].is_image(name))
+            if images != n:
+                v.problems.append(f"{layout}/: {images} image files listed, the manifest counts {n}")
     return v
 
 
@@ -404,7 +405,7 @@ def iter_zip(root: Path, members: Sequence[str], *, prefix: str, expected: dict[
     re-hashed as it is streamed; one that differs or is missing stops the stream with
     ``DownloadAborted`` before the archive's directory is written (the .zip is then invalid)."""
     sink = _Sink()
-    with zipfile.ZipFile(sink, mode="w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
+    with zipfile.ZipFile(cast(IO[bytes], sink), mode="w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
         for name in members:
             with _open_member(root, name) as raw:
                 info = zipfile.ZipInfo.from_file(root / name, arcname=f"{prefix}/{name}")

@@ -158,8 +158,9 @@ def _pil_batches(lm: LoadedModel, paths: Sequence[str], *, batch_size: int, num_
         for idx, x, bad in _threaded_batches(files, batch_size, workers):
             yield idx, (x.pin_memory() if cuda and x is not None else x), bad
         return
-    yield from DataLoader(files, batch_size=batch_size, shuffle=False, num_workers=workers, collate_fn=_collate,
-                          pin_memory=cuda, persistent_workers=False, prefetch_factor=4 if workers else None)
+    # files is a map-style dataset (len, getitem) without torch's Dataset base class
+    yield from DataLoader(files, batch_size=batch_size, shuffle=False, num_workers=workers,  # type: ignore[arg-type]
+                          collate_fn=_collate, pin_memory=cuda, persistent_workers=False, prefetch_factor=4 if workers else None)
 
 
 def batches(lm: LoadedModel, paths: Sequence[str], *, decoder: str, batch_size: int, num_workers: int | None = None,

@@ -16,6 +16,7 @@ import struct
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
@@ -125,7 +126,7 @@ def _inspect_bytes(data: bytes, *, name: str, max_pixels: int) -> Inspection:
     if Image.MAX_IMAGE_PIXELS is not None and Image.MAX_IMAGE_PIXELS < max_pixels:
         Image.MAX_IMAGE_PIXELS = max_pixels  # Pillow's guard must not refuse what our (raised) limit allows
     digest = sha256_bytes(data)
-    base = {"bytes": len(data), "sha256": digest}
+    base: dict[str, Any] = {"bytes": len(data), "sha256": digest}
     if not data:
         return Inspection(**base, error_code=EMPTY_FILE, error=f"{name}: the file is empty (0 bytes)")
     with warnings.catch_warnings():

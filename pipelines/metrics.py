@@ -25,6 +25,8 @@ few linear passes.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 TPR_LEVEL = 0.95
@@ -181,7 +183,7 @@ def full_spectrum_metrics(id_scores, shifted_scores, ood_scores, *, tpr_level: f
     """
     ids = _as_scores(id_scores, "ID scores")
     shifted = _as_scores(shifted_scores, "shifted ID scores")
-    kw = {"tpr_level": tpr_level, "fpr_method": fpr_method}
+    kw: dict[str, Any] = {"tpr_level": tpr_level, "fpr_method": fpr_method}
     return {
         "standard": ood_metrics(ids, ood_scores, **kw),
         "full_spectrum": ood_metrics(np.concatenate([ids, shifted]), ood_scores, **kw),

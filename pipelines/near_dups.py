@@ -118,6 +118,7 @@ def knn(queries: np.ndarray, base: np.ndarray, k: int, *, exact_below: int = DEF
     else:
         for s in range(0, len(q), block * 4):
             q_cell[s:s + block * 4] = cells.search(q[s:s + block * 4], 1)[1][:, 0]
+    assert km.centroids is not None  # set by train()
     _d, probe = cells.search(km.centroids, min(nprobe, nlist))  # each cell's nearest cells, itself first
     order = np.argsort(x_cell, kind="stable")
     starts = np.searchsorted(x_cell[order], np.arange(nlist + 1))

@@ -22,7 +22,7 @@ Choices where the paper is silent (shared/REFERENCE-2.md 3.1), documented in doc
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -62,7 +62,7 @@ def random_weight_model(arch: str = DEFAULT_ARCH, seed: int = 0, device: str = "
     wnids, labels = imagenet_1k_classes()
     return LoadedModel(name=f"{arch} [{RANDOM_LABEL}, seed {seed}]", model=model,
                        transform=timm.data.create_transform(**data_config, is_training=False), data_config=data_config,
-                       device=device, weights=f"random: Kaiming normal, seed {seed}", feature_dim=int(model.num_features),
+                       device=device, weights=f"random: Kaiming normal, seed {seed}", feature_dim=int(getattr(model, "num_features")),
                        wnids=wnids, labels=labels)
 
 
@@ -101,6 +101,7 @@ def random_weight_check(sets: SanitySets, detectors: list[tuple[str, dict]], *, 
             ex = extract(lm, paths, keep_logits=True, decoder=decoder, num_workers=0)
             ok = ex.row_of >= 0
             labels = np.asarray(sets.fit_labels)[ok] if role == "fit" else None
+            assert ex.logits is not None  # asked for with keep_logits
             outs[role] = Outputs(features=ex.features, logits=ex.logits, labels=labels)
         classifier = lm.model.get_classifier()
         head = Head(weight=classifier.weight.detach().cpu().numpy(), bias=classifier.bias.detach().cpu().numpy())
@@ -117,7 +118,7 @@ def random_weight_check(sets: SanitySets, detectors: list[tuple[str, dict]], *, 
             progress(f"random network {seed + 1}/{seeds}")
     per_set = {}
     for role in sets.others:
-        table = {name: {"aurocs": [round(a, 4) for a in v[role]], "mean": float(np.mean(v[role])), "std": float(np.std(v[role]))}
+        table: dict[str, dict[str, Any]] = {name: {"aurocs": [round(a, 4) for a in v[role]], "mean": float(np.mean(v[role])), "std": float(np.std(v[role]))}
                  for name, v in runs.items() if name not in errors and role in v}
         off = [name for name, t in table.items() if abs(t["mean"] - 0.5) > THRESHOLD]
         per_set[role] = {"detectors": table, "off_chance": off,

@@ -72,8 +72,8 @@ def descendant_counts(graph: NounGraph) -> np.ndarray:
                 merged.add(p)
             acc = frozenset(merged)
         ancestors[node] = acc
-    for acc in ancestors:
-        for a in acc:  # type: ignore[union-attr]
+    for below in ancestors:
+        for a in below or ():
             counts[a] += 1
     return counts
 
@@ -156,7 +156,9 @@ class SemanticIndex:
         ic = self._ic_list
         ic_c = ic[node]
         best_get, down = self._best.get, self._down
-        best_sim, tie, best_id, best_anc = -1.0, None, self.id_nodes[0], -1
+        # the first candidate always wins (similarities are >= 0), so the tie key's start never decides
+        best_sim, best_id, best_anc = -1.0, self.id_nodes[0], -1
+        tie: tuple[int, str, int] = (1 << 30, "", -1)
         path = 1 << 30
         for anc, d in ancestor_distances(self.graph, node).items():
             hit = best_get(anc)

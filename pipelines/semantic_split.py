@@ -191,7 +191,7 @@ def write_split(split: SemanticSplit, out_dir: Path, *, names: dict[str, str] | 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
 
-    def text(lines: list[str]) -> Callable[[BinaryIO], None]:
+    def text(lines: list[str]) -> Callable[[BinaryIO], object]:
         return lambda fh: fh.write(("\n".join(lines) + "\n").encode("utf-8"))
 
     def parents_csv(fh: BinaryIO) -> None:

@@ -215,6 +215,9 @@ def map_class_folders(folders: list[str], wn, class_map: dict[str, str] | None =
     for folder in folders:
         if folder in class_map:
             info = synset_info(wn, class_map[folder])
+            if info is None:  # read_class_map checked every wnid; a map given by other code may not have
+                out.append(ClassMapping(folder, "", METHOD_UNMAPPED, note=f"the class map's {class_map[folder]} is not a WordNet noun"))
+                continue
             out.append(ClassMapping(folder, info.wnid, METHOD_CLASS_MAP, info.name, info.lemmas, info.gloss))
             continue
         if is_wnid(folder):
@@ -239,7 +242,7 @@ def map_class_folders(folders: list[str], wn, class_map: dict[str, str] | None =
 def scan_class_folders(root: str | os.PathLike) -> list[str]:
     """The class folders directly under ``root`` (not symlinks, UTF-8 names), sorted."""
     out = []
-    for entry in os.scandir(root):
+    for entry in os.scandir(os.fspath(root)):
         if entry.is_dir(follow_symlinks=False) and _utf8_or_none(entry.name) is not None:
             out.append(entry.name)
     return sorted(out)

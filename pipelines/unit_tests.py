@@ -43,6 +43,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from PIL import Image as PILImage
@@ -317,7 +318,8 @@ def save_picture(array: np.ndarray, path_stem: Path, fmt: str, convention: str =
     fmt = fmt.upper() if fmt.upper() in WRITE_FORMATS else "PNG"
     path = path_stem.with_suffix(WRITE_FORMATS[fmt])
     im = PILImage.fromarray(to_uint8(array, convention), mode="RGB")
-    options = {"JPEG": {"quality": JPEG_QUALITY, "subsampling": 0}, "WEBP": {"lossless": True}, "PNG": {}}[fmt]
+    by_format: dict[str, dict[str, Any]] = {"JPEG": {"quality": JPEG_QUALITY, "subsampling": 0}, "WEBP": {"lossless": True}, "PNG": {}}
+    options = by_format[fmt]
     if convention == "ninco":
         options = {}
     tmp = path.with_name(path.name + ".part")

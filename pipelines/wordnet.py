@@ -74,6 +74,7 @@ def provision_wordnet(nltk_data: Path, *, debian_dir: Path = DEBIAN_WORDNET_DIR,
         (target / "lexnames").write_text(lexnames_text(), encoding="utf-8")
         how = f"copied Princeton WordNet files from {debian_dir}"
     elif allow_download:
+        err: Exception | None
         try:
             import nltk
 

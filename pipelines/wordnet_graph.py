@@ -150,7 +150,7 @@ class NounGraph:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as fh:
-                np.savez(fh, **arrays)
+                np.savez(fh, **arrays)  # type: ignore[arg-type]  # numpy's stub types the keyword arrays as its bool option
             os.chmod(tmp, 0o644)  # workers running as other users read it too
             os.replace(tmp, path)
         except BaseException:
@@ -183,7 +183,7 @@ class NounGraph:
     def from_nltk(cls, wn, source_sha1: str = "", noun_exc_path: Path | None = None, progress=None) -> "NounGraph":
         synsets = list(wn.all_synsets("n"))
         index = {s.offset(): i for i, s in enumerate(synsets)}
-        edges = {rel: ([0], []) for rel in RELATIONS}
+        edges: dict[str, tuple[list[int], list[int]]] = {rel: ([0], []) for rel in RELATIONS}
         for n, s in enumerate(synsets):
             for rel, methods in RELATIONS.items():
                 indptr, indices = edges[rel]

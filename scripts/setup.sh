@@ -50,6 +50,14 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   timed "pip install -r requirements.txt (torch, timm, Django, faiss...: about 2-3 minutes the first time)" pip_install
   echo "$want" > "$stamp"
 fi
+if [ "$want_test" = 1 ]; then
+  dev_stamp=.venv/.requirements-dev.sha256
+  dev_want=$(sha256sum requirements-dev.txt | cut -d' ' -f1)
+  if [ "$(cat "$dev_stamp" 2>/dev/null)" != "$dev_want" ]; then
+    timed "pip install -r requirements-dev.txt (ruff, import-linter, mypy)" .venv/bin/pip install -q -r requirements-dev.txt
+    echo "$dev_want" > "$dev_stamp"
+  fi
+fi
 
 timed "WordNet 3.0 for NLTK" .venv/bin/python manage.py setup_wordnet
 timed "database migrations" .venv/bin/python manage.py migrate --noinput -v 0

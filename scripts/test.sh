@@ -9,6 +9,11 @@ bash scripts/services.sh
 export DATABASE_URL="${TEST_DATABASE_URL:-postgres://oodc:oodc@127.0.0.1:5432/oodc}"
 export TEST_REDIS_URL="${TEST_REDIS_URL:-redis://127.0.0.1:6379/15}"
 unset CELERY_BROKER_URL  # the test process runs eagerly; integration tests start real workers
+# the code checks first (seconds): lint, the import contracts (.importlinter), types of pipelines/
+echo "==> ruff check, lint-imports, mypy"
+.venv/bin/ruff check .
+.venv/bin/lint-imports --no-cache
+.venv/bin/mypy
 set +e
 .venv/bin/python -m pytest "$@"
 rc=$?

@@ -79,10 +79,14 @@ class FilterResult:
 
 
 def id_nodes_for(graph: NounGraph, id_wnids: list[str], where: str = "ID classes") -> list[int]:
-    nodes, unknown = [], []
+    nodes: list[int] = []
+    unknown: list[str] = []
     for wnid in id_wnids:
         node = graph.index_of_wnid(wnid)
-        (unknown if node is None else nodes).append(wnid if node is None else node)
+        if node is None:
+            unknown.append(wnid)
+        else:
+            nodes.append(node)
     if unknown:
         raise FilterInputError(f"{where}: {len(unknown)} wnid(s) are not WordNet 3.0 nouns: {', '.join(unknown[:10])}")
     if not nodes:
