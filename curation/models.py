@@ -472,6 +472,8 @@ class ReviewItem(models.Model):
         ADJUDICATED = "adjudicated", "adjudicated"
         WITHDRAWN = "withdrawn", "withdrawn (its class or image left the pool)"
 
+    FINAL = (Status.COMPLETE, Status.ADJUDICATED)  # decided: the reviews agreed, or a curator adjudicated
+
     image = models.OneToOneField(Image, on_delete=models.CASCADE, related_name="review_item")
     source = models.ForeignKey(Source, on_delete=models.CASCADE, related_name="review_items")
     candidate_class = models.ForeignKey(CandidateClass, null=True, blank=True, on_delete=models.CASCADE, related_name="review_items")

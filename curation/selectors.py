@@ -16,6 +16,68 @@ def latest_class_filter_run(*, source: Source) -> ClassFilterRun | None:
     return ClassFilterRun.objects.filter(source=source, job__status="done").order_by("-created_at", "-pk").first()
 
 
+@dataclass(frozen=True)
+class ClassStanding:
+    """Where one class of a candidate source stands, for the review queue, exports and pages."""
+
+    verdict: str  # keep | flag | remove: the class filter's effective decision, visual flags applied
+    reason: str  # why its images are not exported ("" when they may be): class_flag, class_remove, ...
+    reviewable: bool  # its images go to the review queue
+    exportable: bool  # its reviewed-ood images may be exported
+
+
+@dataclass
+class ClassPolicy:
+    """The one class-eligibility policy (docs/review.md, docs/exports.md):
+
+    - the latest finished class filter run decides keep / flag / remove (its effective
+      decisions: pinned overrides and curators' resolutions of flags included); without a run
+      every class is kept, and a folder that appeared after the run waits for the next one;
+    - a class-level visual-ambiguity flag that a curator rejected removes the class; one still
+      unresolved keeps it in the review queue (the reviews inform the curator) but out of
+      exports until it is accepted;
+    - only kept classes are reviewed, only kept classes without an open visual flag exported.
+    """
+
+    run: ClassFilterRun | None
+    classes: dict[int, ClassStanding]
+
+    def of(self, class_id: int | None) -> ClassStanding:
+        if class_id in self.classes:
+            return self.classes[class_id]
+        if self.run is None:
+            return ClassStanding("keep", "", True, True)
+        return ClassStanding("none", "class_not_in_filter_run", False, False)
+
+
+def class_policy(*, source: Source) -> ClassPolicy:
+    """Every class's standing in ``source`` (one query per kind of evidence)."""
+    from curation.models import ClassDecision, ClassVisualSignal
+
+    run = latest_class_filter_run(source=source)
+    verdicts: dict[int, str] = {}
+    if run is not None:
+        verdicts = dict(run.decisions.filter(candidate_class__isnull=False).values_list("candidate_class_id", "decision"))
+    visual = dict(ClassVisualSignal.objects.filter(candidate_class__source=source, flagged=True)
+                  .values_list("candidate_class_id", "resolution"))
+    classes: dict[int, ClassStanding] = {}
+    for class_id in set(verdicts) | set(visual) | set(CandidateClass.objects.filter(source=source).values_list("pk", flat=True)):
+        verdict = verdicts.get(class_id, ClassDecision.Decision.KEEP if run is None else "none")
+        if verdict == "none":
+            classes[class_id] = ClassStanding("none", "class_not_in_filter_run", False, False)
+            continue
+        resolution = visual.get(class_id)
+        if verdict == ClassDecision.Decision.KEEP and resolution == "reject":
+            classes[class_id] = ClassStanding(ClassDecision.Decision.REMOVE, "class_visual_flag_rejected", False, False)
+        elif verdict == ClassDecision.Decision.KEEP and class_id in visual and resolution != "accept":
+            classes[class_id] = ClassStanding(ClassDecision.Decision.KEEP, "class_visual_flag_unresolved", True, False)
+        elif verdict == ClassDecision.Decision.KEEP:
+            classes[class_id] = ClassStanding(ClassDecision.Decision.KEEP, "", True, True)
+        else:
+            classes[class_id] = ClassStanding(verdict, f"class_{verdict}", False, False)
+    return ClassPolicy(run=run, classes=classes)
+
+
 def source_broken_images(*, source: Source) -> list[Image]:
     return list(Image.objects.filter(source=source, status=Image.Status.BROKEN).order_by("relative_path"))
 

@@ -23,8 +23,6 @@ from curation.audit import audit_record
 from curation.jobs import enqueue_on_commit, run_inline
 from curation.models import (
     CandidateClass,
-    ClassDecision,
-    ClassVisualSignal,
     Export,
     ExportMember,
     Image,
@@ -35,7 +33,7 @@ from curation.models import (
     ReviewSettings,
     Source,
 )
-from curation.selectors import contamination_report, latest_class_filter_run
+from curation.selectors import class_policy, contamination_report
 from curation.services.id_classes import id_classes_resolve
 from curation.services.jobs import job_fail, job_mark_running
 from curation.version import code_version
@@ -46,7 +44,6 @@ from pipelines.sources import UnsafePath, safe_join
 from pipelines.wordnet_graph import load_noun_graph
 
 Progress = Callable[[int], None]
-FINAL = (ReviewItem.Status.COMPLETE, ReviewItem.Status.ADJUDICATED)
 
 
 class ExportRequestError(ValueError):
@@ -159,21 +156,12 @@ class Selection:
     review_policy: dict = field(default_factory=dict)
 
 
-def _class_states(source: Source) -> tuple[dict[int, str], dict]:
-    """candidate_class_id -> 'kept' | reason it is out, from the latest class filter run (its
-    effective decisions, curators' resolutions included) and the class-level visual flags."""
-    run = latest_class_filter_run(source=source)
-    state: dict[int, str] = {}
-    info = {}
-    if run is not None:
-        info = {"run": run.pk, "policy": run.policy_name, "policy_origin": run.policy_origin, "policy_digest": run.policy_digest,
-                "id_spec": run.id_spec, "wordnet_sha1": run.wordnet_sha1, "finished": run.job.finished_at.isoformat() if run.job.finished_at else None}
-        for class_id, decision in run.decisions.filter(candidate_class__isnull=False).values_list("candidate_class_id", "decision"):
-            state[class_id] = "kept" if decision == ClassDecision.Decision.KEEP else f"class_{decision}"
-    for class_id, resolution in ClassVisualSignal.objects.filter(candidate_class__source=source, flagged=True).values_list("candidate_class_id", "resolution"):
-        if resolution != "accept" and state.get(class_id, "kept") == "kept":
-            state[class_id] = "class_visual_flag_rejected" if resolution == "reject" else "class_visual_flag_unresolved"
-    return state, info
+def _class_filter_info(run) -> dict:
+    """The class filter run an export's class choice rests on, for its manifest."""
+    if run is None:
+        return {}
+    return {"run": run.pk, "policy": run.policy_name, "policy_origin": run.policy_origin, "policy_digest": run.policy_digest,
+            "id_spec": run.id_spec, "wordnet_sha1": run.wordnet_sha1, "finished": run.job.finished_at.isoformat() if run.job.finished_at else None}
 
 
 def export_select(*, config: dict) -> Selection:
@@ -185,7 +173,8 @@ def export_select(*, config: dict) -> Selection:
     wnids = set(config.get("wnids") or [])
     by_class: dict[int, list[ReviewItem]] = defaultdict(list)
     for source in sources:
-        state, info = _class_states(source)
+        policy = class_policy(source=source)  # the one class-eligibility policy, as the review queue uses it
+        info = _class_filter_info(policy.run)
         sel.class_filter[source.name] = info or {"run": None, "note": "no class filter run: every class counted as kept"}
         base = {r.candidate_class_id: r for r in ReviewSettings.objects.filter(source=source).select_related("candidate_class")}
         default = base.get(None)
@@ -203,7 +192,7 @@ def export_select(*, config: dict) -> Selection:
         for item in items:
             reason = ""
             cc = item.candidate_class
-            if item.status not in FINAL:
+            if item.status not in ReviewItem.FINAL:
                 reason = f"review_{item.status}"
             elif item.final_decision != ReviewDecision.OOD:
                 reason = f"final_{item.final_decision}"
@@ -212,9 +201,7 @@ def export_select(*, config: dict) -> Selection:
             elif cc is None or not cc.wnid:
                 reason = "class_unmapped"
             else:
-                s = state.get(cc.pk, "kept" if not info else "class_not_in_filter_run")
-                if s != "kept":
-                    reason = s
+                reason = policy.of(cc.pk).reason
             sel.rows.append((item, reason))
             if not reason:
                 by_class[cc.pk].append(item)

@@ -29,8 +29,6 @@ from curation.audit import audit_record
 from curation.models import (
     Assignment,
     CandidateClass,
-    ClassDecision,
-    ClassFilterRun,
     ClassVisualSignal,
     IdClassSet,
     Image,
@@ -42,10 +40,9 @@ from curation.models import (
     Source,
     SynsetText,
 )
-from curation.selectors import Scope, annotator_scope, latest_class_filter_run, not_seen_by
+from curation.selectors import Scope, annotator_scope, class_policy, not_seen_by
 
 SECONDS_CAP = 300.0  # a longer gap is a break, not work on the image
-FINAL = (ReviewItem.Status.COMPLETE, ReviewItem.Status.ADJUDICATED)
 
 
 class ReviewError(ValueError):
@@ -70,19 +67,6 @@ def _settings_for(source: Source) -> tuple[ReviewSettings, dict[int, ReviewSetti
     rows = list(ReviewSettings.objects.filter(source=source))
     base = next((r for r in rows if r.candidate_class_id is None), None) or ReviewSettings(source=source)
     return base, {r.candidate_class_id: r for r in rows if r.candidate_class_id is not None}
-
-
-def _class_verdicts(source: Source) -> tuple[dict[int, str], ClassFilterRun | None]:
-    """candidate_class_id -> 'keep' | 'flag' | 'remove' from the latest finished class filter
-    run on this source, with rejected visual-ambiguity flags turned into 'remove'."""
-    run = latest_class_filter_run(source=source)
-    verdicts: dict[int, str] = {}
-    if run is not None:
-        for class_id, decision in run.decisions.filter(candidate_class__isnull=False).values_list("candidate_class_id", "decision"):
-            verdicts[class_id] = decision
-    for class_id in ClassVisualSignal.objects.filter(candidate_class__source=source, resolution="reject").values_list("candidate_class_id", flat=True):
-        verdicts[class_id] = ClassDecision.Decision.REMOVE
-    return verdicts, run
 
 
 def synset_texts_sync(wnids) -> int:
@@ -135,7 +119,7 @@ def review_queue_sync(*, source: Source, model_name: str | None = None, user=Non
     if not emb:
         raise ReviewError(f"{source.name} has no predictions from {model_name} yet: run "
                           f"`python manage.py run_image_pipeline --sources {source.name}` (or the Sources admin's actions) first")
-    verdicts, run = _class_verdicts(source)
+    policy = class_policy(source=source)
     base, per_class = _settings_for(source)
     report = QueueSync(source=source.name, excluded={"broken_or_duplicate_file": 0, "not_extracted": 0, "decode_failed": 0,
                                                      "dropped_by_duplicate_search": 0, "class_removed": 0, "class_flagged": 0,
@@ -155,15 +139,9 @@ def review_queue_sync(*, source: Source, model_name: str | None = None, user=Non
         if e["drop_reason"]:
             report.excluded["dropped_by_duplicate_search"] += 1
             continue
-        verdict = verdicts.get(class_id, ClassDecision.Decision.KEEP if run is None else None)
-        if verdict is None:  # a class folder that appeared after the latest class filter run
-            report.excluded["class_not_in_filter_run"] += 1
-            continue
-        if verdict == ClassDecision.Decision.REMOVE:
-            report.excluded["class_removed"] += 1
-            continue
-        if verdict == ClassDecision.Decision.FLAG:
-            report.excluded["class_flagged"] += 1
+        standing = policy.of(class_id)  # the one class-eligibility policy (selectors.class_policy)
+        if not standing.reviewable:
+            report.excluded[{"remove": "class_removed", "flag": "class_flagged"}.get(standing.verdict, "class_not_in_filter_run")] += 1
             continue
         cfg = per_class.get(class_id, base)
         eligible[image_id] = (class_id, _priority(cfg.order, image_id, e["nearest_id_similarity"]), cfg.reviews_required)
@@ -333,7 +311,7 @@ def _lease_regular(user, scope: Scope, exclude: list[int], now) -> Assignment | 
 
 
 def _lease_gold(user, scope: Scope, exclude: list[int], now) -> Assignment | None:
-    item_id = (ReviewItem.objects.filter(scope.q(), is_gold=True, status__in=FINAL).filter(not_seen_by(user))
+    item_id = (ReviewItem.objects.filter(scope.q(), is_gold=True, status__in=ReviewItem.FINAL).filter(not_seen_by(user))
                .exclude(pk__in=exclude).order_by("?").values_list("id", flat=True).first())
     return _lease(user, item_id, gold=True, now=now) if item_id else None
 
@@ -549,7 +527,7 @@ def review_items_set_gold(*, item_ids, gold: bool, user=None) -> int:
     with transaction.atomic():
         qs = ReviewItem.objects.select_for_update().filter(pk__in=list(item_ids))
         if gold:
-            qs = qs.filter(status__in=FINAL)
+            qs = qs.filter(status__in=ReviewItem.FINAL)
         ids = list(qs.values_list("pk", flat=True))
         ReviewItem.objects.filter(pk__in=ids).update(is_gold=gold)
         for pk in ids:
