@@ -201,7 +201,7 @@ def evaluation_create(*, export: Export | None = None, id_test: str, id_fit: str
     ``import:NAME`` each) are covariate-shifted images of ID classes (ImageNet-V2/-R/-C copies,
     or ``make_covariate_shift`` output): each is reported standard, full-spectrum and as a shift
     (pipelines.metrics.full_spectrum_metrics), with the model's accuracy on it."""
-    from curation.services.image_pipeline import PipelineError, _check_model_name
+    from curation.services.loaded_models import ModelNameError, check_model_name
     from pipelines.detectors import detector_names
 
     params = dict(params or {})
@@ -236,8 +236,8 @@ def evaluation_create(*, export: Export | None = None, id_test: str, id_fit: str
         raise EvaluationError(f"a model is listed twice: {', '.join(models)}")
     for m in models:
         try:
-            _check_model_name(m)
-        except PipelineError as exc:
+            check_model_name(m)
+        except ModelNameError as exc:
             raise EvaluationError(str(exc)) from None
     known = detector_names()
     methods = list(dict.fromkeys(methods or known))
@@ -458,7 +458,7 @@ def _write_head(lm) -> None:
 def evaluation_process_chunk(*, job_id: int, index: int, progress: Callable[[int], None] | None = None) -> bool:
     """Compute one chunk's outputs (features and logits, or ODIN scores) and write its part file.
     Returns True when it was the last unfinished chunk."""
-    from curation.services.image_pipeline import _model
+    from curation.services.loaded_models import loaded_model
     from pipelines.extract import extract
 
     chunk = JobChunk.objects.select_related("job").get(job_id=job_id, index=index)
@@ -472,7 +472,7 @@ def evaluation_process_chunk(*, job_id: int, index: int, progress: Callable[[int
     decoder = _decoder(cfg)
     part = _part_path(p["model"], entry, p["what"], p["start"], decoder)
     if not part.is_file():
-        lm = _model(p["model"], cfg["weights"].get(p["model"], ""))
+        lm = loaded_model(p["model"], cfg["weights"].get(p["model"], ""))
         _write_head(lm)
         paths = [it.path for it in items if it.path]
         if p["what"] == "features":
@@ -583,9 +583,9 @@ def _head(model: str, fit_row: EvalFeatureSet):
     path = head_path(model)
     if not path.is_file():
         try:  # outputs came from imports only: read the last layer from the model itself
-            from curation.services.image_pipeline import _model
+            from curation.services.loaded_models import loaded_model
 
-            _write_head(_model(model, ""))
+            _write_head(loaded_model(model, ""))
         except Exception:
             return None
     if not path.is_file():

@@ -25,6 +25,7 @@ from curation.models import ClassVisualSignal, FeatureShard, Image, ImageEmbeddi
 from curation.services.bulk import insert_rows
 from curation.services.class_filter import class_filter_refresh_source
 from curation.services.jobs import job_mark_running
+from curation.services.loaded_models import ModelNameError, check_model_name, loaded_model
 from curation.version import code_version
 from pipelines.names import atomic_write, safe_component
 from pipelines.sources import SafeJoiner, UnsafePath, safe_join
@@ -38,13 +39,11 @@ class JobAlreadyRunning(JobActive):
     """The same extraction or duplicate search is unfinished (running, queued, or stale: resume it)."""
 
 
-def _check_model_name(model_name: str) -> None:
-    from pipelines.models import MODELS
-
-    if not model_name or len(model_name) > 200:
-        raise PipelineError("a model name is required")
-    if model_name not in MODELS and "/" in model_name:
-        raise PipelineError(f"{model_name!r}: model names are registered names or timm names, not paths")
+def _checked_model_name(model_name: str) -> None:
+    try:
+        check_model_name(model_name)
+    except ModelNameError as exc:
+        raise PipelineError(str(exc)) from None
 
 
 # -- extraction -----------------------------------------------------------------------------------
@@ -55,7 +54,7 @@ def extract_start(*, source: Source, model_name: str | None = None, weights: str
     from pipelines.decode import DECODERS
 
     model_name = model_name or settings.DEFAULT_MODEL
-    _check_model_name(model_name)
+    _checked_model_name(model_name)
     decoder = decoder or settings.DECODER
     if decoder not in DECODERS:
         raise PipelineError(f"decoder {decoder!r}: choose one of {', '.join(DECODERS)}")
@@ -99,24 +98,6 @@ def extract_plan(*, job_id: int) -> list[int]:
     return list(range((len(ids) + size - 1) // size))
 
 
-_MODEL_CACHE: dict[tuple, object] = {}
-
-
-def _model(name: str, weights: str):
-    """One loaded model per worker process (loading takes seconds; chunks come by the hundred)."""
-    from pipelines.models import load_model
-
-    key = (name, weights or "")
-    if key not in _MODEL_CACHE:
-        if settings.TORCH_THREADS:
-            import torch
-
-            torch.set_num_threads(settings.TORCH_THREADS)  # several workers on one machine share its cores
-        _MODEL_CACHE.clear()  # one model at a time in memory
-        _MODEL_CACHE[key] = load_model(name, weights=weights or None)
-    return _MODEL_CACHE[key]
-
-
 def shard_path(*, model_name: str, source_id: int, job_id: int, index: int) -> str:
     return f"{safe_component(model_name)}/source_{source_id}/job_{job_id}_chunk_{index:05d}.npy"
 
@@ -154,7 +135,7 @@ def extract_process_chunk(*, job_id: int, index: int, progress: Callable[[int], 
     else:
         from pipelines.extract import extract
 
-        lm = _model(model_name, job.config.get("weights", ""))
+        lm = loaded_model(model_name, job.config.get("weights", ""))
         ex = extract(lm, todo, batch_size=int(job.config.get("batch_size") or 0) or None,
                      num_workers=settings.EXTRACT_LOADER_WORKERS, topk=int(job.config.get("topk") or 5),
                      max_pixels=settings.MAX_IMAGE_PIXELS, progress=progress, decoder=decoder)
@@ -246,7 +227,7 @@ def extract_run_inline(*, job: Job, progress: Callable[[int], None] | None = Non
 
 def dedup_start(*, model_name: str | None = None, user=None, enqueue: bool = True) -> Job:
     model_name = model_name or settings.DEFAULT_MODEL
-    _check_model_name(model_name)
+    _checked_model_name(model_name)
     with transaction.atomic():
         active = Job.objects.select_for_update().filter(kind=Job.Kind.DEDUP, config__model=model_name,
                                                         status__in=[Job.Status.PENDING, Job.Status.RUNNING]).first()

@@ -38,9 +38,9 @@ class Command(BaseCommand):
             raise CommandError("no sources registered; add one with `manage.py add_source NAME PATH`")
         if settings.CELERY_TASK_ALWAYS_EAGER:  # (queued: the workers load it, and a failure fails the job)
             try:
-                from curation.services.image_pipeline import _model
+                from curation.services.loaded_models import loaded_model
 
-                _model(model, weights or "")  # fail before any job if the weights cannot be had
+                loaded_model(model, weights or "")  # fail before any job if the weights cannot be had
             except ModelUnavailable as exc:
                 raise CommandError(str(exc)) from None
         jobs = []
