@@ -203,7 +203,7 @@ def test_bad_requests_get_clear_errors(tmp_path):
         ({"methods": ["msp", "bogus"]}, "unknown detector(s) bogus"),
         ({"models": ["toy", "other"]}, "holds outputs of toy"),
         ({"models": []}, "at least one model"),
-        ({"params": {"knn_k": 0}}, "knn_k: 0 must be between"),
+        ({"params": {"knn_k": 0}}, "--knn-k: 0 must be between 1 and 1,000,000"),
         ({"export": _export("blocked", status=Export.Status.BLOCKED)}, "evaluate a finished clean OOD export"),
         ({"unit_tests": _export("ut", kind=Export.Kind.DATASET)}, "not a finished OOD unit-test set"),
     ]

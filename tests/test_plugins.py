@@ -49,7 +49,7 @@ def test_a_detector_declared_in_one_place_reaches_the_cli_the_admin_and_the_resu
     researcher = _client("res", "researcher")
     form = researcher.get("/admin/curation/evaluationrun/add/").content.decode()
     assert 'name="sharpened_msp_gain"' in form and "Sharpened MSP: gain" in form
-    from curation.admin import EvaluationCreateForm
+    from curation.admin.evaluation import EvaluationCreateForm
 
     field = EvaluationCreateForm().fields["sharpened_msp_gain"]
     assert (field.min_value, field.max_value, field.initial, field.required) == (0.1, 10.0, 1.0, False)
@@ -125,7 +125,7 @@ def test_an_export_layout_declared_in_one_place_reaches_the_cli_the_admin_and_th
     parser = Command().create_parser("manage.py", "export")
     action = next(a for a in parser._actions if "--layout" in a.option_strings)
     assert "flat" in action.choices and "every image in flat/all/" in action.help
-    from curation.admin import ExportCreateForm
+    from curation.admin.exports import ExportCreateForm
 
     assert ("flat", flat_layout.description) in ExportCreateForm().fields["layouts"].choices
     source, decided = reviewed_pool(tmp_path, n=15)

@@ -247,7 +247,7 @@ def test_admin_evaluation_form_with_an_unknown_model_is_not_a_500(tmp_path, clie
         call_command("add_source", name, str(folder), role="id", stdout=io.StringIO(), stderr=io.StringIO())
     staff = user("resx", "researcher", staff=True)
     client.force_login(staff)
-    from curation.admin import EvaluationCreateForm
+    from curation.admin.evaluation import EvaluationCreateForm
 
     form = {name: f.initial for name, f in EvaluationCreateForm().fields.items() if f.initial is not None}
     form.update({"export": export.pk, "id_test": "source:idt", "id_fit": "source:idf", "models": [], "other_models": "no_such_net_xyz",

@@ -81,6 +81,11 @@ class Head:
         return features.astype(np.float64) @ self.weight.T + self.bias
 
 
+def plain_number(x) -> str:
+    """A number as people write it: 1,000,000 and 0.001, not 1e+06."""
+    return f"{int(x):,}" if float(x).is_integer() else f"{x:g}"
+
+
 @dataclass(frozen=True)
 class Param:
     """A detector's parameter, declared once on its class; the evaluation command's flag
@@ -117,7 +122,7 @@ class Param:
         except (TypeError, ValueError):
             raise DetectorError(f"{self.flag(detector)}: {value!r} is not {'a whole number' if self.kind is int else 'a number'}") from None
         if (self.low is not None and value < self.low) or (self.high is not None and value > self.high):
-            raise DetectorError(f"{self.flag(detector)}: {value:g} must be between {self.low:g} and {self.high:g}")
+            raise DetectorError(f"{self.flag(detector)}: {plain_number(value)} must be between {plain_number(self.low)} and {plain_number(self.high)}")
         return value
 
 

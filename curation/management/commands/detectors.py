@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand
 
-from pipelines.detectors import DETECTORS, detector_names
+from pipelines.detectors import DETECTORS, detector_names, plain_number
 
 
 def detectors_table() -> str:
@@ -19,7 +19,7 @@ def detectors_table() -> str:
                 continue
             default = "from the data" if p.default is None else f"{p.default:g}"
             lines.append(f"| {cls.label} | `{name}` | {cls.paper} | {needs} | `{p.name}` | `{p.flag(name)}` | {default}"
-                         f"{' (' + p.source + ')' if p.source else ''} | {p.low:g} to {p.high:g} | {p.help} |")
+                         f"{' (' + p.source + ')' if p.source else ''} | {plain_number(p.low)} to {plain_number(p.high)} | {p.help} |")
     return "\n".join(lines)
 
 

@@ -1,0 +1,68 @@
+"""What the admin modules share: read-only record admins, the stale-job filter, action forms."""
+from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.template.response import TemplateResponse
+
+from curation import jobs
+
+
+class StaleFilter(admin.SimpleListFilter):
+    title = "liveness"
+    parameter_name = "liveness"
+
+    def lookups(self, request, model_admin):
+        return [("stale", "stale (no worker reporting)")]
+
+    def queryset(self, request, queryset):
+        return queryset.filter(jobs.stale_filter()) if self.value() == "stale" else queryset
+
+
+class RecordAdmin(admin.ModelAdmin):
+    """Rows the pipeline writes: every field read-only, none added by hand."""
+
+    def get_readonly_fields(self, request, obj=None):
+        return [f.name for f in self.model._meta.fields]
+
+    def has_add_permission(self, request):
+        return False
+
+
+class NoChange:
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+class NoDelete:
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+def only_one(modeladmin, request, queryset, message: str):
+    """The single selected row of an action that works on one, or None (and ``message`` shown)."""
+    if queryset.count() != 1:
+        modeladmin.message_user(request, message, messages.ERROR)
+        return None
+    return queryset.get()
+
+
+def action_form(modeladmin, request, queryset, *, form_class, title, intro, submit):
+    """An admin action's intermediate page: show ``form_class`` for the selected rows; once it
+    is posted back valid, call ``submit(cleaned_data)`` and return to the list."""
+    form = form_class(request.POST if "apply" in request.POST else None)
+    if "apply" in request.POST and form.is_valid():
+        submit(form.cleaned_data)
+        return None
+    context = {
+        **modeladmin.admin_site.each_context(request), "title": title, "intro": intro, "form": form,
+        "queryset": queryset[:50], "count": queryset.count(), "action": request.POST.get("action", ""),
+        "opts": modeladmin.model._meta, "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+        "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
+        "select_across": request.POST.get("select_across", "0"),
+    }
+    return TemplateResponse(request, "admin/curation/action_form.html", context)
+
+
+def redirect_to(url: str):
+    from django.http import HttpResponseRedirect
+
+    return HttpResponseRedirect(url)

@@ -1,0 +1,144 @@
+"""Evaluation runs (started through a form that calls the evaluation service) and cached outputs."""
+from django import forms
+from django.contrib import admin, messages
+from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils.html import format_html
+
+from curation import jobs
+from curation.admin._common import NoChange, NoDelete, RecordAdmin, redirect_to
+from curation.models import (
+    EvalFeatureSet,
+    EvaluationRun,
+    Export,
+    Source,
+)
+from curation.services.evaluation import EvaluationError, evaluation_create
+
+
+def _id_set_choices():
+    sets = [(f"source:{name}", f"source {name}") for name in Source.objects.filter(role=Source.Role.ID).order_by("name").values_list("name", flat=True)]
+    sets += [(row.dataset, f"{row.dataset} ({row.model_name}, {row.images} rows)")
+             for row in EvalFeatureSet.objects.filter(dataset__startswith="import:").order_by("dataset")]
+    return sets
+
+
+class EvaluationCreateForm(forms.Form):
+    export = forms.ModelChoiceField(queryset=Export.objects.filter(kind=Export.Kind.DATASET, status=Export.Status.DONE),
+                                    help_text="The clean OOD set to evaluate on")
+    unit_tests = forms.ModelChoiceField(queryset=Export.objects.filter(kind=Export.Kind.UNIT_TESTS, status=Export.Status.DONE),
+                                        required=False, help_text="Optional: an OOD unit-test set (a detector fails a test above 10% FPR)")
+    id_test = forms.ChoiceField(help_text="ID test set: an ID reference source (e.g. ImageNet val in wnid folders) or imported outputs")
+    id_fit = forms.ChoiceField(help_text="ID fit set for detectors with statistics (a train subset); must differ from the test set")
+    models = forms.MultipleChoiceField(widget=forms.CheckboxSelectMultiple, required=False, help_text="Registered models")
+    other_models = forms.CharField(required=False, help_text="More timm model names, comma separated (their weights must be reachable)")
+    methods = forms.MultipleChoiceField(widget=forms.CheckboxSelectMultiple, help_text="Detectors (higher score = more ID)")
+    seed = forms.IntegerField(initial=0, help_text="Seed of C-OOD's estimation/test split")
+    fpr_method = forms.ChoiceField(choices=[("exact", "exact order statistic (default)"),
+                                            ("ninco-interpolated", "NINCO's code: np.quantile (linear interpolation)")],
+                                   required=False, initial="exact", help_text="FPR@95 (ID positive) threshold")
+    oaa_convention = forms.ChoiceField(choices=[("paper", "paper: rejected OOD count as correct (default)"),
+                                                ("code", "authors' code: every rejected wrong prediction counts")],
+                                       required=False, initial="paper", help_text="Outlier-aware accuracy (mOAA)")
+    severity_protocol = forms.ChoiceField(choices=[("c-ood", "C-OOD: 200 images per class, 150 estimate / 50 test (default)"),
+                                                   ("small-data", "small-data variant: any class with >= 2 images (not C-OOD's)")],
+                                          required=False, initial="c-ood", help_text="C-OOD severity levels")
+    id_shifted = forms.MultipleChoiceField(required=False, widget=forms.CheckboxSelectMultiple,
+                                           help_text="Optional: covariate-shifted copies of ID classes (ImageNet-V2/-R/-C, or made "
+                                                     "with make_covariate_shift), reported standard, full-spectrum and as a shift")
+    sanity_seeds = forms.IntegerField(min_value=0, max_value=20, initial=5, required=False,
+                                      help_text="Random-weight sanity check (ImageNet-OOD): random networks to run, 0 = off. "
+                                                "RANDOM WEIGHTS, for the check only")
+    decoder = forms.ChoiceField(choices=[("", "the deployment's default (OODC_DECODER)"),
+                                         ("pil", "pil: Pillow and timm's transform"),
+                                         ("torchvision", "torchvision: tensor decode and resize (nvJPEG on GPU workers)")],
+                                required=False, initial="", help_text="How images become model inputs, for every set of the run")
+
+    def __init__(self, *args, **kwargs):
+        from pipelines.detectors import DETECTORS, detector_names, parameters
+        from pipelines.models import MODELS
+
+        super().__init__(*args, **kwargs)
+        sets = _id_set_choices()
+        self.fields["id_test"].choices = self.fields["id_fit"].choices = [("", "---------")] + sets
+        self.fields["id_shifted"].choices = sets
+        self.fields["models"].choices = [(name, f"{name}: {spec.description}") for name, spec in MODELS.items()]
+        self.fields["models"].initial = list(MODELS)[:1]
+        self.fields["methods"].choices = [(n, f"{DETECTORS[n].label} ({DETECTORS[n].paper})") for n in detector_names()]
+        self.fields["methods"].initial = detector_names()
+        for det, p in parameters():  # each detector's own declaration: knn_k, odin_temperature, vim_dim, ...
+            field = forms.IntegerField if p.kind is int else forms.FloatField
+            self.fields[p.key(det)] = field(required=False, initial=p.default, min_value=p.low, max_value=p.high,
+                                            label=f"{DETECTORS[det].label}: {p.name}", help_text=p.describe())
+
+    def clean(self):
+        data = super().clean()
+        data["model_names"] = list(data.get("models") or []) + [m.strip() for m in (data.get("other_models") or "").split(",") if m.strip()]
+        if not data["model_names"]:
+            self.add_error("models", "choose at least one model")
+        return data
+
+
+@admin.register(EvaluationRun)
+class EvaluationRunAdmin(NoDelete, NoChange, RecordAdmin):
+    """Researchers start runs through a form that calls the evaluation service; runs are never edited."""
+
+    list_display = ["__str__", "status", "models_", "methods_", "progress", "created_by", "created_at", "results_page"]
+    list_filter = ["status"]
+    list_select_related = ["export", "job", "created_by"]
+    exclude = ["results"]
+
+    def has_add_permission(self, request):
+        return request.user.has_perm("curation.add_evaluationrun")
+
+    @admin.display(description="models")
+    def models_(self, obj):
+        return ", ".join(obj.model_names)
+
+    @admin.display(description="detectors")
+    def methods_(self, obj):
+        return len(obj.methods)
+
+    @admin.display(description="progress")
+    def progress(self, obj):
+        return f"{obj.job.progress}/{obj.job.total}"
+
+    @admin.display(description="results")
+    def results_page(self, obj):
+        return format_html('<a href="{}">result page</a>', reverse("labeling_ui:evaluation", args=[obj.pk]))
+
+    def add_view(self, request, form_url="", extra_context=None):
+        if not self.has_add_permission(request):
+            from django.core.exceptions import PermissionDenied
+
+            raise PermissionDenied
+        form = EvaluationCreateForm(request.POST or None)
+        if request.method == "POST" and form.is_valid():
+            d = form.cleaned_data
+            from pipelines.detectors import parameters
+
+            params = {k: d[k] for k in ("seed", "fpr_method", "oaa_convention", "severity_protocol", "decoder", "sanity_seeds")}
+            params.update({p.key(det): d[p.key(det)] for det, p in parameters() if d.get(p.key(det)) is not None})
+            if params["sanity_seeds"] is None:  # empty: the deployment's default (OODC_EVAL_SANITY_SEEDS)
+                del params["sanity_seeds"]
+            try:
+                run = evaluation_create(export=d["export"], unit_tests=d["unit_tests"], id_test=d["id_test"], id_fit=d["id_fit"],
+                                        models=d["model_names"], methods=d["methods"], params=params, user=request.user,
+                                        id_shifted=list(d.get("id_shifted") or []))
+            except EvaluationError as exc:
+                form.add_error(None, str(exc))
+            else:
+                self.message_user(request, jobs.queued_message(run.job, f"evaluation #{run.pk}").replace(
+                    "shown on this list", "shown on its result page"), messages.SUCCESS)
+                return redirect_to(reverse("labeling_ui:evaluation", args=[run.pk]))
+        context = {**self.admin_site.each_context(request), "title": "Start an evaluation run", "form": form, "opts": self.model._meta,
+                   "intro": "Every chosen detector with every chosen model, on the export (and unit tests) against the ID test set, "
+                            "with statistics from the ID fit set. Model outputs are cached per model and image set and reused.",
+                   "submit": "Start evaluation"}
+        return TemplateResponse(request, "admin/curation/export_create.html", context)
+
+
+@admin.register(EvalFeatureSet)
+class EvalFeatureSetAdmin(NoDelete, NoChange, RecordAdmin):
+    list_display = ["dataset", "model_name", "images", "feature_dim", "has_head", "created_at"]
+    list_filter = ["model_name"]
