@@ -1,0 +1,85 @@
+"""Feature shards, predictions and features per image, and class-level visual signals."""
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+from curation.models.jobs import Job
+from curation.models.sources import CandidateClass, Image
+
+
+class FeatureShard(models.Model):
+    """One ``.npy`` file of float16 penultimate features (rows = images) under FEATURE_STORE."""
+
+    model_name = models.CharField(max_length=200, db_index=True)
+    path = models.CharField(max_length=500, unique=True, help_text="Relative to the feature store")
+    rows = models.PositiveIntegerField()
+    dim = models.PositiveIntegerField()
+    decoder = models.CharField(max_length=20, default="pil", help_text="How the images became model inputs: pil or torchvision")
+    job = models.ForeignKey(Job, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.path
+
+
+class ImageEmbedding(models.Model):
+    """What one model said about one image (once per image and model), where its features are,
+    and what the duplicate search decided."""
+
+    image = models.ForeignKey(Image, on_delete=models.CASCADE, related_name="embeddings")
+    model_name = models.CharField(max_length=200)
+    ok = models.BooleanField(default=True)
+    error = models.TextField(blank=True)
+    shard = models.ForeignKey(FeatureShard, null=True, blank=True, on_delete=models.PROTECT, related_name="embeddings")
+    row = models.IntegerField(default=-1)
+    topk = models.JSONField(default=list, blank=True, help_text="[[wnid, probability], ...], best first")
+    top1_wnid = models.CharField(max_length=9, blank=True, db_index=True)
+    top1_prob = models.FloatField(null=True, blank=True)
+    max_softmax = models.FloatField(null=True, blank=True)
+    max_logit = models.FloatField(null=True, blank=True)
+    energy = models.FloatField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    # written by the duplicate search (re-run from scratch each time)
+    dup_group = models.BigIntegerField(null=True, blank=True, help_text="The image id of its group's representative")
+    drop_reason = models.CharField(max_length=80, blank=True, db_index=True)
+    nearest_id_image = models.ForeignKey(Image, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    nearest_id_similarity = models.FloatField(null=True, blank=True, db_index=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["image", "model_name"], name="one_embedding_per_image_and_model")]
+        indexes = [models.Index(fields=["model_name", "drop_reason"])]
+
+    def __str__(self) -> str:
+        return f"{self.model_name}: image {self.image_id}"
+
+
+class ClassVisualSignal(models.Model):
+    """Per candidate class and model: the share of its images whose top-1 is one ID class
+    (C-OOD: most models call over half of the viceroy images monarch)."""
+
+    candidate_class = models.ForeignKey(CandidateClass, on_delete=models.CASCADE, related_name="visual_signals")
+    model_name = models.CharField(max_length=200)
+    n_images = models.PositiveIntegerField()
+    top_wnid = models.CharField(max_length=9, blank=True)
+    top_label = models.CharField(max_length=255, blank=True)
+    top_share = models.FloatField(default=0.0)
+    threshold = models.FloatField()
+    flagged = models.BooleanField(default=False, db_index=True)
+    reason = models.CharField(max_length=64, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    # a curator's answer to the flag on the class-level review screen (kept across re-runs)
+    resolution = models.CharField(max_length=8, choices=[("", "unresolved"), ("accept", "class accepted"), ("reject", "class rejected")],
+                                  blank=True, default="")
+    resolution_note = models.TextField(blank=True)
+    resolved_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    resolved_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["candidate_class", "model_name"], name="one_visual_signal_per_class_and_model")]
+
+    def __str__(self) -> str:
+        return f"{self.candidate_class}: {self.top_share:.0%} {self.top_label}"
+
+
+# -- review ----------------------------------------------------------------------------------------

@@ -1,0 +1,112 @@
+"""Sources, their class folders and images, and the ID class sets."""
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+
+class IdClassSet(models.Model):
+    """The in-distribution classes (ImageNet-1K by default, or any list of WordNet nouns)."""
+
+    name = models.SlugField(max_length=100, unique=True)
+    spec = models.CharField(max_length=500, help_text="Named list (imagenet-1k) or the file it came from")
+    wnids = models.JSONField(help_text="WordNet 3.0 noun ids, in order")
+    is_default = models.BooleanField(default=False)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name = "ID class set"
+        constraints = [
+            models.UniqueConstraint(fields=["is_default"], condition=models.Q(is_default=True), name="one_default_id_class_set"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({len(self.wnids)} classes)"
+
+
+class Source(models.Model):
+    class Role(models.TextChoices):
+        CANDIDATE = "candidate", "OOD candidates"
+        ID = "id", "ID reference"
+
+    name = models.SlugField(max_length=100, unique=True)
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.CANDIDATE, db_index=True)
+    root = models.CharField(max_length=1024, help_text="Absolute folder: ROOT/<class folder>/<image files>")
+    class_map = models.JSONField(default=dict, blank=True, help_text="folder -> wnid overrides")
+    description = models.TextField(blank=True)
+    provenance = models.JSONField(default=dict, blank=True,
+                                  help_text="How the toolkit made this source, if it did (e.g. a corruption of another source)")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class CandidateClass(models.Model):
+    """A class folder of a source and the WordNet synset it maps to (if any)."""
+
+    class Mapping(models.TextChoices):
+        WNID_FOLDER = "wnid_folder", "folder named by wnid"
+        CLASS_MAP = "class_map", "class-map CSV"
+        LEMMA = "lemma", "WordNet lemma lookup"
+        UNMAPPED = "unmapped", "unmapped"
+
+    source = models.ForeignKey(Source, on_delete=models.CASCADE, related_name="classes")
+    folder = models.CharField(max_length=255)
+    wnid = models.CharField(max_length=9, blank=True, db_index=True)
+    synset_name = models.CharField(max_length=255, blank=True)
+    lemmas = models.JSONField(default=list, blank=True)
+    gloss = models.TextField(blank=True)
+    mapping = models.CharField(max_length=16, choices=Mapping.choices)
+    mapping_note = models.TextField(blank=True)
+
+    class Meta:
+        verbose_name_plural = "candidate classes"
+        constraints = [models.UniqueConstraint(fields=["source", "folder"], name="unique_class_folder_per_source")]
+        ordering = ["source", "folder"]
+
+    def __str__(self) -> str:
+        return f"{self.source.name}/{self.folder}" + (f" ({self.wnid})" if self.wnid else " (unmapped)")
+
+    @property
+    def label(self) -> str:
+        """The class as pages, CSVs and plots name it (pipelines.names.class_label)."""
+        from pipelines.names import class_label
+
+        return class_label(self.wnid, (self.lemmas or [""])[0] or self.synset_name, self.folder)
+
+
+class Image(models.Model):
+    class Status(models.TextChoices):
+        OK = "ok", "ok"
+        BROKEN = "broken", "broken or refused"
+        DUPLICATE = "duplicate", "exact duplicate"
+        MISSING = "missing", "missing on disk"
+
+    source = models.ForeignKey(Source, on_delete=models.CASCADE, related_name="images")
+    candidate_class = models.ForeignKey(CandidateClass, null=True, blank=True, on_delete=models.PROTECT, related_name="images")
+    relative_path = models.CharField(max_length=1024)
+    sha256 = models.CharField(max_length=64, blank=True, db_index=True)
+    width = models.PositiveIntegerField(default=0, help_text="After EXIF orientation")
+    height = models.PositiveIntegerField(default=0)
+    orientation = models.PositiveSmallIntegerField(default=1, help_text="EXIF orientation tag (1 = upright)")
+    format = models.CharField(max_length=16, blank=True)
+    mode = models.CharField(max_length=16, blank=True)
+    bytes = models.BigIntegerField(default=0)
+    mtime_ns = models.BigIntegerField(default=0)
+    status = models.CharField(max_length=16, choices=Status.choices, db_index=True)
+    error_code = models.CharField(max_length=64, blank=True, db_index=True)
+    error = models.TextField(blank=True)
+    duplicate_of = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["source", "relative_path"], name="unique_image_path_per_source")]
+        indexes = [models.Index(fields=["source", "status"]), models.Index(fields=["source", "sha256"])]
+        ordering = ["source", "relative_path"]
+
+    def __str__(self) -> str:
+        return f"{self.source.name}:{self.relative_path}"
