@@ -18,7 +18,8 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -241,3 +242,55 @@ def detector_info(names: list[str], method_params: dict | None = None) -> dict[s
                              for p in DETECTORS[n].parameters)
         out[n] = {"label": DETECTORS[n].label, "paper": DETECTORS[n].paper, "settings": settings}
     return out
+
+
+# -- imported outputs --------------------------------------------------------------------------
+
+
+class OutputsFileError(ValueError):
+    """An outputs file that cannot be imported; the message names the file and what is wrong."""
+
+
+def read_outputs_file(path: Path, class_wnids: Sequence[str]) -> dict[str, np.ndarray]:
+    """The arrays of a precomputed outputs file (.npz: ``features`` [n, d] and ``logits`` [n, C];
+    optional ``labels`` as class indices or wnids of ``class_wnids``, ``keys``, ``weight`` [C, d]
+    and ``bias`` [C]), checked and in the evaluation cache's form (float32, labels as indices,
+    keys as strings). Pickled objects are refused."""
+    path = Path(path)
+    if not path.is_file():
+        raise OutputsFileError(f"{path}: no such file")
+    try:
+        data = dict(np.load(path, allow_pickle=False))
+    except Exception as exc:
+        raise OutputsFileError(f"{path}: not a readable .npz without pickled objects ({type(exc).__name__}: {exc})") from None
+    missing = [k for k in ("features", "logits") if k not in data]
+    if missing:
+        raise OutputsFileError(f"{path}: missing array(s) {', '.join(missing)}; it needs features [n, d] and logits [n, C]")
+    f, lg = data["features"], data["logits"]
+    if f.ndim != 2 or lg.ndim != 2 or len(f) != len(lg) or not len(f):
+        raise OutputsFileError(f"{path}: features {f.shape} and logits {lg.shape} must be [n, d] and [n, C] for the same n > 0")
+    if not (np.isfinite(f).all() and np.isfinite(lg).all()):
+        raise OutputsFileError(f"{path}: features or logits hold NaN or infinite values")
+    arrays = {"features": f.astype(np.float32), "logits": lg.astype(np.float32),
+              "keys": data.get("keys", np.array([f"{i:08d}" for i in range(len(f))])).astype(str),
+              "groups": np.array([""] * len(f)), "errors": np.zeros(0, dtype=str)}
+    if "labels" in data:
+        labels = data["labels"]
+        if labels.shape != (len(f),):
+            raise OutputsFileError(f"{path}: labels {labels.shape} do not match {len(f)} rows")
+        if labels.dtype.kind in "US":
+            index = {w: i for i, w in enumerate(class_wnids)}
+            bad = sorted({str(w) for w in labels if str(w) not in index})
+            if bad:
+                raise OutputsFileError(f"{path}: unknown wnid label(s) {', '.join(bad[:5])} (labels are ImageNet-1K wnids or class indices)")
+            labels = np.array([index[str(w)] for w in labels])
+        labels = labels.astype(np.int64)
+        if labels.max() >= lg.shape[1] or labels.min() < -1:
+            raise OutputsFileError(f"{path}: labels must be class indices in [0, {lg.shape[1] - 1}] (or -1 for unknown)")
+        arrays["labels"] = labels
+    if "weight" in data and "bias" in data:
+        if data["weight"].shape != (lg.shape[1], f.shape[1]) or data["bias"].shape != (lg.shape[1],):
+            raise OutputsFileError(f"{path}: weight {data['weight'].shape} / bias {data['bias'].shape} must be [C, d] / [C] = "
+                                   f"[{lg.shape[1]}, {f.shape[1]}] / [{lg.shape[1]}]")
+        arrays["weight"], arrays["bias"] = data["weight"].astype(np.float32), data["bias"].astype(np.float32)
+    return arrays

@@ -217,3 +217,72 @@ def nearest(queries: np.ndarray, reference: np.ndarray, *, exact_below: int = DE
         return np.full(len(queries), -np.inf, dtype=np.float32), np.full(len(queries), -1, dtype=np.int64)
     sims, idx, _exact = knn(queries, reference, 1, exact_below=exact_below, nprobe=nprobe, device=device)
     return sims[:, 0], idx[:, 0]
+
+
+# -- the duplicate search over candidates and ID references --------------------------------------
+
+
+class PixelCheck:
+    """The check a feature match must pass: identical bytes, or pixel signatures no more than
+    ``max_diff`` apart (``pixel_difference``). Each image's signature is read once, and only for
+    images that take part in a feature match. Items are numbered as in ``paths``; a None path
+    (unsafe or unreadable) never matches by pixels."""
+
+    def __init__(self, paths: Sequence[str | None], sha256: Sequence[str], max_diff: float):
+        self.paths, self.sha256, self.max_diff = list(paths), list(sha256), float(max_diff)
+        self._signatures: dict[int, np.ndarray | None] = {}
+
+    def signature(self, i: int) -> np.ndarray | None:
+        if i not in self._signatures:
+            path = self.paths[i]
+            self._signatures[i] = pixel_signature(path) if path is not None else None
+        return self._signatures[i]
+
+    def __call__(self, i: int, j: int) -> bool:
+        return self.sha256[i] == self.sha256[j] or pixel_difference(self.signature(i), self.signature(j)) <= self.max_diff
+
+
+@dataclass(frozen=True)
+class DuplicateVerdict:
+    """What the duplicate search says of one candidate image."""
+
+    representative: int  # the candidate standing for its group (itself when it stays)
+    drop: str  # "" (stays), "near_duplicate_of" (another candidate stands for it), "duplicate_of_id"
+    nearest_id: int | None  # the most similar ID reference image (index), the byte-identical one first
+    nearest_id_similarity: float | None
+
+
+def find_duplicates(cand_x: np.ndarray, ref_x: np.ndarray, *, cand_sha256: Sequence[str], ref_sha256: Sequence[str],
+                    priority: Sequence[tuple] | None, threshold: float, id_threshold: float, exact_below: int = DEFAULT_EXACT_BELOW,
+                    looks_same: Callable[[int, int], bool] | None = None) -> tuple[list[DuplicateVerdict], Grouping]:
+    """Candidates grouped as near-duplicates of each other (identical bytes first, then features
+    at ``threshold`` confirmed by ``looks_same``), and each compared with the ID reference images
+    (identical bytes, or the nearest one at ``id_threshold`` confirmed by ``looks_same``).
+    ``looks_same(i, j)`` numbers candidates 0..n-1 and references n..n+m-1 (a ``PixelCheck``
+    over both); ``priority`` orders the candidates a group keeps (smallest first)."""
+    n = len(cand_x)
+    first: dict[str, int] = {}
+    same = []
+    for j, sha in enumerate(cand_sha256):
+        if sha in first:
+            same.append((first[sha], j))
+        else:
+            first[sha] = j
+    grouping = group_near_duplicates(cand_x, threshold=threshold, same=same, priority=priority, exact_below=exact_below,
+                                     verify=looks_same)
+    ref_by_sha: dict[str, int] = {}
+    for r, sha in enumerate(ref_sha256):
+        ref_by_sha.setdefault(sha, r)
+    sims, idx = nearest(cand_x, ref_x, exact_below=exact_below)
+    out = []
+    for j in range(n):
+        rep = grouping.representative[grouping.group_of[j]]
+        drop = "near_duplicate_of" if rep != j else ""
+        near, sim = (int(idx[j]), float(sims[j])) if len(ref_sha256) else (None, None)
+        byte_copy = ref_by_sha.get(cand_sha256[j])
+        if byte_copy is not None:
+            near, sim, drop = byte_copy, 1.0, "duplicate_of_id"
+        elif near is not None and sim is not None and sim >= id_threshold and (looks_same is None or looks_same(j, n + near)):
+            drop = "duplicate_of_id"
+        out.append(DuplicateVerdict(representative=rep, drop=drop, nearest_id=near, nearest_id_similarity=sim))
+    return out, grouping

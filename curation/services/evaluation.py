@@ -370,13 +370,17 @@ def _cached(model_name: str, s: dict, decoder: str) -> EvalFeatureSet | None:
     return EvalFeatureSet.objects.filter(model_name=model_name, dataset=s["key"], version=s["version"], decoder=decoder).first()
 
 
-def _odin_key(run_config: dict) -> str | None:
-    if "odin" not in run_config["methods"]:
-        return None
-    from pipelines.detectors.odin import odin_key
+def _input_keys(run_config: dict) -> dict[str, str]:
+    """Cache name -> detector, for the run's input-level detectors (ODIN): the scores they
+    need computed from the images while extracting (Detector.input_level)."""
+    from pipelines.detectors import DETECTORS
 
-    p = run_config["method_params"]["odin"]
-    return odin_key(float(p["temperature"]), float(p["epsilon"]))
+    keys = {}
+    for name in run_config["methods"]:
+        cls = DETECTORS.get(name)
+        if cls is not None and cls.input_level:
+            keys[cls.input_key_for({**cls.defaults(), **run_config["method_params"].get(name, {})})] = name
+    return keys
 
 
 def _set_of(role_entry: dict) -> ImageSet:
@@ -399,14 +403,14 @@ def _set_of(role_entry: dict) -> ImageSet:
 
 
 def evaluation_plan(*, job_id: int) -> list[int]:
-    """Chunks for every (model, set) output not cached yet, and for ODIN's input-level scores."""
+    """Chunks for every (model, set) output not cached yet, and for input-level scores (ODIN)."""
     job = Job.objects.get(pk=job_id)
     if job.status in (Job.Status.DONE, Job.Status.FAILED):
         return []
     if job.chunks.exists():
         return list(job.chunks.filter(done=False).values_list("index", flat=True))
     cfg = job.config
-    odin = _odin_key(cfg)
+    input_keys = _input_keys(cfg)
     payloads = []
     for model in cfg["models"]:
         for role, entry in cfg["sets"].items():
@@ -416,8 +420,8 @@ def evaluation_plan(*, job_id: int) -> list[int]:
             cached = _cached(model, entry, _decoder(cfg))
             n = None
             wanted = [] if cached else ["features"]
-            if odin and role != "id_fit" and (cached is None or odin not in cached.extras):
-                wanted.append(odin)
+            if role != "id_fit":
+                wanted += [key for key in input_keys if cached is None or key not in cached.extras]
             if wanted:
                 n = len(set_items(s))
             for what in wanted:
@@ -456,7 +460,7 @@ def _write_head(lm) -> None:
 
 
 def evaluation_process_chunk(*, job_id: int, index: int, progress: Callable[[int], None] | None = None) -> bool:
-    """Compute one chunk's outputs (features and logits, or ODIN scores) and write its part file.
+    """Compute one chunk's outputs (features and logits, or an input-level method's scores) and write its part file.
     Returns True when it was the last unfinished chunk."""
     from curation.services.loaded_models import loaded_model
     from pipelines.extract import extract
@@ -492,13 +496,14 @@ def evaluation_process_chunk(*, job_id: int, index: int, progress: Callable[[int
             arrays = {"features": ex.features.astype(np.float32), "logits": ex.logits.astype(np.float32),
                       "keys": np.array([it.key for it in ok], dtype=str), "wnids": np.array([it.wnid for it in ok], dtype=str),
                       "groups": np.array([it.group for it in ok], dtype=str), "errors": np.array(errors, dtype=str)}
-        else:
-            from pipelines.detectors.odin import odin_scores
+        else:  # an input-level detector's scores, under its cache name
+            from pipelines.detectors import DETECTORS
 
-            odin = cfg["method_params"]["odin"]
-            scores = odin_scores(lm, paths, temperature=float(odin["temperature"]), epsilon=float(odin["epsilon"]),
-                                 batch_size=min(int(cfg["batch_size"] or 0) or 32, 64), max_pixels=settings.MAX_IMAGE_PIXELS,
-                                 progress=progress, decoder=decoder)
+            name = _input_keys(cfg)[p["what"]]
+            cls = DETECTORS[name]
+            scores = cls.input_scores(lm, paths, {**cls.defaults(), **cfg["method_params"].get(name, {})},
+                                      batch_size=min(int(cfg["batch_size"] or 0) or 32, 64), max_pixels=settings.MAX_IMAGE_PIXELS,
+                                      progress=progress, decoder=decoder)
             arrays = {"scores": scores, "keys": np.array([it.key for it in items if it.path], dtype=str)}
         atomic_write(part, lambda fh: np.savez(fh, **arrays), root=settings.EVAL_ROOT)
     with transaction.atomic():
@@ -622,7 +627,7 @@ def evaluation_finalize(*, job_id: int, progress: Callable[[str], None] | None =
     if job.chunks.filter(done=False).exists():
         raise EvaluationError(f"evaluation #{run.pk}: {job.chunks.filter(done=False).count()} chunk(s) are not computed yet")
     cfg = run.config
-    odin = _odin_key(cfg)
+    extras = list(_input_keys(cfg))
     results: dict = {"models": {}, "detectors": detector_info(cfg["methods"], cfg.get("method_params")), "sets": cfg["sets"],
                      "plots": {}}
     sets = {role: _set_of(entry) for role, entry in cfg["sets"].items()}
@@ -633,19 +638,20 @@ def evaluation_finalize(*, job_id: int, progress: Callable[[str], None] | None =
         for role, entry in cfg["sets"].items():
             s = sets[role]
             row = s.obj if s.kind == "import" else _assemble(model, entry, "features", run.created_by, decoder)
-            if odin and role != "id_fit" and s.kind != "import":
-                row = _assemble(model, entry, odin, run.created_by, decoder)
+            if role != "id_fit" and s.kind != "import":
+                for key in extras:
+                    row = _assemble(model, entry, key, run.created_by, decoder)
             rows[role] = row
         check_one_decoder(rows, decoder)
         fit, _, _, _ = load_outputs(rows["id_fit"])
-        test, _, _, _ = load_outputs(rows["id_test"], extras=[odin] if odin else [])
-        ood, ood_keys, _, ood_groups = load_outputs(rows["ood"], extras=[odin] if odin else [])
+        test, _, _, _ = load_outputs(rows["id_test"], extras=extras)
+        ood, ood_keys, _, ood_groups = load_outputs(rows["ood"], extras=extras)
         unit = unit_groups = None
         if "unit_tests" in rows:
-            unit, _, _, unit_groups = load_outputs(rows["unit_tests"], extras=[odin] if odin else [])
-        shifted = {role.removeprefix(SHIFTED_PREFIX): load_outputs(row, extras=[odin] if odin else [])[0]
+            unit, _, _, unit_groups = load_outputs(rows["unit_tests"], extras=extras)
+        shifted = {role.removeprefix(SHIFTED_PREFIX): load_outputs(row, extras=extras)[0]
                    for role, row in rows.items() if role.startswith(SHIFTED_PREFIX)}
-        ood_shifted = {role.removeprefix(OOD_SHIFTED_PREFIX): load_outputs(row, extras=[odin] if odin else [])[0]
+        ood_shifted = {role.removeprefix(OOD_SHIFTED_PREFIX): load_outputs(row, extras=extras)[0]
                        for role, row in rows.items() if role.startswith(OOD_SHIFTED_PREFIX)}
         head = _head(model, rows["id_fit"])
         restriction = cfg.get("restrict_logits")
@@ -673,7 +679,7 @@ def evaluation_finalize(*, job_id: int, progress: Callable[[str], None] | None =
                 "note": (f"logits restricted to the {len(restriction['wnids'])} classes of {restriction['set']}: the classifier "
                          "was trained on all of its classes, the OOD half included, so this measures fine-grained separation "
                          "of classes it has seen, not novelty (as ImageNet-X's split of ImageNet-1K)"
-                         + ("; ODIN's input-perturbed scores come from the full model" if odin else "")),
+                         + ("; input-level scores (ODIN) come from the full model" if extras else "")),
             }
         r["failed_images"] = {role: len(row.failed) for role, row in rows.items()}
         r["cache"] = {role: row.pk for role, row in rows.items()}
@@ -873,45 +879,14 @@ def outputs_import(*, name: str, path: Path, model_name: str, user=None, decoder
         check_name(name, what="import name")
     except InvalidName as exc:
         raise EvaluationError(str(exc)) from None
+    from pipelines.evaluation import OutputsFileError, read_outputs_file
+
     path = Path(path)
-    if not path.is_file():
-        raise EvaluationError(f"{path}: no such file")
     try:
-        data = dict(np.load(path, allow_pickle=False))
-    except Exception as exc:
-        raise EvaluationError(f"{path}: not a readable .npz without pickled objects ({type(exc).__name__}: {exc})") from None
-    missing = [k for k in ("features", "logits") if k not in data]
-    if missing:
-        raise EvaluationError(f"{path}: missing array(s) {', '.join(missing)}; it needs features [n, d] and logits [n, C]")
-    f, lg = data["features"], data["logits"]
-    if f.ndim != 2 or lg.ndim != 2 or len(f) != len(lg) or not len(f):
-        raise EvaluationError(f"{path}: features {f.shape} and logits {lg.shape} must be [n, d] and [n, C] for the same n > 0")
-    if not (np.isfinite(f).all() and np.isfinite(lg).all()):
-        raise EvaluationError(f"{path}: features or logits hold NaN or infinite values")
-    wnids_1k = imagenet_1k_classes()[0]
-    arrays = {"features": f.astype(np.float32), "logits": lg.astype(np.float32),
-              "keys": data.get("keys", np.array([f"{i:08d}" for i in range(len(f))])).astype(str),
-              "groups": np.array([""] * len(f)), "errors": np.zeros(0, dtype=str)}
-    if "labels" in data:
-        labels = data["labels"]
-        if labels.shape != (len(f),):
-            raise EvaluationError(f"{path}: labels {labels.shape} do not match {len(f)} rows")
-        if labels.dtype.kind in "US":
-            index = {w: i for i, w in enumerate(wnids_1k)}
-            bad = sorted({str(w) for w in labels if str(w) not in index})
-            if bad:
-                raise EvaluationError(f"{path}: unknown wnid label(s) {', '.join(bad[:5])} (labels are ImageNet-1K wnids or class indices)")
-            labels = np.array([index[str(w)] for w in labels])
-        labels = labels.astype(np.int64)
-        if labels.max() >= lg.shape[1] or labels.min() < -1:
-            raise EvaluationError(f"{path}: labels must be class indices in [0, {lg.shape[1] - 1}] (or -1 for unknown)")
-        arrays["labels"] = labels
-    has_head = "weight" in data and "bias" in data
-    if has_head:
-        if data["weight"].shape != (lg.shape[1], f.shape[1]) or data["bias"].shape != (lg.shape[1],):
-            raise EvaluationError(f"{path}: weight {data['weight'].shape} / bias {data['bias'].shape} must be [C, d] / [C] = "
-                                  f"[{lg.shape[1]}, {f.shape[1]}] / [{lg.shape[1]}]")
-        arrays["weight"], arrays["bias"] = data["weight"].astype(np.float32), data["bias"].astype(np.float32)
+        arrays = read_outputs_file(path, imagenet_1k_classes()[0])
+    except OutputsFileError as exc:
+        raise EvaluationError(str(exc)) from None
+    f, has_head = arrays["features"], "weight" in arrays
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     key = f"import:{name}"
     existing = EvalFeatureSet.objects.filter(dataset=key).first()

@@ -240,63 +240,44 @@ def _class_name(cc: CandidateClass) -> str:
 
 
 def export_leakage(*, items: list[ReviewItem], split: str, model_name: str, threshold: float, max_pixel_diff: float) -> dict:
-    """What an export would leak: images identical to, or near-duplicates of (feature cosine >=
-    ``threshold`` and the pixel check, as in the duplicate search), an ID reference image or an
-    image in a finished export of a different split; images that cannot be checked (no
-    features) are listed too. Returns {"violations": [...], "checked": n, ...}."""
+    """What an export would leak (pipelines.leakage.find_leaks): images identical to, or
+    near-duplicates of (feature cosine >= ``threshold`` and the pixel check, as in the duplicate
+    search), an ID reference image or an image in a finished export of a different split; images
+    that cannot be checked (no features) are listed too. Returns {"violations": [...], "checked": n, ...}."""
     from curation.services.image_pipeline import load_features
-    from pipelines.near_dups import nearest, normalise, pixel_difference, pixel_signature
+    from pipelines.leakage import Entry, find_leaks
+    from pipelines.near_dups import PixelCheck
 
-    violations = []
     ref_rows = list(Image.objects.filter(source__role=Source.Role.ID, status=Image.Status.OK).select_related("source"))
     other = list(ExportMember.objects.filter(export__kind=Export.Kind.DATASET, export__status=Export.Status.DONE)
                  .exclude(export__split=split).select_related("image__source", "export"))
-    refs = [("id_reference", r, f"{r.source.name}:{r.relative_path}") for r in ref_rows]
-    refs += [(f"export {m.export.label} (split {m.export.split})", m.image, f"{m.image.source.name}:{m.image.relative_path}") for m in other]
-    by_sha = {}
-    for kind, img, label in refs:
-        by_sha.setdefault(img.sha256, (kind, img, label))
+    refs = [("id_reference", r) for r in ref_rows] + [(f"export {m.export.label} (split {m.export.split})", m.image) for m in other]
     embs = {e.image_id: e for e in ImageEmbedding.objects.filter(image__in=[it.image_id for it in items], model_name=model_name, ok=True)
             .select_related("shard")}
-    ref_embs = {e.image_id: e for e in ImageEmbedding.objects.filter(image__in=[img.pk for _k, img, _l in refs], model_name=model_name, ok=True)
+    ref_embs = {e.image_id: e for e in ImageEmbedding.objects.filter(image__in=[img.pk for _k, img in refs], model_name=model_name, ok=True)
                 .select_related("shard")}
-    unchecked = []
-    for it in items:
-        hit = by_sha.get(it.image.sha256)
-        if hit is not None and hit[1].pk != it.image_id:
-            violations.append({"image": it.image_id, "path": f"{it.source.name}:{it.image.relative_path}", "kind": "identical_file",
-                               "with": hit[2], "against": hit[0], "similarity": 1.0})
-        elif hit is not None:
-            violations.append({"image": it.image_id, "path": f"{it.source.name}:{it.image.relative_path}", "kind": "same_image",
-                               "with": hit[2], "against": hit[0], "similarity": 1.0})
-        if it.image_id not in embs:
-            unchecked.append({"image": it.image_id, "path": f"{it.source.name}:{it.image.relative_path}", "kind": "no_features",
-                              "with": "", "against": f"run the image pipeline with {model_name}", "similarity": None})
-    flagged = {v["image"] for v in violations}
-    queries = [it for it in items if it.image_id in embs and it.image_id not in flagged]
-    reference = [(k, img, label) for k, img, label in refs if img.pk in ref_embs]
-    if queries and reference:
-        qx = normalise(load_features([embs[it.image_id] for it in queries]))
-        rx = normalise(load_features([ref_embs[img.pk] for _k, img, _l in reference]))
-        sims, idx = nearest(qx, rx)
-        signatures: dict[int, object] = {}
+    item_order = [i for i in dict.fromkeys(it.image_id for it in items) if i in embs]
+    ref_order = [i for i in dict.fromkeys(img.pk for _k, img in refs) if i in ref_embs]
+    item_row, ref_row = {i: n for n, i in enumerate(item_order)}, {i: n for n, i in enumerate(ref_order)}
+    entries = [Entry(it.image_id, f"{it.source.name}:{it.image.relative_path}", it.image.sha256, item_row.get(it.image_id)) for it in items]
+    ref_entries = [Entry(img.pk, f"{img.source.name}:{img.relative_path}", img.sha256, ref_row.get(img.pk), against=kind)
+                   for kind, img in refs]
+    images = {it.image_id: it.image for it in items} | {img.pk: img for _k, img in refs}
 
-        def signature(img: Image):
-            if img.pk not in signatures:
-                try:
-                    signatures[img.pk] = pixel_signature(safe_join(img.source.root, img.relative_path))
-                except UnsafePath:
-                    signatures[img.pk] = None
-            return signatures[img.pk]
+    def path_of(image_id: int) -> str | None:
+        img = images[image_id]
+        try:
+            return str(safe_join(img.source.root, img.relative_path))
+        except UnsafePath:
+            return None
 
-        for j, it in enumerate(queries):
-            if idx[j] < 0 or sims[j] < threshold:
-                continue
-            kind, img, label = reference[int(idx[j])]
-            if pixel_difference(signature(it.image), signature(img)) <= max_pixel_diff:
-                violations.append({"image": it.image_id, "path": f"{it.source.name}:{it.image.relative_path}", "kind": "near_duplicate",
-                                   "with": label, "against": kind, "similarity": round(float(sims[j]), 4)})
-    return {"violations": violations + unchecked, "checked": len(items), "id_reference_images": len(ref_rows),
+    ids = list(images)
+    pixels = PixelCheck([path_of(i) for i in ids], [images[i].sha256 for i in ids], max_pixel_diff)
+    position = {i: n for n, i in enumerate(ids)}
+    violations = find_leaks(entries, ref_entries, item_x=load_features([embs[i] for i in item_order]),
+                            ref_x=load_features([ref_embs[i] for i in ref_order]), threshold=threshold, model_name=model_name,
+                            looks_same=lambda a, b: pixels(position[a.image_id], position[b.image_id]))
+    return {"violations": violations, "checked": len(items), "id_reference_images": len(ref_rows),
             "other_split_images": len(other), "model": model_name, "threshold": threshold, "max_pixel_diff": max_pixel_diff}
 
 

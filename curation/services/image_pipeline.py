@@ -268,7 +268,10 @@ def load_features(embeddings: list[ImageEmbedding]) -> np.ndarray:
 
 
 def dedup_execute(*, job_id: int) -> Job:
-    from pipelines.near_dups import group_near_duplicates, nearest, pixel_difference, pixel_signature
+    """The duplicate search over every extracted source (the computation is
+    pipelines.near_dups.find_duplicates); writes each candidate's group, drop reason and nearest
+    ID image, and the class-level visual signals."""
+    from pipelines.near_dups import PixelCheck, find_duplicates
 
     job = Job.objects.get(pk=job_id)
     if job.status in (Job.Status.DONE, Job.Status.FAILED):
@@ -283,57 +286,29 @@ def dedup_execute(*, job_id: int) -> Job:
     Job.objects.filter(pk=job.pk).update(total=len(cands) + len(refs))
     cand_x, ref_x = load_features(cands), load_features(refs)
 
-    # 1. identical bytes across candidate sources, then features
-    first: dict[str, int] = {}
-    same = []
-    for j, e in enumerate(cands):
-        sha = e.image.sha256
-        if sha in first:
-            same.append((first[sha], j))
-        else:
-            first[sha] = j
-    priority = [(-(e.image.width * e.image.height), e.image_id) for e in cands]
-    signatures: dict[int, object] = {}
-    max_diff = cfg.get("max_pixel_diff", settings.NEAR_DUP_MAX_PIXEL_DIFF)
+    def path_of(e: ImageEmbedding) -> str | None:
+        try:
+            return str(safe_join(e.image.source.root, e.image.relative_path))
+        except UnsafePath:
+            return None
 
-    def signature(e: ImageEmbedding):
-        """Pixel signature of an image, read once, only for images in a feature match."""
-        if e.image_id not in signatures:
-            try:
-                path = safe_join(e.image.source.root, e.image.relative_path)
-            except UnsafePath:
-                signatures[e.image_id] = None
-            else:
-                signatures[e.image_id] = pixel_signature(path)
-        return signatures[e.image_id]
-
-    def looks_same(a: ImageEmbedding, b: ImageEmbedding) -> bool:
-        return a.image.sha256 == b.image.sha256 or pixel_difference(signature(a), signature(b)) <= max_diff
-
-    grouping = group_near_duplicates(cand_x, threshold=cfg["threshold"], same=same, priority=priority,
-                                     exact_below=cfg["exact_below"], verify=lambda i, j: looks_same(cands[i], cands[j]))
-    Job.objects.filter(pk=job.pk).update(message="comparing with the ID images")
-    # 2. candidates against ID reference images: identical bytes, then nearest neighbour + pixel check
-    ref_by_sha = {}
-    for e in refs:
-        ref_by_sha.setdefault(e.image.sha256, e)
-    sims, idx = nearest(cand_x, ref_x, exact_below=cfg["exact_below"])
+    everyone = cands + refs  # the pixel check numbers candidates first, then the ID images
+    check = PixelCheck([path_of(e) for e in everyone], [e.image.sha256 for e in everyone],
+                       cfg.get("max_pixel_diff", settings.NEAR_DUP_MAX_PIXEL_DIFF))
+    verdicts, _grouping = find_duplicates(
+        cand_x, ref_x, cand_sha256=[e.image.sha256 for e in cands], ref_sha256=[e.image.sha256 for e in refs],
+        priority=[(-(e.image.width * e.image.height), e.image_id) for e in cands], threshold=cfg["threshold"],
+        id_threshold=cfg["id_threshold"], exact_below=cfg["exact_below"], looks_same=check)
     counts: Counter = Counter()
-    for j, e in enumerate(cands):
-        rep = cands[grouping.representative[grouping.group_of[j]]]
+    for e, v in zip(cands, verdicts):
+        rep = cands[v.representative]
         e.dup_group = rep.image_id
-        e.drop_reason = f"near_duplicate_of:{rep.image_id}" if rep is not e else ""
-        e.nearest_id_image_id, e.nearest_id_similarity = None, None
-        nearest_ref = refs[int(idx[j])] if len(refs) else None
-        if nearest_ref is not None:
-            e.nearest_id_image_id, e.nearest_id_similarity = nearest_ref.image_id, float(sims[j])
-        same_bytes = ref_by_sha.get(e.image.sha256)
-        if same_bytes is not None:
-            e.nearest_id_image_id, e.nearest_id_similarity = same_bytes.image_id, 1.0
-            e.drop_reason = f"duplicate_of_id:{same_bytes.image_id}"
-        elif (nearest_ref is not None and e.nearest_id_similarity >= cfg["id_threshold"] and looks_same(e, nearest_ref)):
-            e.drop_reason = f"duplicate_of_id:{e.nearest_id_image_id}"
-        counts[e.drop_reason.split(":")[0] or "kept"] += 1
+        near = refs[v.nearest_id] if v.nearest_id is not None else None
+        e.nearest_id_image_id = near.image_id if near is not None else None
+        e.nearest_id_similarity = v.nearest_id_similarity
+        e.drop_reason = {"": "", "near_duplicate_of": f"near_duplicate_of:{rep.image_id}",
+                         "duplicate_of_id": f"duplicate_of_id:{e.nearest_id_image_id}"}[v.drop]
+        counts[v.drop or "kept"] += 1
     signals = _visual_signals(cands, cfg, model_name)
     with transaction.atomic():
         locked = Job.objects.select_for_update().get(pk=job.pk)

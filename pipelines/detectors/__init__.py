@@ -133,7 +133,22 @@ class Detector:
     needs_fit: ClassVar[bool] = False  # learns statistics from the ID fit set
     needs_head: ClassVar[bool] = False  # needs the classifier's weight and bias
     parameters: ClassVar[tuple[Param, ...]] = ()  # every setting it takes, declared once
-    input_level: ClassVar[bool] = False  # scores computed from the images while extracting (ODIN), not from outputs
+    # Input-level methods (ODIN; MC-dropout would be one) need the network and the images, not
+    # only its outputs: they set input_level and say what to compute while extracting
+    # (input_scores) and under which name the scores are cached (input_key_for); the
+    # evaluation computes, caches and hands them over in Outputs.extra[key].
+    input_level: ClassVar[bool] = False
+
+    @classmethod
+    def input_key_for(cls, params: dict) -> str:
+        """The cache name of this method's input-level scores with these parameters."""
+        raise NotImplementedError(f"{cls.name} is not an input-level method")
+
+    @classmethod
+    def input_scores(cls, lm, paths: list, params: dict, *, batch_size: int, max_pixels: int, progress=None,
+                     decoder: str | None = None) -> np.ndarray:
+        """This method's scores for the images at ``paths`` with the loaded model ``lm``."""
+        raise NotImplementedError(f"{cls.name} is not an input-level method")
 
     @classmethod
     def defaults(cls) -> dict:

@@ -34,9 +34,18 @@ class ODIN(Detector):
                   Param("epsilon", float, DEFAULT_EPSILON, 0.0, 1.0, help="input perturbation", source="C-OOD"))
     input_level = True
 
+    @classmethod
+    def input_key_for(cls, params: dict) -> str:
+        return odin_key(float(params["temperature"]), float(params["epsilon"]))
+
+    @classmethod
+    def input_scores(cls, lm, paths, params, *, batch_size, max_pixels, progress=None, decoder=None):
+        return odin_scores(lm, paths, temperature=float(params["temperature"]), epsilon=float(params["epsilon"]),
+                           batch_size=batch_size, max_pixels=max_pixels, progress=progress, decoder=decoder)
+
     @property
     def input_key(self) -> str:
-        return odin_key(float(self.params["temperature"]), float(self.params["epsilon"]))
+        return self.input_key_for(self.params)
 
     def score(self, data):
         key = self.input_key

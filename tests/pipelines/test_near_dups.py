@@ -93,3 +93,32 @@ def test_pixel_check_passes_copies_and_stops_look_alikes(lite0, tmp_path):
             assert pixel_difference(original, pixel_signature(tmp_path / name)) <= DEFAULT_MAX_PIXEL_DIFF, name
     assert pixel_signature(tmp_path / "missing.png") is None
     assert pixel_difference(None, original) == float("inf")
+
+
+def test_find_duplicates_groups_candidates_and_compares_them_with_the_id_images():
+    """The duplicate search's computation on its own (pipelines.near_dups.find_duplicates): the
+    verdicts written from the rule, not from the service that persists them."""
+    from pipelines.near_dups import find_duplicates
+
+    rng = np.random.default_rng(0)
+    basis = np.linalg.qr(rng.normal(size=(32, 32)))[0][:6]  # six orthonormal directions: unrelated images
+    a, b, c, d, r0, r1 = basis
+    near_a = a + 0.05 * b  # cosine ~0.999 with a
+    cand = np.stack([a, near_a, b, c, d]).astype(np.float32)
+    ref = np.stack([r0, d + 0.03 * c]).astype(np.float32)  # reference 1 is feature-close to candidate 4
+    cand_sha = ["A", "A2", "B", "R0", "D"]  # candidate 3 has the bytes of reference 0
+    ref_sha = ["R0", "R1"]
+    refuse_4 = {(4, 6), (6, 4)}  # the pixel check says candidate 4 and reference 1 (index 5 + 1) differ
+
+    verdicts, grouping = find_duplicates(cand, ref, cand_sha256=cand_sha, ref_sha256=ref_sha,
+                                         priority=[(0, 0), (1, 1), (2, 2), (3, 3), (4, 4)], threshold=0.9, id_threshold=0.9,
+                                         looks_same=lambda i, j: (i, j) not in refuse_4)
+    assert [v.drop for v in verdicts] == ["", "near_duplicate_of", "", "duplicate_of_id", ""]
+    assert verdicts[1].representative == 0 and verdicts[0].representative == 0
+    assert (verdicts[3].nearest_id, verdicts[3].nearest_id_similarity) == (0, 1.0)  # identical bytes win
+    assert verdicts[4].nearest_id == 1 and verdicts[4].nearest_id_similarity > 0.99  # close, but the pixels differ: it stays
+    assert grouping.group_of[0] == grouping.group_of[1] != grouping.group_of[2]
+    # without ID images: nobody has a nearest one
+    alone, _ = find_duplicates(cand, np.zeros((0, 32), np.float32), cand_sha256=cand_sha, ref_sha256=[], priority=None,
+                               threshold=0.9, id_threshold=0.9)
+    assert all(v.nearest_id is None and v.drop != "duplicate_of_id" for v in alone)

@@ -32,7 +32,7 @@ class Command(BaseCommand):
         out = output_file(out, "--out")
         from pipelines.extract import extract
         from pipelines.images import sha256_file
-        from pipelines.near_dups import group_near_duplicates, pixel_difference, pixel_signature
+        from pipelines.near_dups import PixelCheck, group_near_duplicates
 
         if not 0 < threshold <= 1:
             raise CommandError("--threshold is a cosine similarity in (0, 1]")
@@ -54,15 +54,7 @@ class Command(BaseCommand):
             else:
                 first_with_digest[digests[i]] = j
         pixels = [_pixels(files[i]) for i in ok]
-        signatures: dict[int, object] = {}
-
-        def sig(j):
-            if j not in signatures:
-                signatures[j] = pixel_signature(files[ok[j]])
-            return signatures[j]
-
-        def looks_same(a, b):
-            return digests[ok[a]] == digests[ok[b]] or pixel_difference(sig(a), sig(b)) <= max_pixel_diff
+        looks_same = PixelCheck([files[i] for i in ok], [digests[i] for i in ok], max_pixel_diff)
 
         grouping = group_near_duplicates(feats, threshold=threshold, same=same, priority=[(-pixels[j], j) for j in range(len(ok))],
                                          verify=looks_same)
