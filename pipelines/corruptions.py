@@ -20,6 +20,7 @@ import io
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -73,7 +74,7 @@ def image_seed(seed: int, corruption: str, severity: int, key: str) -> int:
     return zlib.crc32(f"{seed}\x1f{corruption}\x1f{severity}\x1f{key}".encode("utf-8")) & 0x7FFFFFFF
 
 
-def imagenet_c_geometry(img):
+def imagenet_c_geometry(img: Any) -> Any:
     """Resize the shorter side to 256 (bilinear) and centre-crop 224 x 224, as ImageNet-C's
     images were prepared, with torchvision's transforms."""
     from torchvision.transforms import v2

@@ -33,7 +33,7 @@ class Writer:
     def __init__(self, fh, **kwargs):
         self._w = csv.writer(fh, **kwargs)
 
-    def writerow(self, row: Sequence[Any]):
+    def writerow(self, row: Sequence[Any]) -> Any:
         return self._w.writerow(safe_row(row))
 
     def writerows(self, rows: Iterable[Sequence[Any]]) -> None:
@@ -44,7 +44,7 @@ class Writer:
 class DictWriter(csv.DictWriter):
     """``csv.DictWriter`` whose values are neutralised (the header is the toolkit's own)."""
 
-    def writerow(self, rowdict: Mapping[str, Any]):
+    def writerow(self, rowdict: Mapping[str, Any]) -> Any:
         return super().writerow({k: neutralise(v) for k, v in rowdict.items()})
 
     def writerows(self, rowdicts: Iterable[Mapping[str, Any]]) -> None:

@@ -31,7 +31,7 @@ import threading
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Iterator, Literal, Sequence
+from typing import Any, Iterator, Literal, Sequence
 
 import numpy as np
 from PIL import UnidentifiedImageError
@@ -94,7 +94,7 @@ class JpegHeader:
         return self.cpu_decodable and self.process in _NVJPEG_PROCESSES and not (self.components == 3 and self.adobe_transform == 0)
 
 
-def jpeg_header(data) -> JpegHeader | None:
+def jpeg_header(data: bytes | np.ndarray) -> JpegHeader | None:
     """The frame header of a JPEG held in ``data`` (bytes or a 1-D uint8 array), read from its
     markers without decoding: None for anything that is not a readable JPEG header."""
     mv = memoryview(data).cast("B") if not isinstance(data, np.ndarray) else np.ascontiguousarray(data, dtype=np.uint8).data
@@ -150,7 +150,7 @@ def _exif_orientation(tiff: bytes) -> int:
     return 1
 
 
-def apply_orientation(t, orientation: int):
+def apply_orientation(t: Any, orientation: int) -> Any:
     """A [C, H, W] tensor turned upright by its EXIF orientation (as Pillow's exif_transpose)."""
     if orientation == 2:
         return t.flip(2)
@@ -227,7 +227,7 @@ class Preprocess:
         inverse[torch.tensor(order)] = torch.arange(len(order))
         return x[inverse.to(x.device)]
 
-    def batch(self, images: list, *, dtype=None, channels_last: bool = False):
+    def batch(self, images: list, *, dtype: Any = None, channels_last: bool = False) -> tuple[Any, list[int]]:
         """(x, order): the inputs grouped by source size, ``order[j]`` the position in ``images``
         of row j. One resize per distinct size, rows written as contiguous slices: no index
         tensor crosses to the device and nothing waits for it."""

@@ -4,6 +4,7 @@ AUROC per C-OOD severity level."""
 from __future__ import annotations
 
 import io
+from typing import Any
 
 import numpy as np
 
@@ -45,7 +46,7 @@ def _legend_outside(ax) -> None:
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False)
 
 
-def fpr_cdf_figure(per_detector: dict[str, list[float]], *, title: str):
+def fpr_cdf_figure(per_detector: dict[str, list[float]], *, title: str) -> Any:
     """One step curve per detector: the share of OOD classes whose FPR@95 (ID positive) is at
     most x. Curves further up and left are better. Returns the matplotlib figure."""
     fig, ax = _figure(7.0, 4.2)

@@ -123,7 +123,7 @@ def restrict_classes(outputs: Outputs, keep: np.ndarray) -> Outputs:
     return Outputs(features=outputs.features, logits=outputs.logits[:, keep], labels=labels, extra=outputs.extra)
 
 
-def clean(value):
+def clean(value: Any) -> Any:
     """NaN/inf -> None, numpy scalars -> Python, recursively (JSON and PostgreSQL jsonb refuse NaN)."""
     if isinstance(value, dict):
         return {k: clean(v) for k, v in value.items()}

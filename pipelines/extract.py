@@ -13,7 +13,7 @@ import logging
 import multiprocessing
 import os
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -127,7 +127,7 @@ def default_batch_size(device: str) -> int:
     return 256 if str(device).startswith("cuda") else 32
 
 
-def fast_model(lm: LoadedModel):
+def fast_model(lm: LoadedModel) -> tuple[Any, Any]:
     """(model, input dtype) for inference: on CUDA a copy with bfloat16 weights (float16 where
     bf16 is unsupported) in channels_last, made once per loaded model (the float32 original
     stays for ODIN's gradients and the saved classifier head); on the CPU the model as it is."""
@@ -164,7 +164,8 @@ def _pil_batches(lm: LoadedModel, paths: Sequence[str], *, batch_size: int, num_
 
 
 def batches(lm: LoadedModel, paths: Sequence[str], *, decoder: str, batch_size: int, num_workers: int | None = None,
-            max_pixels: int = DEFAULT_MAX_PIXELS, dtype=None, channels_last: bool = False, counts: dict | None = None):
+            max_pixels: int = DEFAULT_MAX_PIXELS, dtype: Any = None, channels_last: bool = False,
+            counts: dict | None = None) -> Iterator[tuple[Any, Any, list]]:
     """(indices, inputs on lm.device, bad) batches of ``paths`` through ``decoder``."""
     import torch
 

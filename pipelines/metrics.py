@@ -28,6 +28,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 TPR_LEVEL = 0.95
 FPR_METHODS = ("exact", "ninco-interpolated")
@@ -71,7 +72,7 @@ def _merge(ua: np.ndarray, ub: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return le, eq
 
 
-def ood_metrics(id_scores, ood_scores, *, tpr_level: float = TPR_LEVEL, fpr_method: str = "exact") -> dict[str, float]:
+def ood_metrics(id_scores: ArrayLike, ood_scores: ArrayLike, *, tpr_level: float = TPR_LEVEL, fpr_method: str = "exact") -> dict[str, float]:
     """AUROC, AUPR-In, AUPR-Out and FPR@95 in both conventions; see the module docstring."""
     if fpr_method not in FPR_METHODS:
         raise ValueError(f"fpr_method {fpr_method!r}: use one of {', '.join(FPR_METHODS)}")
@@ -120,7 +121,7 @@ def _at_least(level: float, n: int) -> int:
     return k
 
 
-def failure_detection_auroc(id_scores, id_correct, ood_scores) -> float:
+def failure_detection_auroc(id_scores: ArrayLike, id_correct: ArrayLike, ood_scores: ArrayLike) -> float:
     """ImageNet-OOD's failure detection: correctly classified ID images are positive, misclassified
     ID images and all OOD images negative; AUROC of the detector score. NaN when a side is empty."""
     ids = _as_scores(id_scores, "ID scores")
@@ -134,7 +135,7 @@ def failure_detection_auroc(id_scores, id_correct, ood_scores) -> float:
     return ood_metrics(pos, neg)["auroc"]
 
 
-def mean_outlier_aware_accuracy(id_scores, id_correct, ood_scores, *, convention: str = "paper") -> float:
+def mean_outlier_aware_accuracy(id_scores: ArrayLike, id_correct: ArrayLike, ood_scores: ArrayLike, *, convention: str = "paper") -> float:
     """Wang, Vaze, Han (IJCV 2024), outlier-aware accuracy at threshold t: the share of all
     samples that are accepted (score >= t) and correctly classified, plus those rejected
     (score < t) that count as correct rejections:
@@ -170,7 +171,7 @@ def mean_outlier_aware_accuracy(id_scores, id_correct, ood_scores, *, convention
     return float(np.sum(oaa * weights) / s.size)
 
 
-def full_spectrum_metrics(id_scores, shifted_scores, ood_scores, *, tpr_level: float = TPR_LEVEL,
+def full_spectrum_metrics(id_scores: ArrayLike, shifted_scores: ArrayLike, ood_scores: ArrayLike, *, tpr_level: float = TPR_LEVEL,
                           fpr_method: str = "exact") -> dict[str, dict[str, float]]:
     """Three views of covariate shift, each a dict with ``ood_metrics``' keys:
 

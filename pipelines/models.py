@@ -44,7 +44,8 @@ class ModelSpec:
 MODELS: dict[str, ModelSpec] = {}
 
 
-def register_model(name: str, *, timm_name: str, description: str, weights_source: Callable[[], str] | None = None):
+def register_model(name: str, *, timm_name: str, description: str,
+                   weights_source: Callable[[], str] | None = None) -> Callable[[Callable], Callable]:
     def register(fn):
         if name in MODELS:
             raise ValueError(f"model {name!r} is registered twice")
@@ -186,7 +187,7 @@ def hub_timeout() -> float:
     return float(os.environ.get("OODC_HUB_TIMEOUT_S") or 3)
 
 
-def cached_weights(cfg) -> Path | None:
+def cached_weights(cfg: Any) -> Path | None:
     """A timm pretrained config's checkpoint where a previous download left it: the Hugging Face
     cache (HF_HOME) for hub weights, torch hub's checkpoints folder (TORCH_HOME) for URLs."""
     if cfg.file and Path(cfg.file).is_file():
@@ -211,7 +212,7 @@ def cached_weights(cfg) -> Path | None:
     return None
 
 
-def hub_address(cfg) -> str:
+def hub_address(cfg: Any) -> str:
     """Where timm would download the weights from."""
     if cfg.hf_hub_id:
         from huggingface_hub import constants

@@ -21,6 +21,7 @@ in docs/benchmarks.md.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -34,7 +35,7 @@ SIGNATURE_CROPS = (1.0, 0.95, 0.9, 0.85, 0.8, 0.75, 0.7)
 SIGNATURE_SIDE = 16
 
 
-def pixel_signature(path) -> np.ndarray | None:
+def pixel_signature(path: str | os.PathLike) -> np.ndarray | None:
     """Tiny pictures of the image for the pixel check: for each centre crop in
     ``SIGNATURE_CROPS``, a 16x16 RGB box-filtered thumbnail averaged with its mirror image (so a
     mirrored copy matches). None when the file cannot be read."""

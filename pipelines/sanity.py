@@ -36,7 +36,7 @@ SKIP = {"odin": "input-level (needs the trained model's gradients at extraction)
 RANDOM_LABEL = "RANDOM WEIGHTS (sanity check only)"
 
 
-def random_weight_model(arch: str = DEFAULT_ARCH, seed: int = 0, device: str = "cpu"):
+def random_weight_model(arch: str = DEFAULT_ARCH, seed: int = 0, device: str = "cpu") -> Any:
     """A timm architecture with **random** Kaiming-normal weights, wrapped like a loaded model.
     For the sanity check only: its name and weights say RANDOM WEIGHTS."""
     import timm
@@ -139,7 +139,7 @@ def colourfulness(path: str) -> float | None:
         return None
 
 
-def colourfulness_of(im) -> float:
+def colourfulness_of(im: Any) -> float:
     """Hasler & Süsstrunk's (2003) colourfulness of an open image, on a 64-px-wide thumbnail:
     sqrt(sd_rg^2 + sd_yb^2) + 0.3 * sqrt(mean_rg^2 + mean_yb^2), rg = R - G, yb = (R + G) / 2 - B."""
     im.draft("RGB", (64, 64))

@@ -11,6 +11,7 @@ import io
 import os
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from .wordnet import is_wnid, lookup_lemma, synset_info
 
@@ -177,7 +178,7 @@ class ClassMapError(ValueError):
     """The class-map CSV is unusable; the message names the file and line."""
 
 
-def read_class_map(path: str | os.PathLike, wn) -> dict[str, str]:
+def read_class_map(path: str | os.PathLike, wn: Any) -> dict[str, str]:
     """``folder,wnid`` rows (a header row ``folder,wnid`` is allowed). Every wnid must exist."""
     path = Path(path)
     try:
@@ -208,7 +209,7 @@ def read_class_map(path: str | os.PathLike, wn) -> dict[str, str]:
     return out
 
 
-def map_class_folders(folders: list[str], wn, class_map: dict[str, str] | None = None) -> list[ClassMapping]:
+def map_class_folders(folders: list[str], wn: Any, class_map: dict[str, str] | None = None) -> list[ClassMapping]:
     """Map each folder: the class map first, then a wnid-shaped name, then an unambiguous lemma."""
     class_map = class_map or {}
     out = []

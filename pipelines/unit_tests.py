@@ -89,7 +89,7 @@ class Recipe:
 RECIPES: dict[str, Recipe] = {}
 
 
-def recipe(name: str, *, needs_id_pixels: bool = False):
+def recipe(name: str, *, needs_id_pixels: bool = False) -> Callable[[Callable], Callable]:
     """Register a unit-test recipe: ``make(rng, height, width, id_pixels) -> (array, params)``."""
 
     def register(fn):

@@ -12,6 +12,7 @@ import shutil
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 DEBIAN_WORDNET_DIR = Path("/usr/share/wordnet")
 WNID_RE = re.compile(r"^n\d{8}$")
@@ -111,7 +112,7 @@ def _unzip_if_needed(nltk_data: Path) -> None:
 _CACHE: dict[str, object] = {}
 
 
-def load_wordnet(nltk_data: Path):
+def load_wordnet(nltk_data: Path) -> Any:
     """Return NLTK's WordNet reader for the copy under ``nltk_data``; check it is 3.0."""
     key = str(Path(nltk_data).resolve())
     if key in _CACHE:
@@ -142,7 +143,7 @@ def load_wordnet(nltk_data: Path):
     return wn
 
 
-def describe_check(wn) -> str:
+def describe_check(wn: Any) -> str:
     return f"n02084071 = {wn.synset_from_pos_and_offset('n', 2084071).name()}"
 
 
@@ -150,7 +151,7 @@ def is_wnid(text: str) -> bool:
     return bool(WNID_RE.match(text))
 
 
-def synset_for_wnid(wn, wnid: str):
+def synset_for_wnid(wn: Any, wnid: str) -> Any:
     """The noun synset for ``wnid``, or None when WordNet 3.0 has no such noun."""
     if not is_wnid(wnid):
         return None
@@ -162,7 +163,7 @@ def synset_for_wnid(wn, wnid: str):
         return None
 
 
-def wnid_of(synset) -> str:
+def wnid_of(synset: Any) -> str:
     return f"{synset.pos()}{synset.offset():08d}"
 
 
@@ -178,14 +179,14 @@ class SynsetInfo:
         return self.lemmas[0].replace("_", " ") if self.lemmas else self.name
 
 
-def synset_info(wn, wnid: str) -> SynsetInfo | None:
+def synset_info(wn: Any, wnid: str) -> SynsetInfo | None:
     syn = synset_for_wnid(wn, wnid)
     if syn is None:
         return None
     return SynsetInfo(wnid=wnid, name=syn.name(), lemmas=tuple(syn.lemma_names()), gloss=syn.definition())
 
 
-def lookup_lemma(wn, text: str) -> list[SynsetInfo]:
+def lookup_lemma(wn: Any, text: str) -> list[SynsetInfo]:
     """Noun synsets that have ``text`` as a lemma (spaces, hyphens and case folded)."""
     key = re.sub(r"[\s\-]+", "_", text.strip().lower())
     if not key:

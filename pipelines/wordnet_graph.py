@@ -21,6 +21,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 
@@ -180,7 +181,8 @@ class NounGraph:
                    noun_exceptions=exceptions)
 
     @classmethod
-    def from_nltk(cls, wn, source_sha1: str = "", noun_exc_path: Path | None = None, progress=None) -> "NounGraph":
+    def from_nltk(cls, wn: Any, source_sha1: str = "", noun_exc_path: Path | None = None,
+                  progress: Callable[[int, int], None] | None = None) -> "NounGraph":
         synsets = list(wn.all_synsets("n"))
         index = {s.offset(): i for i, s in enumerate(synsets)}
         edges: dict[str, tuple[list[int], list[int]]] = {rel: ([0], []) for rel in RELATIONS}
@@ -243,7 +245,7 @@ def graph_cache_path(nltk_data: Path, sha1: str) -> Path:
 _GRAPHS: dict[str, NounGraph] = {}
 
 
-def load_noun_graph(nltk_data: Path, *, build: bool = True, log_to=None) -> NounGraph:
+def load_noun_graph(nltk_data: Path, *, build: bool = True, log_to: Any = None) -> NounGraph:
     """The noun graph of the WordNet under ``nltk_data``: from memory, from its cache file, or
     (with ``build``) built from NLTK once and cached. ``log_to`` receives progress lines."""
     nltk_data = Path(nltk_data)

@@ -11,9 +11,10 @@ import json
 from typing import Iterable, Sequence
 
 from django.db import connection, transaction
+from django.db.models import Model
 
 
-def insert_rows(model, fields: Sequence[str], rows: Iterable[tuple], *, batch_size: int = 2000) -> None:
+def insert_rows(model: type[Model], fields: Sequence[str], rows: Iterable[tuple], *, batch_size: int = 2000) -> None:
     """Insert ``rows`` (tuples of values for ``fields``, attribute names such as ``image_id``)
     into ``model``'s table; rows that collide with a unique constraint are skipped."""
     rows = list(rows)

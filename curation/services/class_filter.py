@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import Count, Q
 from django.utils import timezone
@@ -79,7 +80,7 @@ def _policy(policy_spec: str | None, policy_text: str | None) -> Policy:
 
 def class_filter_start(
     *, candidates_spec: str, id_spec: str | None = None, policy_spec: str | None = None, policy_text: str | None = None,
-    user=None, enqueue: bool = True,
+    user: User | None = None, enqueue: bool = True,
 ) -> ClassFilterRun:
     """Check the inputs, record the run's configuration, and queue it (or leave it to the
     caller with ``enqueue=False``). Bad policies, lists and sources fail here, before any job."""
@@ -208,7 +209,7 @@ class ClassDecisionError(ValueError):
     pass
 
 
-def class_decisions_resolve(*, decision_ids: Iterable[int], resolution: str, note: str = "", user=None) -> int:
+def class_decisions_resolve(*, decision_ids: Iterable[int], resolution: str, note: str = "", user: User | None = None) -> int:
     """A curator decides flagged classes (keep or remove), in bulk, with a note. Rows that are
     not flags are left alone; returns how many were resolved. Each one is audited."""
     if resolution not in (ClassDecision.Resolution.KEEP, ClassDecision.Resolution.REMOVE):
@@ -229,7 +230,7 @@ def class_decisions_resolve(*, decision_ids: Iterable[int], resolution: str, not
     return n
 
 
-def class_override_pin(*, wnid: str, action: str, note: str = "", user=None) -> ClassOverride:
+def class_override_pin(*, wnid: str, action: str, note: str = "", user: User | None = None) -> ClassOverride:
     """Pin allow (always keep) or deny (always remove) on a synset. It wins over every rule in
     every run: the decisions already stored are updated, and future runs apply it."""
     wnid = wnid.strip()
@@ -257,7 +258,7 @@ def _label(wnid: str) -> str:
     return imagenet_lemmas().get(wnid, "").split(",")[0].strip()
 
 
-def class_override_unpin(*, wnid: str, user=None) -> int:
+def class_override_unpin(*, wnid: str, user: User | None = None) -> int:
     with transaction.atomic():
         obj = ClassOverride.objects.filter(wnid=wnid).first()
         if obj is None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
@@ -35,7 +36,7 @@ class CovariateShiftError(ValueError):
 
 
 def covariate_shift_make(*, from_spec: str, out_dir: Path, corruptions: str, severities: str, seed: int = 0,
-                         name: str | None = None, imagenet_c_crop: bool = True, register: bool = True, user=None,
+                         name: str | None = None, imagenet_c_crop: bool = True, register: bool = True, user: User | None = None,
                          progress: Callable[[int], None] | None = None,
                          on_total: Callable[[int], None] | None = None) -> tuple[list[Source], Counter]:
     """Corrupt every usable image of an ID source at each corruption and severity into
@@ -132,7 +133,7 @@ def read_provenance(out_dir: Path) -> list[dict]:
 
 
 def covariate_shift_start(*, source: Source, corruptions: list[str], severities: list[int], seed: int, name: str,
-                          user=None, enqueue: bool = True) -> Job:
+                          user: User | None = None, enqueue: bool = True) -> Job:
     """Queue the corruption of ``source`` into ``<first allowed source root>/<name>``; the inputs
     are checked now, the work runs on the workers (or in this process without a broker)."""
     try:
@@ -156,7 +157,8 @@ def covariate_shift_start(*, source: Source, corruptions: list[str], severities:
     return job
 
 
-def covariate_shift_execute(*, job_id: int, progress=None, on_total=None) -> Job:
+def covariate_shift_execute(*, job_id: int, progress: Callable[[int], None] | None = None,
+                            on_total: Callable[[int], None] | None = None) -> Job:
     """The job's work; idempotent (files already written are kept, sources re-registered)."""
     job = Job.objects.get(pk=job_id)
     if job.status == Job.Status.DONE:

@@ -5,12 +5,14 @@ from __future__ import annotations
 from collections import Counter
 from typing import Callable
 
+from django.contrib.auth.models import User
+
 from curation.audit import audit_record
 from curation.models import ReviewItem
 from curation.services.review import review_next, review_submit
 
 
-def demo_reviews_record(*, user, answer: Callable[[str], tuple[str, list[str]]], leave_folders: set[str] = frozenset()) -> Counter:
+def demo_reviews_record(*, user: User, answer: Callable[[str], tuple[str, list[str]]], leave_folders: set[str] = frozenset()) -> Counter:
     """Have ``user`` review every image they are served, deciding by ``answer(relative_path)``;
     images of ``leave_folders`` are skipped (left for people to review in the browser)."""
     decided: Counter = Counter()

@@ -15,10 +15,11 @@ import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
@@ -193,7 +194,7 @@ def _conventions(params: dict) -> dict:
 def evaluation_create(*, export: Export | None = None, id_test: str, id_fit: str, models: list[str], methods: list[str] | None = None,
                       unit_tests: Export | None = None, params: dict | None = None, ood: str | None = None,
                       restrict_logits: str | None = None, id_shifted: list[str] | None = None, fs_x: dict | None = None,
-                      user=None, enqueue: bool = True) -> EvaluationRun:
+                      user: User | None = None, enqueue: bool = True) -> EvaluationRun:
     """A run of detectors x models. The OOD set is a clean ``export``, or (``ood``) part of an ID
     source, ``source:NAME@CLASSES``, as in a semantic split (ImageNet-X: the OOD half of the ID
     classes). ``restrict_logits`` (a registered ID class set) keeps only those classes' logits, so
@@ -556,7 +557,7 @@ def _assemble(model: str, entry: dict, what: str, user, decoder: str) -> EvalFea
     return locked
 
 
-def load_outputs(row: EvalFeatureSet, *, extras: list[str] = ()):
+def load_outputs(row: EvalFeatureSet, *, extras: Sequence[str] = ()) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray]:
     """(Outputs, keys, wnids, groups) of a cached set."""
     from pipelines.detectors import Outputs
     from pipelines.models import imagenet_1k_classes
@@ -866,7 +867,7 @@ def evaluation_run_inline(*, run: EvaluationRun, progress: Callable[[int], None]
 # -- imported outputs ------------------------------------------------------------------------------------
 
 
-def outputs_import(*, name: str, path: Path, model_name: str, user=None, decoder: str = "unknown") -> EvalFeatureSet:
+def outputs_import(*, name: str, path: Path, model_name: str, user: User | None = None, decoder: str = "unknown") -> EvalFeatureSet:
     """Import precomputed outputs (.npz with ``features`` [n, d] and ``logits`` [n, C]; optional
     ``labels`` (class indices or wnids), ``keys``, ``weight`` [C, d] and ``bias`` [C]) as an ID
     set named ``import:NAME`` for ``model_name``."""

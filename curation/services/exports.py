@@ -12,9 +12,10 @@ import json
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 from django.db.models import Max
 from django.utils import timezone
@@ -89,7 +90,7 @@ def _create(*, name: str, kind: str, split: str, config: dict, user, enqueue: bo
 
 def export_create(*, name: str, sources: list[Source], wnids: list[str] | None = None, min_per_class: int = 1,
                   layouts: list[str] | None = None, split: str = "test", link: bool = True, override_leakage: str = "",
-                  model_name: str | None = None, difficulty: str | None = None, user=None, enqueue: bool = True) -> Export:
+                  model_name: str | None = None, difficulty: str | None = None, user: User | None = None, enqueue: bool = True) -> Export:
     """Ask for a clean-set export of ``sources`` (all their classes, or those in ``wnids``).
     ``difficulty`` (``median``, ``quantile:Q`` or a threshold) also writes easy/hard sub-splits
     by semantic similarity to the closest ID class (pipelines.semantic)."""
@@ -126,7 +127,7 @@ def export_create(*, name: str, sources: list[Source], wnids: list[str] | None =
 
 
 def unit_tests_create(*, name: str, per_test: int = 400, seed: int = 0, id_source: Source | None = None, workers: int = 1,
-                      user=None, enqueue: bool = True, convention: str = "paper") -> Export:
+                      user: User | None = None, enqueue: bool = True, convention: str = "paper") -> Export:
     """Ask for a NINCO unit-test set mirroring the images of an ID reference source."""
     check_export_names(name, "unit-tests")
     id_source = id_source or Source.objects.filter(role=Source.Role.ID).order_by("pk").first()
@@ -597,7 +598,7 @@ def unit_tests_recipe_text(convention: str) -> str:
     return f"NINCO appendix G (Bitterwolf et al., ICML 2023), {where}; parameters per image in unit_tests.csv"
 
 
-def id_samples_of_source(source: Source):
+def id_samples_of_source(source: Source) -> tuple[list, list[tuple[str, str]]]:
     """The ID source's good images as unit-test samples (sorted by path), and the refused ones."""
     from pipelines.unit_tests import IdSample
 
@@ -619,7 +620,7 @@ def export_run_inline(*, export: Export, progress: Progress | None = None, on_to
     return Export.objects.select_related("job").get(pk=export.pk)
 
 
-def export_verify(*, path: Path, progress: Progress | None = None):
+def export_verify(*, path: Path, progress: Progress | None = None) -> Any:
     """Verify an export folder (pipelines.export.verify_export) and, when this database knows
     the export, that its manifest is the one written (a rewritten manifest is caught too)."""
     from pipelines.export import MANIFEST, verify_export

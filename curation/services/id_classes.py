@@ -3,6 +3,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.db import transaction
 
 from curation.audit import audit_record
@@ -20,7 +21,7 @@ class IdClassSetError(ValueError):
 
 
 @transaction.atomic
-def id_class_set_register(*, spec: str = "imagenet-1k", name: str | None = None, make_default: bool = True, user=None) -> IdClassSet:
+def id_class_set_register(*, spec: str = "imagenet-1k", name: str | None = None, make_default: bool = True, user: User | None = None) -> IdClassSet:
     """Register (or refresh) an ID class set from a named list or a wnid file.
 
     Every wnid must be a WordNet 3.0 noun; the error names the first ones that are not.
@@ -68,7 +69,7 @@ SPLIT_SIDES = ("id", "ood")
 
 def semantic_split_create(*, id_spec: str | None = "imagenet-1k", out_dir: Path | None = None, seed: int | None = None,
                           register: str | None = None, images: str | None = None,
-                          user=None) -> tuple[SemanticSplit, list[Path], list[IdClassSet]]:
+                          user: User | None = None) -> tuple[SemanticSplit, list[Path], list[IdClassSet]]:
     """Split an ID class set into ID and OOD halves by WordNet parent (ImageNet-X's procedure,
     or its seeded variant; pipelines.semantic_split), write the lists to ``out_dir`` and, with
     ``register``, store the halves as ID class sets ``<register>-id`` and ``<register>-ood``.

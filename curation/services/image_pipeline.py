@@ -15,6 +15,7 @@ from typing import Callable
 
 import numpy as np
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
@@ -49,7 +50,7 @@ def _checked_model_name(model_name: str) -> None:
 # -- extraction -----------------------------------------------------------------------------------
 
 
-def extract_start(*, source: Source, model_name: str | None = None, weights: str | None = None, user=None,
+def extract_start(*, source: Source, model_name: str | None = None, weights: str | None = None, user: User | None = None,
                   enqueue: bool = True, decoder: str | None = None) -> Job:
     from pipelines.decode import DECODERS
 
@@ -225,7 +226,7 @@ def extract_run_inline(*, job: Job, progress: Callable[[int], None] | None = Non
 # -- near-duplicates, duplicates of ID images, similarity to ID, visual ambiguity -----------------
 
 
-def dedup_start(*, model_name: str | None = None, user=None, enqueue: bool = True) -> Job:
+def dedup_start(*, model_name: str | None = None, user: User | None = None, enqueue: bool = True) -> Job:
     model_name = model_name or settings.DEFAULT_MODEL
     _checked_model_name(model_name)
     with transaction.atomic():

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import Count, F
 from django.utils import timezone
@@ -32,7 +33,7 @@ class IngestAlreadyRunning(JobActive):
     """This source's ingest job is unfinished (running, queued, or stale: resume it)."""
 
 
-def ingest_start(*, source: Source, user=None, rehash: bool = False, enqueue: bool = True) -> Job:
+def ingest_start(*, source: Source, user: User | None = None, rehash: bool = False, enqueue: bool = True) -> Job:
     """Create an ingest job for ``source`` (refusing a second one while one is unfinished).
 
     With ``enqueue`` the plan task is queued once the transaction commits; without it, the

@@ -3,6 +3,8 @@ seconds; chunks come by the hundred), and the check of a model name a user gave.
 extraction, evaluation and the commands."""
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
 
 _CACHE: dict[tuple, object] = {}
@@ -21,7 +23,7 @@ def check_model_name(model_name: str) -> None:
         raise ModelNameError(f"{model_name!r}: model names are registered names or timm names, not paths")
 
 
-def loaded_model(name: str, weights: str = ""):
+def loaded_model(name: str, weights: str = "") -> Any:
     """``pipelines.models.load_model(name, weights)``, loaded once per process (one model at a
     time in memory)."""
     from pipelines.models import load_model

@@ -18,8 +18,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Iterable, Sequence
 
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import F
 from django.db.models.functions import Greatest
@@ -69,7 +71,7 @@ def _settings_for(source: Source) -> tuple[ReviewSettings, dict[int, ReviewSetti
     return base, {r.candidate_class_id: r for r in rows if r.candidate_class_id is not None}
 
 
-def synset_texts_sync(wnids) -> int:
+def synset_texts_sync(wnids: Iterable[str]) -> int:
     """Copy names, lemmas and glosses from WordNet for the synsets the screen will show."""
     wanted = set(wnids) - set(SynsetText.objects.filter(wnid__in=list(wnids)).values_list("wnid", flat=True))
     if not wanted:
@@ -105,7 +107,7 @@ class QueueSync:
                 f"{self.withdrawn} withdrawn, {self.restored} restored); not queued: {ex}")
 
 
-def review_queue_sync(*, source: Source, model_name: str | None = None, user=None) -> QueueSync:
+def review_queue_sync(*, source: Source, model_name: str | None = None, user: User | None = None) -> QueueSync:
     """Put a candidate source's reviewable images in the queue (idempotent). An image is
     reviewable when it decoded, its class was kept by the latest class filter run (flags wait
     for a curator), its class was not rejected on the class screen, and the duplicate search
@@ -191,7 +193,7 @@ def review_queue_sync(*, source: Source, model_name: str | None = None, user=Non
 
 
 def review_settings_save(*, source: Source, candidate_class: CandidateClass | None = None, reviews_required: int | None = None,
-                         order: str | None = None, gold_rate: float | None = None, user=None) -> ReviewSettings:
+                         order: str | None = None, gold_rate: float | None = None, user: User | None = None) -> ReviewSettings:
     """Set how a source (or one class) is reviewed and apply it to the open queue."""
     if reviews_required is not None and not 1 <= reviews_required <= 9:
         raise ReviewError(f"reviews required must be between 1 and 9, not {reviews_required}")
@@ -269,7 +271,7 @@ def _expire(leases, now) -> int:
     return len(rows)
 
 
-def review_scope_apply(*, annotator, user=None) -> int:
+def review_scope_apply(*, annotator: User, user: User | None = None) -> int:
     """After an annotator's scope changed: the images they hold leased outside it go back to the
     queue at once (not when the lease runs out). Returns how many."""
     scope = annotator_scope(annotator)
@@ -346,7 +348,7 @@ def review_cache_clear() -> None:
     id_examples_cache_clear()
 
 
-def review_next(*, user, want: int | None = None, rng: random.Random | None = None) -> list[Assignment]:
+def review_next(*, user: User, want: int | None = None, rng: random.Random | None = None) -> list[Assignment]:
     """The annotator's current image and the next ones (prefetch), oldest lease first. Leases
     they already hold come back (a closed browser loses nothing); new ones fill the rest."""
     want = want or settings.REVIEW_PREFETCH
@@ -420,7 +422,8 @@ class Submitted:
     replay: bool  # the same submission again: nothing changed
 
 
-def review_submit(*, user, assignment_id: int, decision: str, wnids=None, note: str = "", seconds: float | None = None) -> Submitted:
+def review_submit(*, user: User, assignment_id: int, decision: str, wnids: Sequence[str] | None = None, note: str = "",
+                  seconds: float | None = None) -> Submitted:
     """Record an annotator's decision on a leased image (``skip`` releases it). Repeating a
     submission is harmless; a decision on an expired lease still counts (nothing is lost)."""
     decision, wnids, note = _clean_decision(decision, wnids, note)
@@ -468,7 +471,7 @@ def review_submit(*, user, assignment_id: int, decision: str, wnids=None, note: 
     return Submitted(a, review, replay=False)
 
 
-def review_undo(*, user) -> Assignment:
+def review_undo(*, user: User) -> Assignment:
     """Take back the annotator's last decision: the image is leased to them again and shown
     first; counters and final decisions go back to what they were before it."""
     now = timezone.now()
@@ -500,7 +503,8 @@ def review_undo(*, user) -> Assignment:
 
 # -- curators --------------------------------------------------------------------------------------
 
-def review_adjudicate(*, item_id: int, decision: str, wnids=None, note: str = "", make_gold: bool = False, user=None) -> ReviewItem:
+def review_adjudicate(*, item_id: int, decision: str, wnids: Sequence[str] | None = None, note: str = "", make_gold: bool = False,
+                      user: User | None = None) -> ReviewItem:
     """A curator's final word on an image whose reviews disagree (or any reviewed image)."""
     decision, wnids, note = _clean_decision(decision, wnids, note)
     if decision == ReviewDecision.SKIP:
@@ -521,7 +525,7 @@ def review_adjudicate(*, item_id: int, decision: str, wnids=None, note: str = ""
     return item
 
 
-def review_items_set_gold(*, item_ids, gold: bool, user=None) -> int:
+def review_items_set_gold(*, item_ids: Iterable[int], gold: bool, user: User | None = None) -> int:
     """Use finished images (complete or adjudicated) as gold: their final decision is the
     known answer annotators are checked against."""
     with transaction.atomic():
@@ -535,7 +539,7 @@ def review_items_set_gold(*, item_ids, gold: bool, user=None) -> int:
     return len(ids)
 
 
-def class_signal_resolve(*, signal_id: int, resolution: str, note: str = "", user=None) -> ClassVisualSignal:
+def class_signal_resolve(*, signal_id: int, resolution: str, note: str = "", user: User | None = None) -> ClassVisualSignal:
     """Accept or reject a class flagged as visually ambiguous; rejecting withdraws its images
     from the review queue."""
     if resolution not in ("accept", "reject"):
@@ -550,7 +554,7 @@ def class_signal_resolve(*, signal_id: int, resolution: str, note: str = "", use
     return sig
 
 
-def review_queue_refresh_if_built(*, source: Source, user=None) -> QueueSync | None:
+def review_queue_refresh_if_built(*, source: Source, user: User | None = None) -> QueueSync | None:
     """Re-apply the queue rules after a class-level decision, where a queue exists."""
     if ReviewItem.objects.filter(source=source).exists():
         return review_queue_sync(source=source, user=user)

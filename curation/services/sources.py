@@ -2,8 +2,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.db import transaction
 
 from curation.audit import audit_record
@@ -30,7 +32,7 @@ class SourceRegistration:
 
 def source_register(
     *, name: str, root: str | Path, role: str = Source.Role.CANDIDATE, class_map_path: str | Path | None = None,
-    user=None, restrict_to_allowed_roots: bool = False,
+    user: User | None = None, restrict_to_allowed_roots: bool = False,
 ) -> SourceRegistration:
     """Create or update a source and map its class folders to WordNet.
 
@@ -75,7 +77,7 @@ def source_register(
     return SourceRegistration(source=source, created=created, classes=classes)
 
 
-def source_sync_classes(*, source: Source, folders: list[str], wn=None) -> list[CandidateClass]:
+def source_sync_classes(*, source: Source, folders: list[str], wn: Any = None) -> list[CandidateClass]:
     """Create or update one CandidateClass per class folder (idempotent)."""
     wn = wn or load_wordnet(settings.NLTK_DATA)
     mappings: list[ClassMapping] = map_class_folders(folders, wn, source.class_map)

@@ -19,7 +19,7 @@ DEMO_USERS = {
 
 @transaction.atomic
 def user_create_with_role(*, username: str, password: str, role: str | None, is_staff: bool = False, is_superuser: bool = False,
-                          actor=None) -> tuple[User, bool]:
+                          actor: User | None = None) -> tuple[User, bool]:
     """Create a user in a role group (idempotent: an existing user keeps its password)."""
     user, created = User.objects.get_or_create(username=username, defaults={"is_staff": is_staff, "is_superuser": is_superuser})
     if created:

@@ -71,7 +71,7 @@ class RuleSpec:
 RULES: dict[str, RuleSpec] = {}
 
 
-def rule(slug: str, severity: str, explanation: str, **params: Any):
+def rule(slug: str, severity: str, explanation: str, **params: Any) -> Callable[[Callable], Callable]:
     if severity not in SEVERITIES:
         raise ValueError(f"rule {slug}: severity must be one of {SEVERITIES}")
 

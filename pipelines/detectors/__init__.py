@@ -28,7 +28,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -81,8 +81,10 @@ class Head:
         return features.astype(np.float64) @ self.weight.T + self.bias
 
 
-def plain_number(x) -> str:
-    """A number as people write it: 1,000,000 and 0.001, not 1e+06."""
+def plain_number(x: float | None) -> str:
+    """A number as people write it: 1,000,000 and 0.001, not 1e+06 ("-" for none)."""
+    if x is None:
+        return "-"
     return f"{int(x):,}" if float(x).is_integer() else f"{x:g}"
 
 
@@ -112,7 +114,7 @@ class Param:
         default = "worked out from the data" if self.default is None else f"{self.default:g}"
         return f"{self.help} (default {default}{'; ' + self.source if self.source else ''})"
 
-    def check(self, detector: str, value):
+    def check(self, detector: str, value: Any) -> Any:
         """``value`` as this parameter's type and in its range; DetectorError naming the flag otherwise.
         None (and 0 for a parameter the detector works out) means the default."""
         if value is None or value == "" or (self.default is None and value in (0, "0")):
@@ -145,7 +147,7 @@ class Detector:
         raise NotImplementedError(f"{cls.name} is not an input-level method")
 
     @classmethod
-    def input_scores(cls, lm, paths: list, params: dict, *, batch_size: int, max_pixels: int, progress=None,
+    def input_scores(cls, lm: Any, paths: list, params: dict, *, batch_size: int, max_pixels: int, progress: Any = None,
                      decoder: str | None = None) -> np.ndarray:
         """This method's scores for the images at ``paths`` with the loaded model ``lm``."""
         raise NotImplementedError(f"{cls.name} is not an input-level method")
@@ -206,7 +208,7 @@ def method_params(settings: dict) -> dict[str, dict]:
     return out
 
 
-def get_detector(name: str, **params) -> Detector:
+def get_detector(name: str, **params: Any) -> Detector:
     if name not in DETECTORS:
         raise DetectorError(f"unknown detector {name!r}; registered: {', '.join(DETECTORS)}")
     return DETECTORS[name](**params)

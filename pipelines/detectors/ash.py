@@ -1,6 +1,6 @@
 import numpy as np
 
-from . import Detector, Param, logsumexp, register_detector, require_head
+from . import Detector, Head, Outputs, Param, logsumexp, register_detector, require_head
 
 
 def ash_keep_count(d: int, percentile: float) -> int:
@@ -38,11 +38,11 @@ class ASH(Detector):
     needs_head = True
     parameters = (Param("percentile", float, 90.0, 1.0, 99.9, help="pruning percentile of each activation vector", source="NINCO"),)
 
-    def fit(self, fit, head=None):
+    def fit(self, fit: Outputs, head: Head | None = None) -> Detector:
         self.head = require_head(head, "ASH")
         return self
 
-    def score(self, data):
+    def score(self, data: Outputs) -> np.ndarray:
         x = data.features.astype(np.float64)
         s1 = x.sum(axis=1)
         pruned = np.where(top_k_mask(x, ash_keep_count(x.shape[1], float(self.params["percentile"]))), x, 0.0)

@@ -1,6 +1,6 @@
 import numpy as np
 
-from . import Detector, class_means, register_detector
+from . import Detector, Head, Outputs, class_means, register_detector
 
 
 def cosines(features: np.ndarray, means: np.ndarray) -> np.ndarray:
@@ -19,10 +19,10 @@ class Cosine(Detector):
     paper = "Bitterwolf et al., ICML 2023 (app. C)"
     needs_fit = True
 
-    def fit(self, fit, head=None):
+    def fit(self, fit: Outputs, head: Head | None = None) -> Detector:
         _, self.means = class_means(fit, "Cosine")
         return self
 
-    def score(self, data):
+    def score(self, data: Outputs) -> np.ndarray:
         return cosines(data.features, self.means).max(axis=1)
 

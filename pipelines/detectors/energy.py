@@ -1,4 +1,6 @@
-from . import Detector, logsumexp, register_detector
+import numpy as np
+
+from . import Detector, Outputs, logsumexp, register_detector
 
 
 @register_detector
@@ -9,5 +11,5 @@ class Energy(Detector):
     label = "Energy"
     paper = "Liu et al., NeurIPS 2020"
 
-    def score(self, data):
+    def score(self, data: Outputs) -> np.ndarray:
         return logsumexp(data.logits)

@@ -1,6 +1,6 @@
 import numpy as np
 
-from . import Detector, register_detector, softmax
+from . import Detector, Outputs, register_detector, softmax
 
 
 @register_detector
@@ -11,6 +11,6 @@ class Entropy(Detector):
     label = "Entropy"
     paper = "Galil et al., ICLR 2023"
 
-    def score(self, data):
+    def score(self, data: Outputs) -> np.ndarray:
         p = softmax(data.logits)
         return np.sum(p * np.log(np.clip(p, 1e-300, None)), axis=1)

@@ -1,6 +1,6 @@
 import numpy as np
 
-from . import Detector, DetectorError, register_detector, softmax
+from . import Detector, DetectorError, Head, Outputs, register_detector, softmax
 
 
 @register_detector
@@ -13,7 +13,7 @@ class KLMatching(Detector):
     paper = "Hendrycks et al., ICML 2022"
     needs_fit = True
 
-    def fit(self, fit, head=None):
+    def fit(self, fit: Outputs, head: Head | None = None) -> Detector:
         p = softmax(fit.logits)
         pred = p.argmax(axis=1)
         classes, inverse = np.unique(pred, return_inverse=True)
@@ -24,7 +24,7 @@ class KLMatching(Detector):
         self.log_d = np.log(np.clip(sums / np.bincount(inverse)[:, None], 1e-12, None))
         return self
 
-    def score(self, data):
+    def score(self, data: Outputs) -> np.ndarray:
         p = softmax(data.logits)
         neg_entropy = np.sum(p * np.log(np.clip(p, 1e-300, None)), axis=1)
         kl = neg_entropy[:, None] - p @ self.log_d.T  # KL(p || d_c) for every matched class

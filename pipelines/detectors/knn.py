@@ -1,7 +1,7 @@
 import numpy as np
 
 from ..gpu_search import exact_topk, preferred_device
-from . import Detector, DetectorError, Param, register_detector
+from . import Detector, DetectorError, Head, Outputs, Param, register_detector
 
 
 def _normalised(x: np.ndarray) -> np.ndarray:
@@ -22,7 +22,7 @@ class KNN(Detector):
     needs_fit = True
     parameters = (Param("k", int, 1000, 1, 10**6, help="K, the neighbour whose distance is the score", source="NINCO"),)
 
-    def fit(self, fit, head=None):
+    def fit(self, fit: Outputs, head: Head | None = None) -> Detector:
         k = int(self.params["k"])
         if k < 1:
             raise DetectorError(f"KNN: k must be at least 1, got {k}")
@@ -43,7 +43,7 @@ class KNN(Detector):
         self.index.add(bank)
         return self
 
-    def score(self, data):
+    def score(self, data: Outputs) -> np.ndarray:
         q = _normalised(data.features)
         if self.device is not None:
             sims, _ = exact_topk(q, self.bank, self.k, device=self.device)

@@ -1,6 +1,6 @@
 import numpy as np
 
-from . import Detector, class_means, register_detector
+from . import Detector, Head, Outputs, class_means, register_detector
 
 
 def shared_precision(features: np.ndarray, centred: np.ndarray) -> np.ndarray:
@@ -15,9 +15,10 @@ def min_distances(x: np.ndarray, means: np.ndarray, precision: np.ndarray) -> np
     return (np.sum(xp * x, axis=1)[:, None] - 2.0 * xp @ means.T + np.sum((means @ precision) * means, axis=1)[None, :])
 
 
-def class_gaussians(fit, what: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def class_gaussians(fit: Outputs, what: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(class means, shared precision, labelled fit features): Lee et al.'s tied-covariance model."""
-    classes, means = class_means(fit, what)
+    classes, means = class_means(fit, what)  # (it checks that the fit set has labels)
+    assert fit.labels is not None
     keep = fit.labels >= 0
     feats = fit.features[keep].astype(np.float64)
     index = np.searchsorted(classes, fit.labels[keep])
@@ -34,9 +35,9 @@ class Mahalanobis(Detector):
     paper = "Lee et al., NeurIPS 2018"
     needs_fit = True
 
-    def fit(self, fit, head=None):
+    def fit(self, fit: Outputs, head: Head | None = None) -> Detector:
         self.means, self.precision, _ = class_gaussians(fit, "Mahalanobis")
         return self
 
-    def score(self, data):
+    def score(self, data: Outputs) -> np.ndarray:
         return -min_distances(data.features.astype(np.float64), self.means, self.precision).min(axis=1)

@@ -1,4 +1,6 @@
-from . import Detector, register_detector
+import numpy as np
+
+from . import Detector, Outputs, register_detector
 
 
 @register_detector
@@ -9,5 +11,5 @@ class MaxLogit(Detector):
     label = "MaxLogit"
     paper = "Hendrycks et al., ICML 2022"
 
-    def score(self, data):
+    def score(self, data: Outputs) -> np.ndarray:
         return data.logits.astype("float64").max(axis=1)

@@ -1,4 +1,6 @@
-from . import Detector, class_means, register_detector, softmax
+import numpy as np
+
+from . import Detector, Head, Outputs, class_means, register_detector, softmax
 from .cosine import cosines
 
 
@@ -12,9 +14,9 @@ class MCM(Detector):
     paper = "Ming et al., NeurIPS 2022"
     needs_fit = True
 
-    def fit(self, fit, head=None):
+    def fit(self, fit: Outputs, head: Head | None = None) -> Detector:
         _, self.means = class_means(fit, "MCM")
         return self
 
-    def score(self, data):
+    def score(self, data: Outputs) -> np.ndarray:
         return softmax(cosines(data.features, self.means)).max(axis=1)

@@ -1,4 +1,6 @@
-from . import Detector, register_detector, softmax
+import numpy as np
+
+from . import Detector, Outputs, register_detector, softmax
 
 
 @register_detector
@@ -9,5 +11,5 @@ class MSP(Detector):
     label = "MSP"
     paper = "Hendrycks & Gimpel, ICLR 2017"
 
-    def score(self, data):
+    def score(self, data: Outputs) -> np.ndarray:
         return softmax(data.logits).max(axis=1)

@@ -10,11 +10,11 @@ before this was so (a step of epsilon in normalised space) were cached under ano
 (``odin_t..``) and are never mixed with these (``odin-px_t..``)."""
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from . import Detector, DetectorError, Param, register_detector
+from . import Detector, DetectorError, Outputs, Param, register_detector
 
 DEFAULT_TEMPERATURE = 2.0
 DEFAULT_EPSILON = 1e-5
@@ -39,15 +39,16 @@ class ODIN(Detector):
         return odin_key(float(params["temperature"]), float(params["epsilon"]))
 
     @classmethod
-    def input_scores(cls, lm, paths, params, *, batch_size, max_pixels, progress=None, decoder=None):
+    def input_scores(cls, lm: Any, paths: list, params: dict, *, batch_size: int, max_pixels: int,
+                     progress: Callable[[int], None] | None = None, decoder: str | None = None) -> np.ndarray:
         return odin_scores(lm, paths, temperature=float(params["temperature"]), epsilon=float(params["epsilon"]),
-                           batch_size=batch_size, max_pixels=max_pixels, progress=progress, decoder=decoder)
+                           batch_size=batch_size, max_pixels=max_pixels, progress=progress, decoder=decoder or "pil")
 
     @property
     def input_key(self) -> str:
         return self.input_key_for(self.params)
 
-    def score(self, data):
+    def score(self, data: Outputs) -> np.ndarray:
         key = self.input_key
         if key not in data.extra:
             raise DetectorError(f"ODIN: no input-level scores {key} for these images; they are computed while extracting "
@@ -55,7 +56,7 @@ class ODIN(Detector):
         return np.asarray(data.extra[key], dtype=np.float64)
 
 
-def odin_scores(lm, paths: Sequence[str], *, temperature: float = DEFAULT_TEMPERATURE, epsilon: float = DEFAULT_EPSILON,
+def odin_scores(lm: Any, paths: Sequence[str], *, temperature: float = DEFAULT_TEMPERATURE, epsilon: float = DEFAULT_EPSILON,
                 batch_size: int = 16, max_pixels: int | None = None, progress: Callable[[int], None] | None = None,
                 decoder: str = "pil") -> np.ndarray:
     """ODIN scores for image files with a loaded model (pipelines.models.LoadedModel): with x the

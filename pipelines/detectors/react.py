@@ -1,6 +1,6 @@
 import numpy as np
 
-from . import Detector, Param, logsumexp, register_detector, require_head
+from . import Detector, Head, Outputs, Param, logsumexp, register_detector, require_head
 
 
 @register_detector
@@ -16,7 +16,7 @@ class ReAct(Detector):
     needs_head = True
     parameters = (Param("percentile", float, 99.0, 50.0, 100.0, help="clipping percentile of ID fit activations", source="NINCO"),)
 
-    def fit(self, fit, head=None):
+    def fit(self, fit: Outputs, head: Head | None = None) -> Detector:
         self.head = require_head(head, "ReAct")
         p = float(self.params["percentile"])
         self.threshold = float(np.percentile(fit.features.astype(np.float64), p))
@@ -24,6 +24,6 @@ class ReAct(Detector):
         self.notes.append(f"clipped at the {p:g}th percentile of ID fit activations ({source}), r = {self.threshold:.4g}")
         return self
 
-    def score(self, data):
+    def score(self, data: Outputs) -> np.ndarray:
         clipped = np.minimum(data.features.astype(np.float64), self.threshold)
         return logsumexp(self.head.logits(clipped))

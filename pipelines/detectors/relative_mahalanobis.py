@@ -1,6 +1,6 @@
 import numpy as np
 
-from . import Detector, register_detector
+from . import Detector, Head, Outputs, register_detector
 from .mahalanobis import class_gaussians, min_distances, shared_precision
 
 
@@ -14,13 +14,13 @@ class RelativeMahalanobis(Detector):
     paper = "Ren et al., arXiv:2106.09022, 2021"
     needs_fit = True
 
-    def fit(self, fit, head=None):
+    def fit(self, fit: Outputs, head: Head | None = None) -> Detector:
         self.means, self.precision, feats = class_gaussians(fit, "Relative Mahalanobis")
         self.global_mean = feats.mean(axis=0, keepdims=True)
         self.global_precision = shared_precision(feats, feats - self.global_mean)
         return self
 
-    def score(self, data):
+    def score(self, data: Outputs) -> np.ndarray:
         x = data.features.astype(np.float64)
         md = min_distances(x, self.means, self.precision).min(axis=1)
         md0 = min_distances(x, self.global_mean, self.global_precision)[:, 0]

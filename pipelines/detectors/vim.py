@@ -1,6 +1,6 @@
 import numpy as np
 
-from . import Detector, DetectorError, Param, logsumexp, register_detector, require_head
+from . import Detector, DetectorError, Head, Outputs, Param, logsumexp, register_detector, require_head
 
 
 def principal_dim(d: int) -> int:
@@ -29,7 +29,7 @@ class ViM(Detector):
     parameters = (Param("dim", int, None, 1, 10**5, help="principal dimension D (0: the paper's rule from the feature dimension)",
                         source="ViM's rule"),)
 
-    def fit(self, fit, head=None):
+    def fit(self, fit: Outputs, head: Head | None = None) -> Detector:
         head = require_head(head, "ViM")
         d = fit.features.shape[1]
         D = int(self.params["dim"] or principal_dim(d))
@@ -48,7 +48,7 @@ class ViM(Detector):
         self.head, self.dim = head, D
         return self
 
-    def score(self, data):
+    def score(self, data: Outputs) -> np.ndarray:
         x = data.features.astype(np.float64) - self.u
         virtual = self.alpha * np.linalg.norm(x @ self.residual_space, axis=1)
         return logsumexp(data.logits) - virtual

@@ -2,7 +2,10 @@
 plain ``file_list.txt``."""
 from __future__ import annotations
 
-from . import Layout, register_layout, write_list
+from collections.abc import Sequence
+from pathlib import Path
+
+from . import ExportItem, Layout, Placed, PlanContext, register_layout, write_list
 
 
 @register_layout
@@ -11,10 +14,11 @@ class ImageNetOOD(Layout):
     description = "ImageNet-OOD: imagenet-ood/<wnid>/<original file name>, file_list.txt"
     reference = "Yang et al., ICLR 2024"
 
-    def folder(self, item, ctx):
+    def folder(self, item: ExportItem, ctx: PlanContext) -> str:
         return f"imagenet-ood/{item.wnid}"
 
-    def write_lists(self, root, placed, subsets, difficulty=None):
+    def write_lists(self, root: Path, placed: Sequence[Placed], subsets: dict[str, Sequence[Placed]],
+                    difficulty: dict | None = None) -> None:
         write_list(root / "imagenet-ood" / "file_list.txt", (self.inside(p) for p in placed))
         for sub, members in subsets.items():
             write_list(root / "imagenet-ood" / f"file_list_{sub}.txt", (self.inside(p) for p in members))

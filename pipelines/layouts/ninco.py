@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Sequence
+from pathlib import Path
 
-from . import Layout, register_layout, write_csv, write_list
+from . import ExportItem, Layout, Placed, PlanContext, register_layout, write_csv, write_list
 
 
 def readable_folder(name: str) -> str:
@@ -23,13 +25,14 @@ class Ninco(Layout):
     description = "NINCO: ninco/<readable class name>/<file>, metadata.csv"
     reference = "Bitterwolf et al., ICML 2023"
 
-    def folder(self, item, ctx):
+    def folder(self, item: ExportItem, ctx: PlanContext) -> str:
         folder = readable_folder(item.class_name)
         if len(ctx.folders_by_name[folder]) > 1:  # two classes would share a readable name: the wnid tells them apart
             folder = f"{folder}_{item.wnid}"
         return f"ninco/{folder}"
 
-    def write_lists(self, root, placed, subsets, difficulty=None):
+    def write_lists(self, root: Path, placed: Sequence[Placed], subsets: dict[str, Sequence[Placed]],
+                    difficulty: dict | None = None) -> None:
         header = ["file", "class_folder", "class_name", "wnid", "original_file", "sha256", "image_id"]
         extra = ["semantic_similarity", "closest_id_wnid", "difficulty"] if difficulty else []
 
