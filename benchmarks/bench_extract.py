@@ -63,9 +63,9 @@ def main() -> None:
     args = parser.parse_args()
     import torch
 
+    from pipelines.classifiers import load_model
     from pipelines.extract import default_loader_workers, extract
     from pipelines.images import load_rgb_for_model
-    from pipelines.models import load_model
 
     lm = load_model(args.model, device="cpu")
     workers = default_loader_workers() if args.workers is None else args.workers

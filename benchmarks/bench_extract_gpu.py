@@ -58,12 +58,12 @@ def make_jpegs(folder: Path, n: int, size=(500, 375), seed: int = 0) -> list[str
 
 def load(model: str, device: str, random_weights: bool):
     if not random_weights:
-        from pipelines.models import load_model
+        from pipelines.classifiers import load_model
 
         return load_model(model, device=device)
     import timm
 
-    from pipelines.models import LoadedModel
+    from pipelines.classifiers import LoadedModel
 
     net = timm.create_model(model, pretrained=False, num_classes=1000).eval().to(device)  # timing only, never predictions
     cfg = timm.data.resolve_data_config({}, model=net)

@@ -32,8 +32,8 @@ def main() -> None:
 
     from fixtures.demo import package_data_file
     from fixtures.images import DISTINCT_REAL_PHOTOS, transformed_copies
+    from pipelines.classifiers import load_model
     from pipelines.extract import extract
-    from pipelines.models import load_model
     from pipelines.near_dups import DEFAULT_THRESHOLD, normalise
 
     lm = load_model(args.model)

@@ -17,8 +17,8 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
+from .classifiers import LoadedModel
 from .images import DEFAULT_MAX_PIXELS, load_rgb_for_model
-from .models import LoadedModel
 
 log = logging.getLogger(__name__)
 

@@ -43,7 +43,7 @@ def random_weight_model(arch: str = DEFAULT_ARCH, seed: int = 0, device: str = "
     import torch
     from torch import nn
 
-    from .models import LoadedModel, ModelUnavailable, imagenet_1k_classes
+    from .classifiers import LoadedModel, ModelUnavailable, imagenet_1k_classes
 
     if not timm.is_model(arch):
         raise ModelUnavailable(f"sanity check: {arch!r} is not a timm architecture")

@@ -79,7 +79,7 @@ def add_twenty_broken(root: Path, cls: str, seed: int = 1) -> dict[str, str]:
 @pytest.fixture(scope="session")
 def lite0():
     """The offline ImageNet-1K model with its real weights (loaded once per test session)."""
-    from pipelines.models import load_model
+    from pipelines.classifiers import load_model
 
     return load_model("efficientnet_lite0", device="cpu")
 

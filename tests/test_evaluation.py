@@ -18,7 +18,7 @@ from PIL import Image as PILImage
 from curation.models import EvalFeatureSet, EvaluationRun, Export, Job
 from curation.selectors import evaluation_csv_rows
 from curation.services.evaluation import EvaluationError, cache_dir, evaluation_create, evaluation_run_inline, export_set, outputs_import
-from pipelines.models import imagenet_1k_classes
+from pipelines.classifiers import imagenet_1k_classes
 from tests.review_data import ingest
 
 pytestmark = pytest.mark.django_db

@@ -45,7 +45,7 @@ def test_documented_defaults_are_the_codes(monkeypatch):
                          ("OODC_REVIEW_LEASE_SECONDS", "REVIEW_LEASE_SECONDS"), ("OODC_REVIEW_PREFETCH", "REVIEW_PREFETCH"),
                          ("OODC_EVAL_CHUNK_SIZE", "EVAL_CHUNK_SIZE"), ("OODC_NEAR_DUP_MAX_PIXEL_DIFF", "NEAR_DUP_MAX_PIXEL_DIFF")):
         assert float(table[env].replace(",", "")) == float(getattr(settings, setting)), env
-    from pipelines.models import hub_timeout
+    from pipelines.classifiers import hub_timeout
 
     monkeypatch.delenv("OODC_HUB_TIMEOUT_S", raising=False)
     assert float(table["OODC_HUB_TIMEOUT_S"]) == hub_timeout()

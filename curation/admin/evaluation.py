@@ -55,8 +55,8 @@ class EvaluationCreateForm(forms.Form):
                                 required=False, initial="", help_text="How images become model inputs, for every set of the run")
 
     def __init__(self, *args, **kwargs):
+        from pipelines.classifiers import MODELS
         from pipelines.detectors import DETECTORS, detector_names, parameters
-        from pipelines.models import MODELS
 
         super().__init__(*args, **kwargs)
         sets = _id_set_choices()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
+from pipelines.classifiers import PRODUCTION_MODEL, ModelUnavailable
 from pipelines.decode import DECODERS
-from pipelines.models import PRODUCTION_MODEL, ModelUnavailable
 
 
 def add_model_arguments(parser) -> None:
@@ -26,7 +26,7 @@ def files_and_model(command: BaseCommand, paths: list[str], *, model: str, weigh
                     decoder: str | None = None, batch_size: int | None = None):
     """(files, loaded model). Paths that are missing or unsafe are listed on stderr; no files
     at all, or a model whose weights cannot be had, is a CommandError."""
-    from pipelines.models import load_model
+    from pipelines.classifiers import load_model
     from pipelines.sources import list_files
 
     files, problems = list_files(paths)

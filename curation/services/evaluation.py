@@ -335,7 +335,7 @@ OOD_SHIFTED_PREFIX = "ood_shifted:"  # ImageNet-FS-X: the OOD-class images of a 
 def _restriction(set_name: str) -> dict:
     """The classes whose logits a run keeps: a registered ID class set, every class of it one of
     the models' ImageNet-1K classes."""
-    from pipelines.models import imagenet_1k_classes
+    from pipelines.classifiers import imagenet_1k_classes
 
     found = IdClassSet.objects.filter(name=set_name).first()
     if found is None:
@@ -559,8 +559,8 @@ def _assemble(model: str, entry: dict, what: str, user, decoder: str) -> EvalFea
 
 def load_outputs(row: EvalFeatureSet, *, extras: Sequence[str] = ()) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray]:
     """(Outputs, keys, wnids, groups) of a cached set."""
+    from pipelines.classifiers import imagenet_1k_classes
     from pipelines.detectors import Outputs
-    from pipelines.models import imagenet_1k_classes
 
     data = np.load(Path(settings.EVAL_ROOT) / row.path, allow_pickle=False)
     keys = data["keys"]
@@ -657,8 +657,8 @@ def evaluation_finalize(*, job_id: int, progress: Callable[[str], None] | None =
         head = _head(model, rows["id_fit"])
         restriction = cfg.get("restrict_logits")
         if restriction:
+            from pipelines.classifiers import imagenet_1k_classes
             from pipelines.evaluation import restrict_classes
-            from pipelines.models import imagenet_1k_classes
 
             index = {w: i for i, w in enumerate(imagenet_1k_classes()[0])}
             keep = np.array([index[w] for w in restriction["wnids"]], dtype=np.int64)
@@ -707,7 +707,7 @@ def evaluation_finalize(*, job_id: int, progress: Callable[[str], None] | None =
 def _sanity(cfg: dict, sets: dict[str, ImageSet], progress) -> dict:
     """ImageNet-OOD's random-weight sanity check (pipelines.sanity) on samples of the run's sets,
     with the low-level statistics of each set beside it. RANDOM WEIGHTS: labelled as such."""
-    from pipelines.models import ModelUnavailable, imagenet_1k_classes
+    from pipelines.classifiers import ModelUnavailable, imagenet_1k_classes
     from pipelines.sanity import SanitySets, random_weight_check, sample
 
     sc = cfg["sanity"]
@@ -871,8 +871,8 @@ def outputs_import(*, name: str, path: Path, model_name: str, user: User | None 
     """Import precomputed outputs (.npz with ``features`` [n, d] and ``logits`` [n, C]; optional
     ``labels`` (class indices or wnids), ``keys``, ``weight`` [C, d] and ``bias`` [C]) as an ID
     set named ``import:NAME`` for ``model_name``."""
+    from pipelines.classifiers import imagenet_1k_classes
     from pipelines.decode import DECODERS
-    from pipelines.models import imagenet_1k_classes
 
     if decoder not in (*DECODERS, "unknown"):
         raise EvaluationError(f"decoder {decoder!r}: choose one of {', '.join(DECODERS)} or unknown")

@@ -373,7 +373,7 @@ def export_fail(*, export_id: int, error: BaseException | str) -> None:
 
 
 def _model_provenance(sources: list[str], model_name: str) -> dict:
-    from pipelines.models import MODELS
+    from pipelines.classifiers import MODELS
 
     spec = MODELS.get(model_name)
     jobs = Job.objects.filter(kind=Job.Kind.EXTRACT, status=Job.Status.DONE, source__name__in=sources, config__model=model_name).order_by("pk")

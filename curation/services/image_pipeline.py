@@ -342,7 +342,7 @@ def dedup_execute(*, job_id: int) -> Job:
 
 
 def _visual_signals(cands: list[ImageEmbedding], cfg: dict, model_name: str) -> list[ClassVisualSignal]:
-    from pipelines.models import imagenet_1k_classes
+    from pipelines.classifiers import imagenet_1k_classes
 
     wnids, labels = imagenet_1k_classes()
     label = dict(zip(wnids, labels))

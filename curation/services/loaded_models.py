@@ -15,7 +15,7 @@ class ModelNameError(ValueError):
 
 
 def check_model_name(model_name: str) -> None:
-    from pipelines.models import MODELS
+    from pipelines.classifiers import MODELS
 
     if not model_name or len(model_name) > 200:
         raise ModelNameError("a model name is required")
@@ -24,9 +24,9 @@ def check_model_name(model_name: str) -> None:
 
 
 def loaded_model(name: str, weights: str = "") -> Any:
-    """``pipelines.models.load_model(name, weights)``, loaded once per process (one model at a
+    """``pipelines.classifiers.load_model(name, weights)``, loaded once per process (one model at a
     time in memory)."""
-    from pipelines.models import load_model
+    from pipelines.classifiers import load_model
 
     key = (name, weights or "")
     if key not in _CACHE:

@@ -59,7 +59,7 @@ class ODIN(Detector):
 def odin_scores(lm: Any, paths: Sequence[str], *, temperature: float = DEFAULT_TEMPERATURE, epsilon: float = DEFAULT_EPSILON,
                 batch_size: int = 16, max_pixels: int | None = None, progress: Callable[[int], None] | None = None,
                 decoder: str = "pil") -> np.ndarray:
-    """ODIN scores for image files with a loaded model (pipelines.models.LoadedModel): with x the
+    """ODIN scores for image files with a loaded model (pipelines.classifiers.LoadedModel): with x the
     normalised input, x' = x - epsilon * sign(grad_x L) / std (per channel), L the cross-entropy
     of softmax(f(x)/T) against its own top class; score = max softmax(f(x')/T). This is a step of
     epsilon in [0, 1] pixel space, as the reference code takes it. NaN for a file that cannot be

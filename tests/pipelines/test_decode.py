@@ -252,8 +252,8 @@ def test_parity_with_the_pillow_path_on_derived_real_photos(lite0, tmp_path):
 def test_out_of_memory_halves_the_batch_says_so_and_changes_no_result(tmp_path):
     """A model that runs out of memory above 3 images per pass (simulated): the batch halves
     until it fits, the note says so, and the outputs are those of an unconstrained run."""
+    from pipelines.classifiers import LoadedModel
     from pipelines.extract import extract
-    from pipelines.models import LoadedModel
 
     torch.manual_seed(0)
 

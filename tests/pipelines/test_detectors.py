@@ -236,8 +236,8 @@ def test_odin_steps_epsilon_in_pixel_space_as_the_reference(tmp_path):
     from PIL import Image as PILImage
     from torchvision.transforms import functional as TF
 
+    from pipelines.classifiers import LoadedModel
     from pipelines.detectors.odin import odin_scores
-    from pipelines.models import LoadedModel
 
     torch.manual_seed(0)
     mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
