@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
+
 PRODUCTION_MODEL = "vit_base_patch16_384.augreg_in21k_ft_in1k"  # NINCO's review-screen ViT
 
 
@@ -261,3 +263,23 @@ def load_model(name: str, *, weights: str | Path | None = None, device: str | No
     wnids, labels = imagenet_1k_classes()
     return LoadedModel(name=name, model=model, transform=transform, data_config=data_config, device=device,
                        weights=source, feature_dim=int(model.num_features), wnids=wnids, labels=labels)
+
+
+def linear_head(lm: LoadedModel) -> tuple[np.ndarray, np.ndarray] | None:
+    """The classifier's last layer as float32 (weight [C, d], bias [C]), or None when it is not a
+    plain linear layer (detectors that need it then say so)."""
+    import torch
+
+    layer = lm.model.get_classifier()
+    if not isinstance(layer, torch.nn.Linear):
+        return None
+    weight = layer.weight.detach().float().cpu().numpy()
+    bias = layer.bias.detach().float().cpu().numpy() if layer.bias is not None else np.zeros(weight.shape[0], dtype=np.float32)
+    return weight, bias
+
+
+def set_torch_threads(n: int) -> None:
+    """Threads torch may use in this process (several workers on one machine share its cores)."""
+    import torch
+
+    torch.set_num_threads(n)

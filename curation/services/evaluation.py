@@ -450,13 +450,12 @@ def _write_head(lm) -> None:
     path = head_path(lm.name)
     if path.is_file():
         return
-    import torch
+    from pipelines.classifiers import linear_head
 
-    layer = lm.model.get_classifier()
-    if not isinstance(layer, torch.nn.Linear):
+    head = linear_head(lm)
+    if head is None:
         return  # ViM, ReAct and ASH then report that they need the last layer
-    weight = layer.weight.detach().float().cpu().numpy()
-    bias = layer.bias.detach().float().cpu().numpy() if layer.bias is not None else np.zeros(weight.shape[0], dtype=np.float32)
+    weight, bias = head
     atomic_write(path, lambda fh: np.savez(fh, weight=weight, bias=bias, weights_source=np.array(lm.weights)), root=settings.EVAL_ROOT)
 
 

@@ -31,9 +31,9 @@ def loaded_model(name: str, weights: str = "") -> Any:
     key = (name, weights or "")
     if key not in _CACHE:
         if settings.TORCH_THREADS:
-            import torch
+            from pipelines.classifiers import set_torch_threads
 
-            torch.set_num_threads(settings.TORCH_THREADS)  # several workers on one machine share its cores
+            set_torch_threads(settings.TORCH_THREADS)  # several workers on one machine share its cores
         _CACHE.clear()
         _CACHE[key] = load_model(name, weights=weights or None)
     return _CACHE[key]
