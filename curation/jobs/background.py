@@ -25,7 +25,6 @@ log = logging.getLogger("curation.jobs")
 _pending: "queue.Queue[tuple[int, Callable[[Any], Any]]]" = queue.Queue()
 _lock = threading.Lock()
 _thread: threading.Thread | None = None
-_current: list[int] = []  # the job the thread works on, if any
 _outstanding = [0]  # queued and not finished
 
 
@@ -39,13 +38,6 @@ def submit(job_id: int, run: Callable[[Any], Any]) -> None:
             _thread.start()
         _outstanding[0] += 1
     _pending.put((job_id, run))
-
-
-def busy() -> list[int]:
-    """The job running now and those waiting, in order (for pages and tests)."""
-    with _pending.mutex:
-        waiting = [job_id for job_id, _run in _pending.queue]
-    return list(_current) + waiting
 
 
 def wait_idle(timeout: float) -> bool:
@@ -63,7 +55,6 @@ def _work() -> None:
 
     while True:
         job_id, run = _pending.get()
-        _current[:] = [job_id]
         try:
             close_old_connections()
             job = Job.objects.filter(pk=job_id).first()
@@ -73,7 +64,6 @@ def _work() -> None:
         except Exception as exc:  # the kind has recorded the failure on its job; the thread goes on
             log.warning("background job #%s: %s: %s", job_id, type(exc).__name__, exc)
         finally:
-            _current.clear()
             connections.close_all()  # this thread's connections only
             with _lock:
                 _outstanding[0] -= 1
