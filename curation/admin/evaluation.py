@@ -68,7 +68,8 @@ class EvaluationCreateForm(forms.Form):
         self.fields["methods"].initial = detector_names()
         for det, p in parameters():  # each detector's own declaration: knn_k, odin_temperature, vim_dim, ...
             field = forms.IntegerField if p.kind is int else forms.FloatField
-            self.fields[p.key(det)] = field(required=False, initial=p.default, min_value=p.low, max_value=p.high,
+            low = 0 if p.default is None else p.low  # 0 (or empty): the detector works it out
+            self.fields[p.key(det)] = field(required=False, initial=p.default, min_value=low, max_value=p.high,
                                             label=f"{DETECTORS[det].label}: {p.name}", help_text=p.describe())
 
     def clean(self):

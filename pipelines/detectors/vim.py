@@ -26,7 +26,7 @@ class ViM(Detector):
     paper = "Wang et al., CVPR 2022"
     needs_fit = True
     needs_head = True
-    parameters = (Param("dim", int, None, 1, 10**5, help="principal dimension D (0: the paper's rule from the feature dimension)",
+    parameters = (Param("dim", int, None, 1, 10**5, help="principal dimension D (empty or 0: the paper's rule from the feature dimension)",
                         source="ViM's rule"),)
 
     def fit(self, fit: Outputs, head: Head | None = None) -> Detector:

@@ -91,7 +91,7 @@ class Command(BaseCommand):
                      id_fit="source:demo-id-fit", id_shifted=shifted, methods=",".join(methods), vim_dim=DEMO_VIM_DIM,
                      sanity_seeds=DEMO_SANITY_SEEDS, stdout=out, stderr=self.stderr)
         run = EvaluationRun.objects.order_by("-pk").first()
-        self._explain(run, shifted, unit_tests)
+        self._explain(shifted, unit_tests, photos=eval_paths.photos)
         out.write(self.style.MIGRATE_HEADING("10/10 Summary"))
         for row in selectors.source_summaries():
             out.write(
@@ -113,10 +113,11 @@ class Command(BaseCommand):
         # DEBUG stays off; --insecure only lets the development server hand out the static files
         call_command("runserver", addr, use_reloader=False, insecure_serving=True)
 
-    def _explain(self, run, shifted, unit_tests) -> None:
+    def _explain(self, shifted: list[str], unit_tests: int, *, photos: int) -> None:
         """What the headline numbers mean, that the data are a demo, and what was shortened."""
         out = self.stdout
-        out.write(self.style.MIGRATE_HEADING("What these numbers mean (demo data: 5 ID classes from 5 photos, generated textures as OOD)"))
+        out.write(self.style.MIGRATE_HEADING(f"What these numbers mean (demo data: {photos} ID classes from {photos} photos, "
+                                             "generated textures as OOD)"))
         for line in (
             "ID accuracy: the share of ID test images whose top-1 prediction is their own class",
             "AUROC: the chance that a random ID image looks more ID to the detector than a random OOD image (50 chance, 100 perfect)",
