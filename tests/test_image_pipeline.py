@@ -82,7 +82,7 @@ def test_find_duplicates_command_lists_groups_not_singletons(tmp_path):
     assert len(cats) == 1 and group["china.jpg"] not in cats and {r["group"] for r in rows} == {"1", "2"}
     first = rows[0]
     assert Path(first["path"]).name == "chelsea.png" and float(first["similarity"]) == 1.0  # the representative leads
-    assert "1 image(s) without one not listed (--singletons lists them)" in said.getvalue()
+    assert "1 image(s) without a near-duplicate, not listed (--singletons lists them)" in said.getvalue()
     # --singletons: each as its own group, after the near-duplicate groups, with no similarity
     call_command("find_duplicates", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(out), "--workers", "0",
                  "--singletons", stdout=io.StringIO())

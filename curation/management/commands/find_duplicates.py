@@ -82,8 +82,8 @@ class Command(BaseCommand):
             alone = len(sizes) - len(multi)
             self.stdout.write(self.style.SUCCESS(
                 f"{len(ok)} image(s): {len(multi)} group(s) of near-duplicates ({sum(multi) - len(multi)} duplicate image(s) "
-                f"besides their representatives); {alone} image(s) without one"
-                + (" listed as their own groups" if singletons else " not listed (--singletons lists them)")
+                f"besides their representatives); {alone} image(s) without a near-duplicate"
+                + (", listed as their own groups" if singletons else ", not listed (--singletons lists them)")
                 + f"; {len(files) - len(ok)} skipped; threshold {threshold}; wrote {out}"))
 
 def _pixels(path: str) -> int:
