@@ -129,8 +129,8 @@ class EvaluationRunAdmin(NoDelete, NoChange, RecordAdmin):
             except EvaluationError as exc:
                 form.add_error(None, str(exc))
             else:
-                self.message_user(request, jobs.queued_message(run.job, f"evaluation #{run.pk}").replace(
-                    "shown on this list", "shown on its result page"), messages.SUCCESS)
+                self.message_user(request, jobs.queued_message(run.job, f"evaluation #{run.pk}",
+                                                                follow="its progress is shown on its result page"), messages.SUCCESS)
                 return redirect_to(reverse("labeling_ui:evaluation", args=[run.pk]))
         context = {**self.admin_site.each_context(request), "title": "Start an evaluation run", "form": form, "opts": self.model._meta,
                    "intro": "Every chosen detector with every chosen model, on the export (and unit tests) against the ID test set, "

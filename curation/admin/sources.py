@@ -132,7 +132,7 @@ class SourceAdmin(admin.ModelAdmin):
                 else:
                     url = reverse("labeling_ui:class_filter_report", args=[run.pk])
                     self.message_user(request, format_html('{}: <a href="{}">report</a>', jobs.queued_message(
-                        run.job, f"class filter job #{run.job_id} of {source.name}").replace("on this list", "on the report"), url))
+                        run.job, f"class filter job #{run.job_id} of {source.name}", follow="its progress is shown on the report"), url))
 
         return action_form(self, request, queryset, form_class=ClassFilterForm, title="Run the WordNet class filter",
                            intro="Each selected source's class folders are judged by the rules of the chosen policy; "
@@ -190,8 +190,8 @@ class SourceAdmin(admin.ModelAdmin):
             except CovariateShiftError as exc:
                 self.message_user(request, str(exc), messages.ERROR)
                 return
-            self.message_user(request, jobs.queued_message(job, f"covariate-shift job #{job.pk} of {source.name}").replace(
-                "its progress is shown on this list", "the new sources appear here when it is done"))
+            self.message_user(request, jobs.queued_message(job, f"covariate-shift job #{job.pk} of {source.name}",
+                                                         follow="the new sources appear here when it is done"))
 
         return action_form(self, request, queryset, form_class=CovariateShiftForm, title="Covariate-shifted copies (ImageNet-C)",
                            intro="Each chosen corruption and severity becomes an ID source NAME-<corruption>-<severity> "

@@ -64,14 +64,15 @@ def dispatch(job: Job | int, step: str, index: int | None = None, *, countdown: 
         log.warning("job #%s (%s) failed in its %s step: %s: %s", job.pk, kind.kind, step, type(exc).__name__, exc)
 
 
-def queued_message(job: Job, what: str) -> str:
-    """What a page says once it has queued ``job``: done, failed, or queued and where, truly."""
+def queued_message(job: Job, what: str, *, follow: str = "its progress is shown on this list") -> str:
+    """What a page says once it has queued ``job``: done, failed, or queued and where, truly;
+    ``follow`` says where to follow a queued job."""
     job.refresh_from_db(fields=["status", "message", "progress", "total"])
     if job.status == Job.Status.DONE:
         return f"{what}: done" + (f" ({job.message})" if job.message else "")
     if job.status == Job.Status.FAILED:
         return f"{what}: failed: {job.message}"
-    return f"{what}: {where_queued()}; its progress is shown on this list"
+    return f"{what}: {where_queued()}; {follow}"
 
 
 def enqueue_on_commit(job: Job) -> None:

@@ -30,9 +30,11 @@ class Command(BaseCommand):
 
     def handle(self, *args, paths, out, threshold, max_pixel_diff, singletons=False, model, weights, batch_size, workers, device, decoder, **opts):
         out = output_file(out, "--out")
+        import numpy as np
+
         from pipelines.extract import extract
         from pipelines.images import sha256_file
-        from pipelines.near_dups import PixelCheck, group_near_duplicates
+        from pipelines.near_dups import PixelCheck, find_duplicates
 
         if not 0 < threshold <= 1:
             raise CommandError("--threshold is a cosine similarity in (0, 1]")
@@ -46,18 +48,13 @@ class Command(BaseCommand):
             if not r.ok:
                 self.stderr.write(f"skipped {r.error}")
         feats = ex.features[[ex.results[i].row for i in ok]]
-        first_with_digest: dict[str, int] = {}
-        same = []
-        for j, i in enumerate(ok):  # identical bytes are duplicates whatever the features say
-            if digests[i] in first_with_digest:
-                same.append((first_with_digest[digests[i]], j))
-            else:
-                first_with_digest[digests[i]] = j
         pixels = [_pixels(files[i]) for i in ok]
-        looks_same = PixelCheck([files[i] for i in ok], [digests[i] for i in ok], max_pixel_diff)
-
-        grouping = group_near_duplicates(feats, threshold=threshold, same=same, priority=[(-pixels[j], j) for j in range(len(ok))],
-                                         verify=looks_same)
+        sha = [digests[i] for i in ok]
+        # the duplicate search's own computation (identical bytes first, then features confirmed by
+        # the pixel check), with no ID images to compare against
+        _verdicts, grouping = find_duplicates(feats, np.zeros((0, feats.shape[1]), dtype=np.float32), cand_sha256=sha, ref_sha256=[],
+                                              priority=[(-pixels[j], j) for j in range(len(ok))], threshold=threshold,
+                                              id_threshold=1.0, looks_same=PixelCheck([files[i] for i in ok], sha, max_pixel_diff))
         sizes: dict[int, int] = {}
         for g in grouping.group_of:
             sizes[g] = sizes.get(g, 0) + 1
