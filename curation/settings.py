@@ -247,6 +247,8 @@ AMBIGUITY_MIN_IMAGES = int(os.environ.get("OODC_AMBIGUITY_MIN_IMAGES", "5"))
 REVIEW_LEASE_SECONDS = env_int("OODC_REVIEW_LEASE_SECONDS", 900)  # an unanswered image returns to the queue after this
 REVIEW_PREFETCH = env_int("OODC_REVIEW_PREFETCH", 2)  # images leased at once: the one on screen and the next
 REVIEW_RECLAIM_EVERY = env_int("OODC_REVIEW_RECLAIM_EVERY", 10)  # seconds between expired-lease sweeps per process
+REVIEW_CLASS_RUN = env_int("OODC_REVIEW_CLASS_RUN", 20)  # images of one class served in a row (ReviewSettings.group_classes)
+BROWSE_PAGE_SIZE = env_int("OODC_BROWSE_PAGE_SIZE", 60)  # thumbnails per page of the image browser
 EXPORT_ROOT = Path(os.environ.get("OODC_EXPORT_ROOT", DATA_DIR / "exports"))
 THUMBNAIL_DIR = Path(os.environ.get("OODC_THUMBNAIL_DIR", DATA_DIR / "thumbs"))
 

@@ -7,8 +7,8 @@ from curation.roles import ANNOTATOR, CURATOR, RESEARCHER, user_roles
 # What each role may do, for the navigation's title and the 403 page (docs/review.md, README's roles).
 ROLE_SUMMARY = {
     ANNOTATOR: "annotators review images for ID objects (Review)",
-    CURATOR: "curators follow review progress, adjudicate, judge flagged classes, and create exports",
-    RESEARCHER: "researchers read exports and run and read evaluations",
+    CURATOR: "curators browse the images, follow review progress, adjudicate, judge flagged classes and duplicates, and create exports",
+    RESEARCHER: "researchers browse the images, read exports, and run and read evaluations",
 }
 
 
@@ -25,6 +25,8 @@ def navigation(request) -> dict:
         "review_progress": bool(roles & {CURATOR, RESEARCHER}),
         "exports": bool(roles & {CURATOR, RESEARCHER}),
         "evaluations": bool(roles & {CURATOR, RESEARCHER}),
+        "browse": bool(roles & {CURATOR, RESEARCHER}),
+        "curate_images": CURATOR in roles,
         "adjudicate": CURATOR in roles,
         "flagged_classes": CURATOR in roles,
         "class_filter": bool(roles & {CURATOR, RESEARCHER}) or staff,

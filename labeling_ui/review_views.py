@@ -16,10 +16,15 @@ from django.utils.http import quote_etag
 from django.views.decorators.http import require_GET, require_POST
 
 from curation import selectors
-from curation.models import Assignment, ClassDecision, Image, ReviewDecision, ReviewSettings, Source
+from curation.models import Assignment, ClassDecision, Image, ReviewSettings, Source
 from curation.roles import ANNOTATOR, CURATOR, RESEARCHER, user_roles
 from curation.selectors import annotator_scope
-from curation.services.class_filter import class_decisions_resolve
+from curation.services.class_filter import (
+    ClassFilterError,
+    candidate_class_keep_unmapped,
+    candidate_class_map,
+    class_decisions_resolve,
+)
 from curation.services.renditions import VARIANTS, RenditionError, rendition
 from curation.services.review import (
     NothingToUndo,
@@ -44,7 +49,7 @@ KEYS = [
 ]
 
 
-def _roles(request) -> set[str]:
+def request_roles(request) -> set[str]:
     if not hasattr(request, "_oodc_roles"):
         request._oodc_roles = user_roles(request.user)
     return request._oodc_roles
@@ -60,7 +65,7 @@ def role_required(*roles, api: bool = False):
                 if api:
                     return JsonResponse({"error": "log in first"}, status=401)
                 return login_required(view)(request, *args, **kwargs)
-            if not (_roles(request) & set(roles)):
+            if not (request_roles(request) & set(roles)):
                 if api:
                     return JsonResponse({"error": f"this needs the {' or '.join(roles)} role"}, status=403)
                 raise PermissionDenied(f"this page is for the {' or '.join(roles)} role")
@@ -119,7 +124,7 @@ def screen(request):
 @role_required(ANNOTATOR, api=True)
 @require_GET
 def api_next(request):
-    return JsonResponse({"items": _items(review_next(user=request.user))})
+    return JsonResponse({"items": _items(review_next(user=request.user)), "progress": selectors.annotator_progress(request.user)})
 
 
 @role_required(ANNOTATOR, api=True)
@@ -135,7 +140,8 @@ def api_submit(request):
         return JsonResponse({"error": str(exc)}, status=400)
     saved = {"assignment": done.assignment.pk, "decision": done.review.decision if done.review else "skip", "replay": done.replay}
     have = data.get("have") if isinstance(data.get("have"), list) else ()
-    return JsonResponse({"saved": saved, "items": _items(review_next(user=request.user), have)})
+    return JsonResponse({"saved": saved, "items": _items(review_next(user=request.user), have),
+                         "progress": selectors.annotator_progress(request.user)})
 
 
 @role_required(ANNOTATOR, api=True)
@@ -147,7 +153,7 @@ def api_undo(request):
         return JsonResponse({"error": str(exc)}, status=409)
     except ReviewError as exc:
         return JsonResponse({"error": str(exc)}, status=409)
-    return JsonResponse({"items": _items(review_next(user=request.user))})
+    return JsonResponse({"items": _items(review_next(user=request.user)), "progress": selectors.annotator_progress(request.user)})
 
 
 @role_required(ANNOTATOR, CURATOR, api=True)
@@ -166,7 +172,7 @@ def api_id_classes(request):
 # -- images ----------------------------------------------------------------------------------------
 
 def _may_see(request, image: Image) -> bool:
-    roles = _roles(request)
+    roles = request_roles(request)
     if roles & {CURATOR, RESEARCHER} or request.user.is_staff:
         return True
     if ANNOTATOR not in roles:
@@ -208,8 +214,8 @@ def dashboard(request):
     sources = list(Source.objects.filter(role=Source.Role.CANDIDATE).order_by("name"))
     base = {s.source_id: s for s in d["settings"] if s.candidate_class_id is None}
     return render(request, "labeling_ui/review_dashboard.html", {
-        "d": d, "sources": [(s, base.get(s.pk)) for s in sources], "orders": ReviewSettings.Order.choices,
-        "can_curate": CURATOR in _roles(request)})
+        "d": d, "sources": [(s, base.get(s.pk)) for s in sources], "orders": ReviewSettings.Order.choices, "class_run": settings.REVIEW_CLASS_RUN,
+        "can_curate": CURATOR in request_roles(request)})
 
 
 @role_required(CURATOR)
@@ -225,7 +231,9 @@ def source_settings(request, source_id: int):
             if not math.isfinite(gold_rate):
                 raise ValueError(f"gold rate must be a number between 0 and 1, not {gold_rate}")
             review_settings_save(source=source, reviews_required=int(request.POST.get("reviews_required", 1)),
-                                 order=request.POST.get("order"), gold_rate=gold_rate, user=request.user)
+                                 order=request.POST.get("order"), gold_rate=gold_rate,
+                                 group_classes=bool(request.POST.get("group_classes")) if request.POST.get("group_classes_shown") else None,
+                                 user=request.user)
             messages.success(request, f"Review settings of {source.name} saved and applied to its queue.")
     except (ReviewError, ValueError) as exc:
         messages.error(request, f"{source.name}: {exc}")
@@ -236,6 +244,8 @@ def source_settings(request, source_id: int):
 def adjudicate(request):
     if request.method == "POST":
         try:
+            if not request.POST.get("decision"):
+                raise ReviewError("choose a decision: press O, I (then a top-5 number or / to search), U or N, or click its button")
             item = review_adjudicate(item_id=_object_id(request.POST.get("item", ""), "item"), decision=request.POST.get("decision", ""),
                                      wnids=[w for w in request.POST.get("wnids", "").replace(",", " ").split() if w],
                                      note=request.POST.get("note", ""), make_gold=bool(request.POST.get("gold")), user=request.user)
@@ -250,8 +260,7 @@ def adjudicate(request):
     if current is not None:
         fake = Assignment(item_id=current.pk, is_gold=False, expires_at=current.created_at)
         payload = selectors.review_payload([fake], model_name=settings.DEFAULT_MODEL)[0]
-    return render(request, "labeling_ui/adjudicate.html", {
-        "current": current, "p": payload, "waiting": len(conflicts), "decisions": [c for c in ReviewDecision.choices if c[0] != "skip"]})
+    return render(request, "labeling_ui/adjudicate.html", {"current": current, "p": payload, "waiting": len(conflicts), "keys": KEYS})
 
 
 @role_required(CURATOR)
@@ -262,14 +271,27 @@ def classes(request):
             pk = _object_id(request.POST.get("pk", ""), "pk")
             if kind == "flag":
                 d = get_object_or_404(ClassDecision.objects.select_related("candidate_class__source"), pk=pk)
-                class_decisions_resolve(decision_ids=[pk], resolution={"accept": "keep", "reject": "remove"}[verdict], note=note, user=request.user)
                 source = d.candidate_class.source
+                unmapped = not d.candidate_class.wnid
+                if verdict == "map":
+                    run = candidate_class_map(decision_id=pk, wnid=request.POST.get("wnid", ""), note=note, user=request.user)
+                    messages.success(request, f"{d.candidate_class.folder} is mapped to {request.POST.get('wnid', '').strip()}; the class filter "
+                                              f"runs again on {source.name} (run {run.pk}) to judge it like any other class.")
+                    return redirect("labeling_ui:review_classes")
+                if verdict == "keep_unmapped":
+                    candidate_class_keep_unmapped(decision_id=pk, description=request.POST.get("description", ""), user=request.user)
+                elif unmapped and verdict == "accept":
+                    raise ReviewError("this folder has no WordNet synset: map it to a noun (search), or keep it unmapped with a description "
+                                      "annotators will read")
+                else:
+                    class_decisions_resolve(decision_ids=[pk], resolution={"accept": "keep", "reject": "remove"}[verdict], note=note,
+                                            user=request.user)
             else:
                 sig = class_signal_resolve(signal_id=pk, resolution=verdict, note=note, user=request.user)
                 source = sig.candidate_class.source
             report = review_queue_refresh_if_built(source=source, user=request.user)
             messages.success(request, f"Class {verdict}ed." + (f" Queue: {report.summary()}" if report else ""))
-        except (KeyError, ReviewError, ValueError) as exc:
+        except (KeyError, ReviewError, ValueError, ClassFilterError) as exc:
             messages.error(request, f"could not record it: {exc}")
         return redirect("labeling_ui:review_classes")
     return render(request, "labeling_ui/review_classes.html", {"entries": selectors.flagged_classes()})

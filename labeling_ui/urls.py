@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import evaluation_views, export_views, review_views, views
+from . import browse_views, evaluation_views, export_views, review_views, views
 
 app_name = "labeling_ui"
 urlpatterns = [
@@ -22,6 +22,13 @@ urlpatterns = [
     path("curate/adjudicate/", review_views.adjudicate, name="adjudicate"),
     path("curate/classes/", review_views.classes, name="review_classes"),
     path("curate/contamination/<int:source_id>/", export_views.contamination, name="contamination"),
+    # looking at the data
+    path("curate/images/", browse_views.images, name="images"),
+    path("curate/images/action", browse_views.images_action, name="images_action"),
+    path("curate/images/<int:image_id>/", browse_views.image_detail, name="image_detail"),
+    path("curate/duplicates/", browse_views.duplicates, name="duplicates"),
+    path("curate/duplicates/<int:image_id>/", browse_views.duplicate_group_page, name="duplicate_group"),
+    path("api/wordnet-nouns", browse_views.api_wordnet_nouns, name="api_wordnet_nouns"),
     # exports
     path("exports/", export_views.exports, name="exports"),
     path("evaluations/", evaluation_views.evaluations, name="evaluations"),

@@ -287,3 +287,58 @@ def find_duplicates(cand_x: np.ndarray, ref_x: np.ndarray, *, cand_sha256: Seque
             drop = "duplicate_of_id"
         out.append(DuplicateVerdict(representative=rep, drop=drop, nearest_id=near, nearest_id_similarity=sim))
     return out, grouping
+
+
+# -- a curator's corrections -----------------------------------------------------------------------
+
+NOT_DUPLICATE, KEEP = "not_duplicate", "keep"
+
+
+@dataclass(frozen=True)
+class Membership:
+    """Where the duplicate search put one candidate image (ids are the caller's image ids)."""
+
+    group: int  # the image id its group keeps (its own id when it stands alone or is kept)
+    drop: str  # "" (stays), "near_duplicate_of:<id>" or "duplicate_of_id:<id of the ID image>"
+
+
+def apply_overrides(members: dict[int, Membership], overrides: Sequence[tuple[int, str]]) -> dict[int, Membership]:
+    """The search's result with a curator's corrections applied, oldest first (a later one wins):
+
+    - ``not_duplicate``: the image leaves its group and stays; a match with an ID image is
+      cleared too. The rest of the group is unchanged (said of the image a group keeps, it only
+      clears that image's match with an ID image).
+    - ``keep``: the image becomes what its group keeps; the former representative and every
+      other member become its near-duplicates. A member dropped as a copy of an ID image stays
+      dropped (no override of a group makes an ID image's copy OOD; use ``not_duplicate`` on it).
+
+    Overrides of images not in ``members`` are ignored (the image left the search)."""
+    out = dict(members)
+    by_group: dict[int, set[int]] = {}
+    for image, m in out.items():
+        by_group.setdefault(m.group, set()).add(image)
+    for image, action in overrides:
+        m = out.get(image)
+        if m is None:
+            continue
+        if action == NOT_DUPLICATE:
+            if m.group != image:  # a member leaves; the kept one itself stays with its duplicates
+                by_group[m.group].discard(image)
+                by_group[image] = {image}
+            out[image] = Membership(group=image, drop="")
+        elif action == KEEP:
+            old = m.group
+            if old == image:
+                continue
+            group = by_group.pop(old, set()) | {image}
+            for other in group:
+                om = out[other]
+                if om.drop.startswith("duplicate_of_id:"):
+                    drop = om.drop
+                else:
+                    drop = "" if other == image else f"near_duplicate_of:{image}"
+                out[other] = Membership(group=image, drop=drop)
+            by_group[image] = group
+        else:
+            raise ValueError(f"unknown duplicate override {action!r}: use {NOT_DUPLICATE} or {KEEP}")
+    return out

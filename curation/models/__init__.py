@@ -5,7 +5,7 @@ One module per stage (same app label, ``curation``); every model is importable f
 from curation.models.class_filter import ClassDecision, ClassFilterRun, ClassOverride
 from curation.models.evaluation import EvalFeatureSet, EvaluationRun
 from curation.models.exports import Export, ExportMember
-from curation.models.image_pipeline import ClassVisualSignal, FeatureShard, ImageEmbedding
+from curation.models.image_pipeline import ClassVisualSignal, DuplicateOverride, FeatureShard, ImageEmbedding
 from curation.models.jobs import AuditLog, Job, JobChunk
 from curation.models.review import AnnotatorScope, Assignment, Review, ReviewDecision, ReviewItem, ReviewSettings, SynsetText
 from curation.models.sources import CandidateClass, IdClassSet, Image, Source
@@ -19,6 +19,7 @@ __all__ = [
     "ClassFilterRun",
     "ClassOverride",
     "ClassVisualSignal",
+    "DuplicateOverride",
     "EvalFeatureSet",
     "EvaluationRun",
     "Export",

@@ -40,7 +40,12 @@ class ImageEmbedding(models.Model):
     max_logit = models.FloatField(null=True, blank=True)
     energy = models.FloatField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
-    # written by the duplicate search (re-run from scratch each time)
+    # written by the duplicate search (re-run from scratch each time): what it found (search_*)
+    # and what holds once a curator's DuplicateOverrides are applied (dup_group, drop_reason:
+    # what the review queue and exports read)
+    search_group = models.BigIntegerField(null=True, blank=True, db_index=True,
+                                          help_text="The image id of the representative the search chose for its group")
+    search_drop = models.CharField(max_length=80, blank=True, default="", db_default="", help_text="The search's drop reason, before overrides")
     dup_group = models.BigIntegerField(null=True, blank=True, help_text="The image id of its group's representative")
     drop_reason = models.CharField(max_length=80, blank=True, db_index=True)
     nearest_id_image = models.ForeignKey(Image, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
@@ -48,10 +53,42 @@ class ImageEmbedding(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["image", "model_name"], name="one_embedding_per_image_and_model")]
-        indexes = [models.Index(fields=["model_name", "drop_reason"])]
+        indexes = [
+            models.Index(fields=["model_name", "drop_reason"]),
+            # the image browser's sorted, keyset-paged views (docs/browse.md)
+            models.Index(fields=["model_name", "nearest_id_similarity", "image"], name="emb_browse_similarity"),
+            models.Index(fields=["model_name", "max_softmax", "image"], name="emb_browse_msp"),
+            models.Index(fields=["model_name", "dup_group"], name="emb_browse_group"),
+            models.Index(fields=["model_name", "top1_wnid", "image"], name="emb_browse_top1"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.model_name}: image {self.image_id}"
+
+
+class DuplicateOverride(models.Model):
+    """A curator's correction of the duplicate search for one image, kept across re-runs of the
+    search and applied after each (pipelines.near_dups.apply_overrides): ``not_duplicate`` takes
+    the image out of its group (and clears a match with an ID image); ``keep`` makes it the image
+    its group keeps instead of the representative the search chose."""
+
+    class Action(models.TextChoices):
+        NOT_DUPLICATE = "not_duplicate", "not a duplicate"
+        KEEP = "keep", "keep this one instead"
+
+    image = models.ForeignKey(Image, on_delete=models.CASCADE, related_name="duplicate_overrides")
+    model_name = models.CharField(max_length=200)
+    action = models.CharField(max_length=16, choices=Action.choices)
+    note = models.TextField(blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["image", "model_name"], name="one_duplicate_override_per_image_and_model")]
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"image {self.image_id}: {self.get_action_display()} ({self.model_name})"
 
 
 class ClassVisualSignal(models.Model):

@@ -44,6 +44,8 @@ class ReviewSettings(models.Model):
     reviews_required = models.PositiveSmallIntegerField(default=1, help_text="Independent reviews each image needs (1-9)")
     order = models.CharField(max_length=16, choices=Order.choices, default=Order.NEAREST_ID)
     gold_rate = models.FloatField(default=0.0, help_text="Share of served images that are gold (0 to 0.5)")
+    group_classes = models.BooleanField(default=True, db_default=True, help_text="Serve a class's images in runs (REVIEW_CLASS_RUN images) rather than "
+                                                                "switching class at almost every image")
     updated_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -100,6 +102,7 @@ class ReviewItem(models.Model):
     candidate_class = models.ForeignKey(CandidateClass, null=True, blank=True, on_delete=models.CASCADE, related_name="review_items")
     priority = models.FloatField(default=0.0, help_text="Lower is served first")
     required = models.PositiveSmallIntegerField(default=1)
+    extra_reviews = models.PositiveSmallIntegerField(default=0, db_default=0, help_text="Reviews asked for beyond the settings (a curator sent it back)")
     done = models.PositiveSmallIntegerField(default=0)
     leased = models.PositiveSmallIntegerField(default=0)
     status = models.CharField(max_length=12, choices=Status.choices, default=Status.OPEN)

@@ -52,6 +52,7 @@ class CandidateClass(models.Model):
         CLASS_MAP = "class_map", "class-map CSV"
         LEMMA = "lemma", "WordNet lemma lookup"
         UNMAPPED = "unmapped", "unmapped"
+        CURATOR = "curator", "mapped by a curator"
 
     source = models.ForeignKey(Source, on_delete=models.CASCADE, related_name="classes")
     folder = models.CharField(max_length=255)
@@ -61,6 +62,8 @@ class CandidateClass(models.Model):
     gloss = models.TextField(blank=True)
     mapping = models.CharField(max_length=16, choices=Mapping.choices)
     mapping_note = models.TextField(blank=True)
+    description = models.TextField(blank=True, default="", db_default="",
+                                   help_text="A curator's description of a class kept unmapped; annotators see it in place of a gloss")
 
     class Meta:
         verbose_name_plural = "candidate classes"
@@ -100,6 +103,8 @@ class Image(models.Model):
     error_code = models.CharField(max_length=64, blank=True, db_index=True)
     error = models.TextField(blank=True)
     duplicate_of = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    excluded_reason = models.CharField(max_length=500, blank=True, default="", db_default="",
+                                       help_text="A curator excluded the image (image browser): neither reviewed nor exported")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

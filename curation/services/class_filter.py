@@ -320,3 +320,64 @@ def class_filter_refresh_source(*, source: Source, model_name: str | None = None
     """After a source's images are (re-)extracted: refresh the strength of every run over it."""
     return sum(class_filter_refresh_strength(run=run, model_name=model_name)
                for run in ClassFilterRun.objects.filter(source=source, job__status=Job.Status.DONE))
+
+
+# -- unmapped class folders -------------------------------------------------------------------------
+
+def _unmapped_flag(decision_id: int) -> ClassDecision:
+    row = ClassDecision.objects.select_related("candidate_class__source", "run").filter(pk=decision_id).first()
+    if row is None or row.candidate_class is None:
+        raise ClassDecisionError(f"no flagged class folder {decision_id}")
+    if row.candidate_class.wnid:
+        raise ClassDecisionError(f"{row.candidate_class} is already mapped to {row.candidate_class.wnid}")
+    return row
+
+
+def candidate_class_map(*, decision_id: int, wnid: str, note: str = "", user: User | None = None) -> ClassFilterRun:
+    """Map an unmapped class folder (flagged ``not_in_wordnet``) to a WordNet noun, then judge
+    it like any other class: the source's class filter runs again with the same ID classes
+    and policy, queued; until it finishes the class stays flagged (not reviewed, not exported)."""
+    import json
+
+    from curation.services.review import synset_texts_sync
+
+    row = _unmapped_flag(decision_id)
+    wnid = (wnid or "").strip()
+    if not is_wnid(wnid) or not is_noun_wnid(settings.NLTK_DATA, wnid):
+        raise ClassDecisionError(f"{wnid[:40]!r} is not a WordNet 3.0 noun id: choose one from the search (e.g. n01914609 sea anemone)")
+    graph = load_noun_graph(settings.NLTK_DATA)
+    i = graph.index_of_wnid(wnid)
+    cc = row.candidate_class
+    before = {"wnid": cc.wnid, "mapping": cc.mapping, "note": cc.mapping_note}
+    with transaction.atomic():
+        cc.wnid, cc.synset_name, cc.gloss = wnid, graph.names[i], graph.glosses[i]
+        cc.lemmas = [x.replace("_", " ") for x in graph.lemmas[i]]
+        cc.mapping = CandidateClass.Mapping.CURATOR
+        who = user.username if getattr(user, "pk", None) else "a curator"
+        cc.mapping_note = f"mapped to {graph.label(i)} by {who}" + (f" ({note})" if note else "") + (f"; was: {before['note']}" if before["note"] else "")
+        cc.description = ""
+        cc.save(update_fields=["wnid", "synset_name", "gloss", "lemmas", "mapping", "mapping_note", "description"])
+        audit_record(actor=user, action="class_mapped", target=cc, data={"wnid": wnid, "label": graph.label(i), "note": note, "before": before})
+    synset_texts_sync([wnid])
+    run = row.run
+    return class_filter_start(candidates_spec=f"{SOURCE_PREFIX}{cc.source.name}", id_spec=run.id_spec,
+                              policy_text=json.dumps(run.policy), user=user)
+
+
+def candidate_class_keep_unmapped(*, decision_id: int, description: str, user: User | None = None) -> CandidateClass:
+    """Keep an unmapped class folder without a synset: its images are reviewed, and annotators
+    see ``description`` where a mapped class shows its WordNet gloss. (No WordNet rule can judge
+    it, and exports name classes by synset, so its images are not exported: see docs/review.md.)"""
+    row = _unmapped_flag(decision_id)
+    description = (description or "").strip()
+    if len(description) < 10:
+        raise ClassDecisionError("describe what the class shows (at least 10 characters): annotators read it in place of a WordNet gloss")
+    if len(description) > 1000:
+        raise ClassDecisionError("the description is longer than 1000 characters")
+    cc = row.candidate_class
+    with transaction.atomic():
+        cc.description = description
+        cc.save(update_fields=["description"])
+        class_decisions_resolve(decision_ids=[row.pk], resolution=ClassDecision.Resolution.KEEP, note=f"kept unmapped: {description}", user=user)
+        audit_record(actor=user, action="class_kept_unmapped", target=cc, data={"description": description})
+    return cc

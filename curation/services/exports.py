@@ -24,6 +24,7 @@ from curation.audit import audit_record
 from curation.jobs import enqueue_on_commit, run_inline
 from curation.models import (
     CandidateClass,
+    DuplicateOverride,
     Export,
     ExportMember,
     Image,
@@ -155,6 +156,7 @@ class Selection:
     classes: dict[str, dict] = field(default_factory=dict)  # wnid -> {name, images}
     class_filter: dict = field(default_factory=dict)
     review_policy: dict = field(default_factory=dict)
+    duplicate_overrides: list = field(default_factory=list)  # a curator's corrections of the duplicate search
 
 
 def _class_filter_info(run) -> dict:
@@ -190,6 +192,16 @@ def export_select(*, config: dict) -> Selection:
                  .order_by("candidate_class__wnid", "image__relative_path"))
         if wnids:
             items = items.filter(candidate_class__wnid__in=wnids)
+        # near-duplicates of another candidate, as the search stands now with a curator's overrides
+        # applied ("keep this one instead" after the reviews). Copies of ID images are the leakage
+        # check's to block, with its override note.
+        dropped = dict(ImageEmbedding.objects.filter(image__source=source, model_name=config.get("model") or settings.DEFAULT_MODEL,
+                                                     drop_reason__startswith="near_duplicate_of:").values_list("image_id", "drop_reason"))
+        sel.duplicate_overrides += [
+            {"image": o.image_id, "action": o.action, "by": o.created_by.username if o.created_by else "", "note": o.note,
+             "at": o.created_at.isoformat()}
+            for o in DuplicateOverride.objects.filter(image__source=source, model_name=config.get("model") or settings.DEFAULT_MODEL)
+            .select_related("created_by").order_by("created_at", "id")]
         for item in items:
             reason = ""
             cc = item.candidate_class
@@ -199,6 +211,10 @@ def export_select(*, config: dict) -> Selection:
                 reason = f"final_{item.final_decision}"
             elif item.image.status != Image.Status.OK:
                 reason = f"image_{item.image.status}"
+            elif item.image.excluded_reason:
+                reason = "excluded_by_curator"
+            elif item.image_id in dropped:
+                reason = f"duplicate_{dropped[item.image_id]}"
             elif cc is None or not cc.wnid:
                 reason = "class_unmapped"
             else:
@@ -492,6 +508,7 @@ def export_execute(*, export_id: int, progress: Progress | None = None, on_total
     manifest = {
         **_manifest_head(export), "class_filter": sel.class_filter,
         "review_policy": {"sources": sel.review_policy, "decisions": {c.value: c.label for c in ReviewDecision}},
+        "duplicate_overrides": sel.duplicate_overrides,
         "model": _model_provenance(cfg["sources"], model_name), "wordnet": _wordnet(), "counts": counts,
         "leakage": {**{k: v for k, v in leak.items() if k != "violations"}, "violations": leak["violations"]},
         "contamination": {s: _contamination_summary(s) for s in cfg["sources"]},

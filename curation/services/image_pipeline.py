@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 import numpy as np
 from django.conf import settings
@@ -22,13 +22,14 @@ from django.utils import timezone
 
 from curation.audit import audit_record
 from curation.jobs import JobActive, enqueue_on_commit, run_inline
-from curation.models import ClassVisualSignal, FeatureShard, Image, ImageEmbedding, Job, JobChunk, Source
+from curation.models import ClassVisualSignal, DuplicateOverride, FeatureShard, Image, ImageEmbedding, Job, JobChunk, Source
 from curation.services.bulk import insert_rows
 from curation.services.class_filter import class_filter_refresh_source
 from curation.services.jobs import job_mark_running
 from curation.services.loaded_models import ModelNameError, check_model_name, loaded_model
 from curation.version import code_version
 from pipelines.names import atomic_write, safe_component
+from pipelines.near_dups import Membership, apply_overrides
 from pipelines.sources import SafeJoiner, UnsafePath, safe_join
 
 
@@ -268,6 +269,22 @@ def load_features(embeddings: list[ImageEmbedding]) -> np.ndarray:
     return out if out is not None else np.zeros((0, 1), dtype=np.float32)
 
 
+def effective_memberships(embeddings: list[ImageEmbedding], overrides: Iterable[tuple[int, str]]) -> None:
+    """Set ``dup_group`` / ``drop_reason`` of ``embeddings`` (whole groups of the search) from
+    their ``search_*`` fields and the overrides (oldest first)."""
+    raw = {e.image_id: Membership(group=e.search_group if e.search_group is not None else e.image_id, drop=e.search_drop)
+           for e in embeddings}
+    eff = apply_overrides(raw, list(overrides))
+    for e in embeddings:
+        m = eff[e.image_id]
+        e.dup_group, e.drop_reason = m.group, m.drop
+
+
+def duplicate_overrides_of(images: Iterable[int], model_name: str) -> list[tuple[int, str]]:
+    return list(DuplicateOverride.objects.filter(image_id__in=list(images), model_name=model_name)
+                .order_by("created_at", "id").values_list("image_id", "action"))
+
+
 def dedup_execute(*, job_id: int) -> Job:
     """The duplicate search over every extracted source (the computation is
     pipelines.near_dups.find_duplicates); writes each candidate's group, drop reason and nearest
@@ -309,7 +326,14 @@ def dedup_execute(*, job_id: int) -> Job:
         e.nearest_id_similarity = v.nearest_id_similarity
         e.drop_reason = {"": "", "near_duplicate_of": f"near_duplicate_of:{rep.image_id}",
                          "duplicate_of_id": f"duplicate_of_id:{e.nearest_id_image_id}"}[v.drop]
+        e.search_group, e.search_drop = e.dup_group, e.drop_reason
         counts[v.drop or "kept"] += 1
+    # a curator's corrections (DuplicateOverride) hold across re-runs: applied to the groups they touch
+    corrected = duplicate_overrides_of([e.image_id for e in cands], model_name)
+    if corrected:
+        touched = {e.search_group for e in cands if e.image_id in {i for i, _a in corrected}}
+        effective_memberships([e for e in cands if e.search_group in touched], corrected)
+    counts["overridden"] = len(corrected)
     signals = _visual_signals(cands, cfg, model_name)
     with transaction.atomic():
         locked = Job.objects.select_for_update().get(pk=job.pk)
@@ -317,8 +341,9 @@ def dedup_execute(*, job_id: int) -> Job:
             return locked
         # every embedding of the model is rewritten, so a re-run reproduces the result exactly
         ImageEmbedding.objects.filter(model_name=model_name).exclude(pk__in=[e.pk for e in cands]).update(
-            dup_group=None, drop_reason="", nearest_id_image=None, nearest_id_similarity=None)
-        ImageEmbedding.objects.bulk_update(cands, ["dup_group", "drop_reason", "nearest_id_image", "nearest_id_similarity"], batch_size=1000)
+            dup_group=None, drop_reason="", search_group=None, search_drop="", nearest_id_image=None, nearest_id_similarity=None)
+        ImageEmbedding.objects.bulk_update(cands, ["dup_group", "drop_reason", "search_group", "search_drop", "nearest_id_image",
+                                                   "nearest_id_similarity"], batch_size=1000)
         ClassVisualSignal.objects.filter(model_name=model_name).exclude(candidate_class_id__in=[s.candidate_class_id for s in signals]).delete()
         for s in signals:
             ClassVisualSignal.objects.update_or_create(
@@ -328,7 +353,7 @@ def dedup_execute(*, job_id: int) -> Job:
         locked.status, locked.finished_at, locked.progress = Job.Status.DONE, timezone.now(), locked.total
         locked.result = {"candidates": len(cands), "id_images": len(refs), "kept": counts["kept"],
                          "near_duplicate_of": counts["near_duplicate_of"], "duplicate_of_id": counts["duplicate_of_id"],
-                         "groups_with_duplicates": sum(1 for n in groups.values() if n > 1),
+                         "groups_with_duplicates": sum(1 for n in groups.values() if n > 1), "curator_overrides": counts["overridden"],
                          "visually_ambiguous_classes": sum(s.flagged for s in signals)}
         locked.message = (f"{len(cands)} candidate images: {counts['kept']} kept, {counts['near_duplicate_of']} near-duplicates, "
                           f"{counts['duplicate_of_id']} duplicates of ID images; {locked.result['visually_ambiguous_classes']} "

@@ -43,6 +43,7 @@ from curation.models import (
     SynsetText,
 )
 from curation.selectors import Scope, annotator_scope, class_policy, not_seen_by
+from pipelines.review_order import class_runs
 
 SECONDS_CAP = 300.0  # a longer gap is a break, not work on the image
 
@@ -125,11 +126,15 @@ def review_queue_sync(*, source: Source, model_name: str | None = None, user: Us
     base, per_class = _settings_for(source)
     report = QueueSync(source=source.name, excluded={"broken_or_duplicate_file": 0, "not_extracted": 0, "decode_failed": 0,
                                                      "dropped_by_duplicate_search": 0, "class_removed": 0, "class_flagged": 0,
-                                                     "class_not_in_filter_run": 0})
+                                                     "class_not_in_filter_run": 0, "excluded_by_curator": 0})
     eligible: dict[int, tuple[int | None, float, int]] = {}
-    for image_id, class_id, status in Image.objects.filter(source=source).values_list("id", "candidate_class_id", "status"):
+    for image_id, class_id, status, excluded in (Image.objects.filter(source=source)
+                                                 .values_list("id", "candidate_class_id", "status", "excluded_reason")):
         if status != Image.Status.OK:
             report.excluded["broken_or_duplicate_file"] += 1
+            continue
+        if excluded:
+            report.excluded["excluded_by_curator"] += 1
             continue
         e = emb.get(image_id)
         if e is None:
@@ -148,6 +153,9 @@ def review_queue_sync(*, source: Source, model_name: str | None = None, user: Us
         cfg = per_class.get(class_id, base)
         eligible[image_id] = (class_id, _priority(cfg.order, image_id, e["nearest_id_similarity"]), cfg.reviews_required)
     report.eligible = len(eligible)
+    if base.group_classes and settings.REVIEW_CLASS_RUN > 0:  # a class's images in a row (pipelines.review_order)
+        runs = class_runs({i: (c, p) for i, (c, p, _r) in eligible.items()}, settings.REVIEW_CLASS_RUN)
+        eligible = {i: (c, runs[i], r) for i, (c, _p, r) in eligible.items()}
 
     with transaction.atomic():
         existing = {it.image_id: it for it in ReviewItem.objects.select_for_update().filter(source=source)}
@@ -165,6 +173,7 @@ def review_queue_sync(*, source: Source, model_name: str | None = None, user: Us
                     report.withdrawn += 1
                 continue
             _c, priority, required = target
+            required += item.extra_reviews  # a curator asked for more (image browser)
             dirty = False
             if item.status == ReviewItem.Status.WITHDRAWN:
                 item.status = ReviewItem.Status.OPEN
@@ -193,7 +202,8 @@ def review_queue_sync(*, source: Source, model_name: str | None = None, user: Us
 
 
 def review_settings_save(*, source: Source, candidate_class: CandidateClass | None = None, reviews_required: int | None = None,
-                         order: str | None = None, gold_rate: float | None = None, user: User | None = None) -> ReviewSettings:
+                         order: str | None = None, gold_rate: float | None = None, group_classes: bool | None = None,
+                         user: User | None = None) -> ReviewSettings:
     """Set how a source (or one class) is reviewed and apply it to the open queue."""
     if reviews_required is not None and not 1 <= reviews_required <= 9:
         raise ReviewError(f"reviews required must be between 1 and 9, not {reviews_required}")
@@ -202,7 +212,8 @@ def review_settings_save(*, source: Source, candidate_class: CandidateClass | No
     if gold_rate is not None and not 0 <= gold_rate <= 0.5:
         raise ReviewError(f"gold rate must be between 0 and 0.5, not {gold_rate}")
     obj, _ = ReviewSettings.objects.get_or_create(source=source, candidate_class=candidate_class)
-    for name, value in (("reviews_required", reviews_required), ("order", order), ("gold_rate", gold_rate)):
+    for name, value in (("reviews_required", reviews_required), ("order", order), ("gold_rate", gold_rate),
+                        ("group_classes", group_classes)):
         if value is not None:
             setattr(obj, name, value)
     obj.updated_by = user if getattr(user, "pk", None) else None
@@ -210,7 +221,8 @@ def review_settings_save(*, source: Source, candidate_class: CandidateClass | No
     review_cache_clear()
     audit_record(actor=user, action="review_settings_changed", target=obj,
                  data={"source": source.name, "class": candidate_class.folder if candidate_class else None,
-                       "reviews_required": obj.reviews_required, "order": obj.order, "gold_rate": obj.gold_rate})
+                       "reviews_required": obj.reviews_required, "order": obj.order, "gold_rate": obj.gold_rate,
+                       "group_classes": obj.group_classes})
     review_queue_refresh_if_built(source=source, user=user)
     return obj
 
@@ -405,7 +417,8 @@ def _clean_decision(decision: str, wnids, note: str) -> tuple[str, list[str], st
             raise ReviewError("an `id` decision needs the ID class(es) seen: pick one from the top-5 or the search")
         unknown = sorted(set(wnids) - id_class_wnids())
         if unknown:
-            raise ReviewError(f"not ID classes: {', '.join(unknown)}")
+            raise ReviewError(f"not ID classes: {', '.join(u[:40] for u in unknown[:5])}; choose ID classes from the top-5 (I, then 1-5) "
+                              f"or the ID-class search (I, then /)")
         wnids = sorted(set(wnids))
     elif wnids:
         raise ReviewError(f"ID classes are recorded only with an `id` decision, not {decision!r}")

@@ -16,6 +16,8 @@
   let idClasses = null;    // [[wnid, label, lemmas, gloss], ...], loaded on first search
   let results = [];
   let highlighted = 0;
+  let progress = null;     // {left, total, done_today, median_seconds} from the server
+  const zoom = window.OODZoom($("stage"), $("photo"), $("zoom-level"));
 
   function status(text, kind) {
     const el = $("status");
@@ -50,20 +52,34 @@
     for (const t of item.top5) for (const ex of t.examples) new Image().src = imageUrl(ex, "thumb");
   }
 
+  function showProgress() {
+    if (!progress) return;
+    $("progress-left").textContent = `${progress.left} of ${progress.total} left in your queue`;
+    $("progress-today").textContent = `${progress.done_today} done today`;
+    $("progress-pace").textContent = progress.median_seconds === null ? "" : `median ${progress.median_seconds} s per image`;
+    $("empty-summary").textContent = `You reviewed ${progress.done_today} image${progress.done_today === 1 ? "" : "s"} today` +
+      (progress.median_seconds === null ? "." : `, a median of ${progress.median_seconds} s each.`);
+  }
+
   function render() {
     leaveIdMode();
     const item = items[0];
     $("empty").hidden = !!item;
     $("photo").hidden = !item;
     root.classList.toggle("is-empty", !item);
+    // at the end of the queue nothing can be decided: the decision keys are switched off
+    document.querySelectorAll("button.decide, .zoom-keys button").forEach((b) => { b.disabled = !item; });
+    showProgress();
     if (!item) {
-      $("ood-label").textContent = ""; $("ood-gloss").textContent = ""; $("top5").replaceChildren(); $("path").textContent = "";
-      $("dims").textContent = ""; $("source").textContent = "";
+      $("ood-label").textContent = "Queue finished"; $("ood-gloss").textContent = ""; $("top5").replaceChildren(); $("path").textContent = "";
+      $("dims").textContent = ""; $("source").textContent = ""; $("zoom-level").textContent = "";
+      $("photo").removeAttribute("src"); delete $("photo").dataset.image;
       return;
     }
     const photo = $("photo");
-    photo.onload = () => { shownAt = performance.now(); };
-    photo.src = imageUrl(item.image, "view");
+    let counted = false;
+    photo.onload = () => { if (!counted) { counted = true; shownAt = performance.now(); } };
+    zoom.show(imageUrl(item.image, "view"), imageUrl(item.image, "full"), item.width, item.height);
     photo.dataset.image = item.image;
     $("dims").textContent = `${item.width}×${item.height}`;
     $("path").textContent = item.path;
@@ -88,7 +104,8 @@
   async function load() {
     status("Loading…");
     try {
-      items = (await call(api.next)).items;
+      const data = await call(api.next);
+      items = data.items; progress = data.progress || progress;
       render();
       status(items.length ? "Ready. Press ? for the keys." : "");
     } catch (e) { status(`Could not load your queue: ${e.message}. Reload to try again.`, "error"); }
@@ -108,6 +125,7 @@
       $("note").value = "";
       const known = new Map(items.map((x) => [x.assignment, x]));
       items = data.items.map((x) => (x.known ? known.get(x.assignment) : x)).filter(Boolean);
+      progress = data.progress || progress;
       render();
       const what = decision === "id" ? `id (${wnids.join(", ")})` : decision;
       status(`Saved: ${what} · ${sessionCount} reviewed this session`, "ok");
@@ -124,7 +142,8 @@
     busy = true;
     status("Undoing…");
     try {
-      items = (await call(api.undo, {})).items;
+      const data = await call(api.undo, {});
+      items = data.items; progress = data.progress || progress;
       sessionCount = Math.max(0, sessionCount - 1);
       render();
       status("Your last decision was taken back: decide this image again.", "ok");
@@ -198,12 +217,6 @@
   }
 
   // -- overlays ------------------------------------------------------------------------------------
-  function toggleZoom(force) {
-    const layer = $("zoom-layer");
-    const open = force === undefined ? layer.hidden : force;
-    if (open && items[0]) { $("full").src = imageUrl(items[0].image, "full"); layer.hidden = false; }
-    else layer.hidden = true;
-  }
   function toggleHelp(force) { const h = $("help"); h.hidden = force === undefined ? !h.hidden : !force; }
 
   // -- keys ----------------------------------------------------------------------------------------
@@ -213,7 +226,6 @@
     if (e.ctrlKey || e.metaKey || e.altKey) return;
     const target = e.target;
     if (!$("help").hidden) { if (e.key === "Escape" || e.key === "?") { toggleHelp(false); e.preventDefault(); } return; }
-    if (!$("zoom-layer").hidden) { if (e.key === "Escape" || e.key.toLowerCase() === "f") { toggleZoom(false); e.preventDefault(); } return; }
     if (target === $("note")) {
       if (e.key === "Enter" || e.key === "Escape") { $("note").blur(); e.preventDefault(); }
       return;
@@ -229,6 +241,7 @@
       } else if (e.key === "Escape") { $("search").blur(); e.preventDefault(); }
       return;
     }
+    if (items[0] && zoom.key(e, mode !== "id")) { e.preventDefault(); return; }
     if (busy) { e.preventDefault(); return; }
     const key = e.key.toLowerCase();
     if (mode === "id") {
@@ -246,22 +259,22 @@
     if (DIRECT[key]) { e.preventDefault(); leaveIdMode(); decide(DIRECT[key]); }
     else if (key === "i") { e.preventDefault(); enterIdMode(); }
     else if (key === "z") { e.preventDefault(); undo(); }
-    else if (key === "f") { e.preventDefault(); toggleZoom(); }
     else if (key === "t") { e.preventDefault(); $("note").focus(); }
     else if (e.key === "?") { e.preventDefault(); toggleHelp(); }
   });
 
   $("search").addEventListener("input", () => search($("search").value));
+  $("search").addEventListener("focus", () => root.classList.add("searching"));
+  $("search").addEventListener("blur", () => root.classList.remove("searching"));
   document.querySelectorAll("button.decide").forEach((b) => b.addEventListener("click", () => {
     const d = b.dataset.decision;
     if (d === "id") enterIdMode(); else decide(d);
     b.blur();
   }));
   $("undo").addEventListener("click", (ev) => { undo(); ev.currentTarget.blur(); });
-  $("zoom").addEventListener("click", (ev) => { toggleZoom(); ev.currentTarget.blur(); });
+  document.querySelectorAll("button[data-zoom]").forEach((b) => b.addEventListener("click", () => { zoom.set(b.dataset.zoom); b.blur(); }));
   $("help-btn").addEventListener("click", (ev) => { toggleHelp(); ev.currentTarget.blur(); });
   $("help-close").addEventListener("click", () => toggleHelp(false));
-  $("zoom-layer").addEventListener("click", () => toggleZoom(false));
   $("top5").addEventListener("click", (ev) => {
     const li = ev.target.closest("li[data-wnid]");
     if (li && mode === "id") pick(li.dataset.wnid, li.querySelector("strong").textContent, ev.shiftKey);

@@ -1,0 +1,117 @@
+"""What a curator does to a selection in the image browser (docs/browse.md): exclude images with
+a reason (the review queue and every export leave them out), include them again, and send
+reviewed images back to the queue for one more review. Each image is audited; a batch reports
+what it did and why it left some images alone."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from django.contrib.auth.models import User
+from django.db import transaction
+
+from curation.audit import audit_record
+from curation.models import Image, ReviewItem, Source
+from curation.services.review import review_queue_refresh_if_built
+
+MAX_SELECTION = 1000
+
+
+class BrowseActionError(ValueError):
+    """A selection action that cannot run; the message says why and what to do."""
+
+
+@dataclass
+class ActionReport:
+    action: str
+    done: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        rest = "; ".join(f"{n} {why}" for why, n in sorted(self.skipped.items()))
+        return f"{self.action}: {self.done} image(s)" + (f"; left alone: {rest}" if rest else "")
+
+
+def _images(image_ids: Iterable[int]) -> list[Image]:
+    ids = sorted({int(i) for i in image_ids})
+    if not ids:
+        raise BrowseActionError("no image is selected: tick the images first")
+    if len(ids) > MAX_SELECTION:
+        raise BrowseActionError(f"{len(ids)} images are selected; act on at most {MAX_SELECTION} at once")
+    return list(Image.objects.filter(pk__in=ids).select_related("source"))
+
+
+def _refresh(sources: set[int], user: User | None) -> None:
+    for source in Source.objects.filter(pk__in=sources, role=Source.Role.CANDIDATE):
+        review_queue_refresh_if_built(source=source, user=user)
+
+
+def images_exclude(*, image_ids: Iterable[int], reason: str, user: User | None = None) -> ActionReport:
+    """Exclude images: they leave the review queue (open ones are withdrawn) and no export
+    carries them, until included again."""
+    reason = (reason or "").strip()
+    if not reason:
+        raise BrowseActionError("say why the images are excluded (the reason is kept with them and in the audit log)")
+    if len(reason) > 500:
+        raise BrowseActionError("the reason is longer than 500 characters")
+    report = ActionReport("excluded")
+    with transaction.atomic():
+        for image in _images(image_ids):
+            if image.excluded_reason == reason:
+                report.skipped["already excluded for that reason"] = report.skipped.get("already excluded for that reason", 0) + 1
+                continue
+            before = image.excluded_reason
+            Image.objects.filter(pk=image.pk).update(excluded_reason=reason)
+            audit_record(actor=user, action="image_excluded", target=image, data={"reason": reason, "before": before})
+            report.done += 1
+    _refresh({i.source_id for i in _images(image_ids)}, user)
+    return report
+
+
+def images_include(*, image_ids: Iterable[int], user: User | None = None) -> ActionReport:
+    """Take a curator's exclusion back."""
+    report = ActionReport("included again")
+    images = _images(image_ids)
+    with transaction.atomic():
+        for image in images:
+            if not image.excluded_reason:
+                report.skipped["not excluded"] = report.skipped.get("not excluded", 0) + 1
+                continue
+            Image.objects.filter(pk=image.pk).update(excluded_reason="")
+            audit_record(actor=user, action="image_included", target=image, data={"before": image.excluded_reason})
+            report.done += 1
+    _refresh({i.source_id for i in images}, user)
+    return report
+
+
+def images_requeue(*, image_ids: Iterable[int], user: User | None = None) -> ActionReport:
+    """Send reviewed images back to the review queue for one more review (their reviews so
+    far stay; the next review joins them, and disagreement goes to adjudication). Images not in
+    the queue are left alone, with the reason."""
+    report = ActionReport("queued for one more review")
+    images = {i.pk: i for i in _images(image_ids)}
+    with transaction.atomic():
+        items = {it.image_id: it for it in ReviewItem.objects.select_for_update().filter(image_id__in=list(images))}
+        for image_id, image in images.items():
+            it = items.get(image_id)
+            why = ""
+            if image.source.role != Source.Role.CANDIDATE:
+                why = "ID reference images are not reviewed"
+            elif image.excluded_reason:
+                why = "excluded by a curator (include them first)"
+            elif it is None or it.status == ReviewItem.Status.WITHDRAWN:
+                why = "not in the review queue (build it, or see why the queue leaves them out on the review dashboard)"
+            elif it.status == ReviewItem.Status.OPEN:
+                why = "already waiting for review"
+            if why:
+                report.skipped[why] = report.skipped.get(why, 0) + 1
+                continue
+            before = {"status": it.status, "decision": it.final_decision, "required": it.required}
+            it.status, it.final_decision, it.final_wnids = ReviewItem.Status.OPEN, "", []
+            more = max(0, it.done + 1 - it.required)
+            it.required += more
+            it.extra_reviews += more
+            it.save(update_fields=["status", "final_decision", "final_wnids", "required", "extra_reviews"])
+            audit_record(actor=user, action="image_requeued", target=image, data={"before": before, "required": it.required})
+            report.done += 1
+    return report
