@@ -723,44 +723,50 @@ class BrowsePage:
     sort_note: str = ""
 
 
-COUNT_CAP = 10_000
+COUNT_CAP = 1_000  # "1000+ matching": counting further costs more than the page itself at 1M images
 
 
-def _browse_queryset(f: BrowseFilters):
+def browse_queryset(f: BrowseFilters, *emb_conditions: Q):
+    """The images matching ``f``. Conditions on the model's prediction row (``emb__...``, with
+    ``emb_conditions``) go into one ``filter()`` so they share one join: Django joins a
+    multi-valued relation again for each separate filter() call, which costs a join per
+    condition and defeats the sorted index scan."""
     from django.db.models import FilteredRelation
 
     qs = Image.objects.annotate(emb=FilteredRelation("embeddings", condition=Q(embeddings__model_name=f.model)))
+    where: list[Q] = []
     if f.source:
-        qs = qs.filter(source__name=f.source)
+        where.append(Q(source__name=f.source))
     if f.cls is not None:
-        qs = qs.filter(candidate_class_id=f.cls)
+        where.append(Q(candidate_class_id=f.cls))
     if f.status:
-        qs = qs.filter(status=f.status)
+        where.append(Q(status=f.status))
     if f.label in ("ood", "id", "unclear", "not_target"):
-        qs = qs.filter(review_item__status__in=["complete", "adjudicated"], review_item__final_decision=f.label)
+        where.append(Q(review_item__status__in=["complete", "adjudicated"], review_item__final_decision=f.label))
     elif f.label in ("open", "conflict"):
-        qs = qs.filter(review_item__status=f.label)
+        where.append(Q(review_item__status=f.label))
     elif f.label == "unqueued":
-        qs = qs.filter(Q(review_item__isnull=True) | Q(review_item__status="withdrawn"))
-    if f.top1:
-        qs = qs.filter(emb__top1_wnid=f.top1)
-    if f.group is not None:
-        qs = qs.filter(emb__dup_group=f.group)
-    if f.dropped == "yes":
-        qs = qs.filter(emb__isnull=False).exclude(emb__drop_reason="")
-    elif f.dropped == "no":
-        qs = qs.filter(emb__drop_reason="")
+        where.append(Q(review_item__isnull=True) | Q(review_item__status="withdrawn"))
     if f.excluded == "yes":
-        qs = qs.exclude(excluded_reason="")
+        where.append(Q(excluded_reason__gt=""))
     elif f.excluded == "no":
-        qs = qs.filter(excluded_reason="")
+        where.append(Q(excluded_reason=""))
     if f.export is not None:
-        qs = qs.filter(export_memberships__export_id=f.export)
+        where.append(Q(export_memberships__export_id=f.export))
+    if f.top1:
+        where.append(Q(emb__top1_wnid=f.top1))
+    if f.group is not None:
+        where.append(Q(emb__dup_group=f.group))
+    if f.dropped == "yes":
+        where.append(Q(emb__drop_reason__gt=""))
+    elif f.dropped == "no":
+        where.append(Q(emb__drop_reason=""))
     for name, lookup in (("sim_min", "emb__nearest_id_similarity__gte"), ("sim_max", "emb__nearest_id_similarity__lte"),
                          ("msp_min", "emb__max_softmax__gte"), ("msp_max", "emb__max_softmax__lte")):
         if getattr(f, name) is not None:
-            qs = qs.filter(**{lookup: getattr(f, name)})
-    return qs
+            where.append(Q(**{lookup: getattr(f, name)}))
+    where += emb_conditions
+    return qs.filter(*where) if where else qs
 
 
 def _cursor(value, image_id: int) -> str:
@@ -780,25 +786,28 @@ def image_browse(*, filters: BrowseFilters, after: str = "", page_size: int = 60
     (keyset pagination: each page costs the same however deep it is). Sorting by a prediction
     lists only the images that have that value."""
     field_name, desc = BROWSE_SORTS[filters.sort]
-    qs = _browse_queryset(filters)
     note = ""
-    if field_name is not None:
-        key = f"emb__{field_name}"
-        qs = qs.filter(**{f"{key}__isnull": False})
+    sorted_by: list[Q] = []
+    key = f"emb__{field_name}" if field_name else None
+    if key is not None:
+        sorted_by.append(Q(**{f"{key}__isnull": False}))
         note = "images without this value (no prediction, or not yet searched for duplicates) are not listed in this order"
         order = [F(key).desc(), F("id").desc()] if desc else [F(key).asc(), F("id").asc()]
     else:
-        key = None
         order = [F("id").desc()] if desc else [F("id").asc()]
-    count_qs = qs
+    count_qs = browse_queryset(filters, *sorted_by)
+    after_cursor: list[Q] = []
     if after:
         value, last = _parse_cursor(after, key is not None)
         if key is None:
-            qs = qs.filter(id__lt=last) if desc else qs.filter(id__gt=last)
+            after_cursor.append(Q(id__lt=last) if desc else Q(id__gt=last))
+        # (key, id) after the cursor; the plain bound on the key alone lets PostgreSQL start its
+        # index scan at the cursor instead of filtering from the top (an OR gives it no range)
         elif desc:
-            qs = qs.filter(Q(**{f"{key}__lt": value}) | Q(**{key: value, "id__lt": last}))
+            after_cursor += [Q(**{f"{key}__lte": value}), Q(**{f"{key}__lt": value}) | Q(**{key: value, "id__lt": last})]
         else:
-            qs = qs.filter(Q(**{f"{key}__gt": value}) | Q(**{key: value, "id__gt": last}))
+            after_cursor += [Q(**{f"{key}__gte": value}), Q(**{f"{key}__gt": value}) | Q(**{key: value, "id__gt": last})]
+    qs = browse_queryset(filters, *sorted_by, *after_cursor)
     fields = ["id", "source__name", "relative_path", "width", "height", "status", "excluded_reason", "candidate_class_id",
               "candidate_class__folder", "candidate_class__wnid", "candidate_class__synset_name",
               "emb__top1_wnid", "emb__top1_prob", "emb__max_softmax", "emb__nearest_id_similarity", "emb__dup_group",

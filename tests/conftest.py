@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -105,3 +106,33 @@ def role_groups(db):
                  "0010_export_permissions", "0012_evaluation_permissions"):
         module = importlib.import_module(f"curation.migrations.{name}")
         (getattr(module, "create_groups", None) or module.grant)(apps, None)
+
+
+# -- real Chromium (Debian's, through Playwright) for the browser tests ----------------------------
+LAUNCH_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+SHOTS = Path(os.environ.get("OODC_SCREENSHOTS", REPO / "var" / "screenshots"))  # screenshots the docs show
+
+
+@pytest.fixture
+def browser(monkeypatch):
+    from playwright.sync_api import sync_playwright
+
+    # Playwright's sync API runs an event loop in this thread; the ORM calls the test makes
+    # between browser steps are ordinary synchronous ones.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path="/usr/bin/chromium", args=LAUNCH_ARGS)
+        yield b
+        b.close()
+
+
+def browser_login(page, base, user, next_url):
+    page.goto(f"{base}/accounts/login/?next={next_url}")
+    page.fill("#id_username", user)
+    page.fill("#id_password", f"{user}-pw")
+    page.press("#id_password", "Enter")
+    page.wait_for_url(re.compile(re.escape(next_url) + "$"))
+
+

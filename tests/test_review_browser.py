@@ -3,39 +3,16 @@ database, with predictions from the real offline model. Screenshots go to var/sc
 (or $OODC_SCREENSHOTS) at 1366x768 and 1920x1080."""
 from __future__ import annotations
 
-import os
-import re
-from pathlib import Path
-
 import pytest
 
 from curation.models import AuditLog, Review, ReviewItem
 from curation.roles import ANNOTATOR, CURATOR
 from curation.services.review import review_cache_clear, review_next, review_settings_save, review_submit
 from curation.services.users import user_create_with_role
-from tests.conftest import REPO
+from tests.conftest import SHOTS, browser_login
 from tests.review_data import queue_with_real_model
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
-
-LAUNCH_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-SHOTS = Path(os.environ.get("OODC_SCREENSHOTS", REPO / "var" / "screenshots"))
-
-
-@pytest.fixture
-def browser(monkeypatch):
-    from playwright.sync_api import sync_playwright
-
-    # Playwright's sync API runs an event loop in this thread; the ORM calls the test makes
-    # between browser steps are ordinary synchronous ones.
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path="/usr/bin/chromium", args=LAUNCH_ARGS)
-        yield b
-        b.close()
-
 
 @pytest.fixture
 def queue(tmp_path, settings, role_groups):
@@ -46,14 +23,6 @@ def queue(tmp_path, settings, role_groups):
         user_create_with_role(username=name, password=f"{name}-pw", role=ANNOTATOR)
     user_create_with_role(username="cur", password="cur-pw", role=CURATOR)
     return source
-
-
-def _login(page, base, user, next_url):
-    page.goto(f"{base}/accounts/login/?next={next_url}")
-    page.fill("#id_username", user)
-    page.fill("#id_password", f"{user}-pw")
-    page.press("#id_password", "Enter")
-    page.wait_for_url(re.compile(re.escape(next_url) + "$"))
 
 
 def _on_screen(page) -> int:
@@ -70,7 +39,7 @@ def test_annotator_reviews_twenty_images_with_the_keyboard_only(queue, live_serv
     page = ctx.new_page()
     errors = []
     page.on("pageerror", lambda e: errors.append(str(e)))
-    _login(page, live_server.url, "ann1", "/review/")
+    browser_login(page, live_server.url, "ann1", "/review/")
     assert "Start reviewing" in page.inner_text("#start")
     page.goto(f"{live_server.url}/review/screen/")
     page.wait_for_selector("#top5 li")
@@ -118,9 +87,10 @@ def test_annotator_reviews_twenty_images_with_the_keyboard_only(queue, live_serv
     assert page.is_visible("#help")
     page.screenshot(path=str(SHOTS / "review-help-1366x768.png"))
     page.keyboard.press("Escape")
+    page.keyboard.press("1")  # actual size, then back to fit (tests/test_browse_browser.py covers zoom in full)
+    assert page.get_attribute("#stage", "data-zoom") == "1:1"
     page.keyboard.press("f")
-    page.wait_for_selector("#zoom-layer:not([hidden]) img")
-    page.keyboard.press("Escape")
+    assert page.get_attribute("#stage", "data-zoom") == "fit"
     page.set_viewport_size({"width": 1920, "height": 1080})
     page.wait_for_timeout(300)
     page.screenshot(path=str(SHOTS / "review-1920x1080.png"))
@@ -141,7 +111,7 @@ def test_two_annotators_get_disjoint_images_and_a_curator_adjudicates(queue, liv
     for name in ("ann1", "ann2"):
         ctx = browser.new_context(viewport={"width": 1366, "height": 768})
         pages[name] = ctx.new_page()
-        _login(pages[name], live_server.url, name, "/review/screen/")
+        browser_login(pages[name], live_server.url, name, "/review/screen/")
     seen = {"ann1": [], "ann2": []}
     for round_ in range(1, 7):
         for name, page in pages.items():
@@ -162,14 +132,13 @@ def test_two_annotators_get_disjoint_images_and_a_curator_adjudicates(queue, liv
     assert ReviewItem.objects.filter(status="conflict").count() == 3
 
     cur = browser.new_context(viewport={"width": 1366, "height": 768}).new_page()
-    _login(cur, live_server.url, "cur", "/curate/adjudicate/")
-    assert "3 images waiting" in cur.inner_text("h1")
+    browser_login(cur, live_server.url, "cur", "/curate/adjudicate/")
+    assert "3 images waiting" in cur.inner_text("#waiting")
     item_id = int(cur.get_attribute("#adjudication", "data-item"))
     assert "tabby behind" in cur.inner_text("#adj-reviews")
     cur.screenshot(path=str(SHOTS / "adjudicate-1366x768.png"))
-    cur.check("input[name=decision][value=ood]")
     cur.fill("#adj-note", "no cat: a pattern")
-    cur.click("#adj-form button[type=submit]")
+    cur.click("button.decide[data-decision=ood]")
     cur.wait_for_selector("text=2 images waiting")
     item = ReviewItem.objects.get(pk=item_id)
     assert (item.status, item.final_decision, item.decided_by.username, item.final_note) == ("adjudicated", "ood", "cur", "no cat: a pattern")

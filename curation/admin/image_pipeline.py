@@ -1,9 +1,12 @@
 """Predictions, class-level visual-ambiguity signals and feature shards."""
 from django.contrib import admin
+from django.urls import reverse
+from django.utils.html import format_html
 
 from curation.admin._common import NoChange, NoDelete, RecordAdmin
 from curation.models import (
     ClassVisualSignal,
+    DuplicateOverride,
     FeatureShard,
     ImageEmbedding,
 )
@@ -13,7 +16,7 @@ from curation.models import (
 
 
 class ImageEmbeddingAdmin(NoDelete, NoChange, RecordAdmin):
-    list_display = ("image", "model_name", "top1", "max_softmax", "drop_reason", "nearest_id_similarity", "ok")
+    list_display = ("thumb", "image", "model_name", "top1", "msp", "duplicate", "similarity", "ok")
     list_filter = ("model_name", "ok", "drop_reason", "image__source")
     search_fields = ("image__relative_path", "top1_wnid", "drop_reason")
     list_select_related = ("image__source",)
@@ -22,6 +25,37 @@ class ImageEmbeddingAdmin(NoDelete, NoChange, RecordAdmin):
     @admin.display(description="top-1", ordering="top1_prob")
     def top1(self, obj):
         return f"{obj.top1_wnid} ({obj.top1_prob:.2f})" if obj.ok and obj.top1_prob is not None else obj.error[:80]
+
+    @admin.display(description="image")
+    def thumb(self, obj):
+        return format_html('<a href="{}"><img src="{}" width="56" height="56" alt="" style="object-fit:cover"></a>',
+                           reverse("labeling_ui:image_detail", args=[obj.image_id]), reverse("labeling_ui:image_file", args=[obj.image_id, "thumb"]))
+
+    @admin.display(description="max softmax", ordering="max_softmax")
+    def msp(self, obj):
+        return "" if obj.max_softmax is None else f"{obj.max_softmax:.3f}"
+
+    @admin.display(description="similarity to ID", ordering="nearest_id_similarity")
+    def similarity(self, obj):
+        return "" if obj.nearest_id_similarity is None else f"{obj.nearest_id_similarity:.3f}"
+
+    @admin.display(description="duplicate search", ordering="drop_reason")
+    def duplicate(self, obj):
+        if not obj.drop_reason:
+            return "kept"
+        return format_html('<a href="{}">{}</a>', reverse("labeling_ui:duplicate_group", args=[obj.image_id]),
+                           obj.drop_reason.replace("_", " ").replace(":", " image "))
+
+
+@admin.register(DuplicateOverride)
+
+
+class DuplicateOverrideAdmin(NoDelete, NoChange, RecordAdmin):
+    """A curator's corrections of the duplicate search: made and undone on the duplicate-group page (which re-applies them)."""
+
+    list_display = ("image", "model_name", "action", "note", "created_by", "created_at")
+    list_filter = ("action", "model_name")
+    list_select_related = ("image__source", "created_by")
 
 
 @admin.register(ClassVisualSignal)

@@ -213,7 +213,7 @@ class CandidateClassAdmin(admin.ModelAdmin):
 
 
 class ImageAdmin(RecordAdmin):
-    list_display = ("relative_path", "source", "status", "error_code", "width", "height", "format", "mode", "bytes")
+    list_display = ("relative_path", "source", "status", "error_code", "width", "height", "format", "mode", "bytes", "excluded_reason")
     list_filter = ("source", "status", "error_code", "format", "mode")
     search_fields = ("relative_path", "sha256")
     list_select_related = ("source",)
