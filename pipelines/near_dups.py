@@ -315,12 +315,12 @@ def apply_overrides(members: dict[int, Membership], overrides: Sequence[tuple[in
     Overrides of images not in ``members`` are ignored (the image left the search)."""
     out = dict(members)
     by_group: dict[int, set[int]] = {}
-    for image, m in out.items():
-        by_group.setdefault(m.group, set()).add(image)
+    for image, member in out.items():
+        by_group.setdefault(member.group, set()).add(image)
     for image, action in overrides:
-        m = out.get(image)
-        if m is None:
+        if image not in out:
             continue
+        m = out[image]
         if action == NOT_DUPLICATE:
             if m.group != image:  # a member leaves; the kept one itself stays with its duplicates
                 by_group[m.group].discard(image)

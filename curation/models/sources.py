@@ -110,7 +110,8 @@ class Image(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["source", "relative_path"], name="unique_image_path_per_source")]
-        indexes = [models.Index(fields=["source", "status"]), models.Index(fields=["source", "sha256"])]
+        indexes = [models.Index(fields=["source", "status"]), models.Index(fields=["source", "sha256"]),
+                   models.Index(fields=["candidate_class", "id"], name="image_browse_class")]  # a class's images in order (browser)
         ordering = ["source", "relative_path"]
 
     def __str__(self) -> str:

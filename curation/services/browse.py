@@ -55,8 +55,9 @@ def images_exclude(*, image_ids: Iterable[int], reason: str, user: User | None =
     if len(reason) > 500:
         raise BrowseActionError("the reason is longer than 500 characters")
     report = ActionReport("excluded")
+    images = _images(image_ids)
     with transaction.atomic():
-        for image in _images(image_ids):
+        for image in images:
             if image.excluded_reason == reason:
                 report.skipped["already excluded for that reason"] = report.skipped.get("already excluded for that reason", 0) + 1
                 continue
@@ -64,7 +65,7 @@ def images_exclude(*, image_ids: Iterable[int], reason: str, user: User | None =
             Image.objects.filter(pk=image.pk).update(excluded_reason=reason)
             audit_record(actor=user, action="image_excluded", target=image, data={"reason": reason, "before": before})
             report.done += 1
-    _refresh({i.source_id for i in _images(image_ids)}, user)
+    _refresh({i.source_id for i in images}, user)
     return report
 
 

@@ -13,6 +13,7 @@ import numpy as np
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
+from django.utils import timezone
 
 from curation.audit import audit_record
 from curation.models import DuplicateOverride, Image, ImageEmbedding, ReviewItem, Source
@@ -67,8 +68,6 @@ def duplicate_override_set(*, image_id: int, action: str, note: str = "", model_
             image_id=image_id, model_name=model_name,
             defaults={"action": action, "note": note[:2000], "created_by": user if getattr(user, "pk", None) else None})
         if not created:  # a changed mind counts from now: a later override wins
-            from django.utils import timezone
-
             DuplicateOverride.objects.filter(pk=obj.pk).update(created_at=timezone.now())
         before = (e.dup_group, e.drop_reason)
         members = _reapply(e.search_group, model_name)
