@@ -47,6 +47,9 @@ def _fits(page) -> None:
         .map(b => [b.textContent.trim(), b.getBoundingClientRect()])
         .filter(([t, r]) => r.right > window.innerWidth + 1 || r.left < -1).map(([t]) => t)""")
     assert not clipped, f"{page.url}: buttons outside the window: {clipped}"
+    below = page.evaluate("""() => [...document.querySelectorAll('footer.bar button')].filter(b => b.offsetParent)
+        .filter(b => b.getBoundingClientRect().bottom > window.innerHeight + 1).map(b => b.textContent.trim())""")
+    assert not below, f"{page.url}: keys below the window: {below}"
 
 
 def _both_sizes(page, name: str) -> None:
@@ -244,6 +247,16 @@ def test_review_screen_zoom_keys_progress_class_runs_and_end_of_queue(tmp_path, 
     page.wait_for_function("document.querySelector('#photo').src.endsWith('/full')")
     page.keyboard.press("f")
     _both_sizes(page, "review-progress")
+    # searching the ID classes at 1366x768: every result is in view (the top-5 shrinks to names)
+    page.keyboard.press("i")
+    page.keyboard.press("/")
+    page.keyboard.type("dog")
+    page.wait_for_selector("#results li.hl")
+    boxes = page.eval_on_selector_all("#results li", "els => els.map(e => e.getBoundingClientRect().bottom)")
+    assert len(boxes) == 8 and max(boxes) <= 768, boxes
+    page.screenshot(path=str(SHOTS / "review-search-dog-1366x768.png"))
+    page.keyboard.press("Escape")
+    page.keyboard.press("Escape")
     # decide every image by key; the progress counts down and the classes come in runs
     for k in range(n):
         page.wait_for_function(f"document.querySelector('#progress-left').textContent.startsWith('{n - k} of')")

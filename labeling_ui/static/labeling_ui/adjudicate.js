@@ -9,7 +9,7 @@
   const photo = $("photo");
   const zoom = window.OODZoom($("stage"), photo, $("zoom-level"));
   zoom.show(photo.dataset.view, photo.dataset.full, Number(photo.dataset.width), Number(photo.dataset.height));
-  let mode = "decide", chosen = [], idClasses = null, results = [], hl = 0, sent = false;
+  let mode = "decide", chosen = [], sent = false;
   const top5 = [...document.querySelectorAll("#top5 li")].map((li) => ({ wnid: li.dataset.wnid, label: li.querySelector("strong").textContent }));
 
   function status(text, kind) { const s = $("status"); s.textContent = text; s.className = "status" + (kind ? " " + kind : ""); }
@@ -28,8 +28,8 @@
   }
   function enterId() { mode = "id"; chosen = []; root.classList.add("id-mode"); $("id-search").hidden = false; showChosen();
     status("ID visible: 1–5 for a top-5 class (Shift adds more), / to search every ID class, Enter records, Esc cancels."); }
-  function leaveId() { mode = "decide"; chosen = []; root.classList.remove("id-mode"); $("id-search").hidden = true; $("search").value = "";
-    $("results").replaceChildren(); showChosen(); document.querySelectorAll("#top5 li.picked").forEach((li) => li.classList.remove("picked")); }
+  function leaveId() { mode = "decide"; chosen = []; root.classList.remove("id-mode"); $("id-search").hidden = true; idSearch.clear();
+    showChosen(); document.querySelectorAll("#top5 li.picked").forEach((li) => li.classList.remove("picked")); }
   function pick(wnid, label, more) {
     if (!chosen.some((c) => c.wnid === wnid)) chosen.push({ wnid, label });
     const li = document.querySelector(`#top5 li[data-wnid="${wnid}"]`);
@@ -37,36 +37,10 @@
     showChosen();
     if (!more) submit("id", chosen.map((c) => c.wnid));
   }
-  async function ensureClasses() {
-    if (idClasses) return;
-    const r = await fetch(root.dataset.classes, { credentials: "same-origin" });
-    idClasses = r.ok ? (await r.json()).classes : [];
-    if (!r.ok) status(`Could not load the ID classes (server answered ${r.status})`, "error");
-  }
-  function search(text) {
-    const q = text.trim().toLowerCase();
-    results = [];
-    if (q && idClasses) {
-      const starts = [], contains = [];
-      for (const c of idClasses) {
-        const label = c[1].toLowerCase();
-        if (label.startsWith(q) || c[0] === q) starts.push(c); else if (`${label} | ${c[2].toLowerCase()} | ${c[0]}`.includes(q)) contains.push(c);
-      }
-      results = starts.concat(contains).slice(0, 8);
-    }
-    hl = 0;
-    $("results").replaceChildren(...results.map((c, i) => {
-      const li = document.createElement("li");
-      li.className = i === hl ? "hl" : "";
-      li.dataset.wnid = c[0];
-      const s = document.createElement("strong"); s.textContent = c[1];
-      const m = document.createElement("span"); m.className = "muted small"; m.textContent = ` ${c[0]} · ${c[2]}`;
-      li.append(s, m);
-      li.addEventListener("mousedown", (ev) => { ev.preventDefault(); pick(c[0], c[1], ev.shiftKey); });
-      return li;
-    }));
-  }
-  $("search").addEventListener("input", () => search($("search").value));
+  const idSearch = window.OODIdSearch(root.dataset.classes, $("search"), $("results"), (wnid, label, more) => {
+    pick(wnid, label, more);
+    if (more) idSearch.clear();
+  }, (msg) => status(msg, "error"));
   $("search").addEventListener("focus", () => root.classList.add("searching"));
   $("search").addEventListener("blur", () => root.classList.remove("searching"));
   document.querySelectorAll("button.decide").forEach((b) => b.addEventListener("click", () => {
@@ -82,14 +56,11 @@
     if (e.ctrlKey || e.metaKey || e.altKey || sent) return;
     if (e.target === $("adj-note")) { if (e.key === "Enter" || e.key === "Escape") { e.preventDefault(); $("adj-note").blur(); } return; }
     if (e.target === $("search")) {
-      if (e.key === "ArrowDown" || e.key === "ArrowUp") {
+      if (e.key === "ArrowDown" || e.key === "ArrowUp") { e.preventDefault(); idSearch.move(e.key === "ArrowDown" ? 1 : -1); }
+      else if (e.key === "Enter") {
         e.preventDefault();
-        if (results.length) { hl = (hl + (e.key === "ArrowDown" ? 1 : -1) + results.length) % results.length;
-          [...$("results").children].forEach((li, i) => li.classList.toggle("hl", i === hl)); }
-      } else if (e.key === "Enter") {
-        e.preventDefault();
-        const c = results[hl];
-        if (c) { pick(c[0], c[1], e.shiftKey); if (e.shiftKey) { $("search").value = ""; search(""); } }
+        const c = idSearch.current();
+        if (c) { pick(c[0], c[1], e.shiftKey); if (e.shiftKey) idSearch.clear(); }
         else if (chosen.length) submit("id", chosen.map((x) => x.wnid));
       } else if (e.key === "Escape") { e.preventDefault(); $("search").blur(); }
       return;
@@ -99,7 +70,7 @@
     if (mode === "id") {
       const digit = /^Digit([1-5])$/.exec(e.code) || /^Numpad([1-5])$/.exec(e.code);
       if (digit) { e.preventDefault(); const t = top5[Number(digit[1]) - 1]; if (t) pick(t.wnid, t.label, e.shiftKey); return; }
-      if (e.key === "/") { e.preventDefault(); $("search").focus(); ensureClasses().then(() => search($("search").value)); return; }
+      if (e.key === "/") { e.preventDefault(); idSearch.open(); return; }
       if (e.key === "Enter") { e.preventDefault(); if (chosen.length) submit("id", chosen.map((c) => c.wnid)); return; }
       if (e.key === "Escape") { e.preventDefault(); leaveId(); status("ID choice cancelled."); return; }
     }

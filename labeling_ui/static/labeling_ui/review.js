@@ -13,9 +13,6 @@
   let busy = false;
   let shownAt = 0;
   let sessionCount = 0;
-  let idClasses = null;    // [[wnid, label, lemmas, gloss], ...], loaded on first search
-  let results = [];
-  let highlighted = 0;
   let progress = null;     // {left, total, done_today, median_seconds} from the server
   const zoom = window.OODZoom($("stage"), $("photo"), $("zoom-level"));
 
@@ -166,8 +163,7 @@
     chosen = [];
     root.classList.remove("id-mode");
     $("id-search").hidden = true;
-    $("search").value = "";
-    $("results").replaceChildren();
+    idSearch.clear();
     $("chosen").hidden = true;
     document.querySelectorAll("#top5 li.picked").forEach((li) => li.classList.remove("picked"));
   }
@@ -186,35 +182,10 @@
     decide("id", chosen.map((c) => c.wnid));
   }
 
-  async function ensureClasses() {
-    if (idClasses) return;
-    try { idClasses = (await call(api.classes)).classes; } catch (e) { status(`Could not load the ID classes: ${e.message}`, "error"); idClasses = []; }
-  }
-
-  function search(text) {
-    const q = text.trim().toLowerCase();
-    if (!q || !idClasses) { results = []; } else {
-      const starts = [], contains = [];
-      for (const c of idClasses) {
-        const label = c[1].toLowerCase(), hay = `${label} | ${c[2].toLowerCase()} | ${c[0]}`;
-        if (label.startsWith(q) || c[0] === q) starts.push(c); else if (hay.includes(q)) contains.push(c);
-      }
-      results = starts.concat(contains).slice(0, 8);
-    }
-    highlighted = 0;
-    $("results").replaceChildren(...results.map((c, i) => {
-      const li = el("li", { class: i === highlighted ? "hl" : "", "data-wnid": c[0] },
-        el("strong", { text: c[1] }), el("span", { class: "muted small", text: ` ${c[0]} · ${c[2]}` }));
-      li.addEventListener("mousedown", (ev) => { ev.preventDefault(); pick(c[0], c[1], ev.shiftKey); });
-      return li;
-    }));
-  }
-
-  function moveHighlight(delta) {
-    if (!results.length) return;
-    highlighted = (highlighted + delta + results.length) % results.length;
-    [...$("results").children].forEach((li, i) => li.classList.toggle("hl", i === highlighted));
-  }
+  const idSearch = window.OODIdSearch(api.classes, $("search"), $("results"), (wnid, label, more) => {
+    pick(wnid, label, more);
+    if (more) idSearch.clear();
+  }, (msg) => status(msg, "error"));
 
   // -- overlays ------------------------------------------------------------------------------------
   function toggleHelp(force) { const h = $("help"); h.hidden = force === undefined ? !h.hidden : !force; }
@@ -231,12 +202,12 @@
       return;
     }
     if (target === $("search")) {
-      if (e.key === "ArrowDown") { moveHighlight(1); e.preventDefault(); }
-      else if (e.key === "ArrowUp") { moveHighlight(-1); e.preventDefault(); }
+      if (e.key === "ArrowDown") { idSearch.move(1); e.preventDefault(); }
+      else if (e.key === "ArrowUp") { idSearch.move(-1); e.preventDefault(); }
       else if (e.key === "Enter") {
         e.preventDefault();
-        const c = results[highlighted];
-        if (c) { pick(c[0], c[1], e.shiftKey); if (e.shiftKey) { $("search").value = ""; search(""); } }
+        const c = idSearch.current();
+        if (c) { pick(c[0], c[1], e.shiftKey); if (e.shiftKey) idSearch.clear(); }
         else if (chosen.length) decide("id", chosen.map((x) => x.wnid));
       } else if (e.key === "Escape") { $("search").blur(); e.preventDefault(); }
       return;
@@ -252,7 +223,7 @@
         e.preventDefault();
         return;
       }
-      if (e.key === "/") { e.preventDefault(); $("search").focus(); ensureClasses().then(() => search($("search").value)); return; }
+      if (e.key === "/") { e.preventDefault(); idSearch.open(); return; }
       if (e.key === "Enter") { e.preventDefault(); if (chosen.length) decide("id", chosen.map((x) => x.wnid)); return; }
       if (e.key === "Escape") { e.preventDefault(); leaveIdMode(); status("ID choice cancelled."); return; }
     }
@@ -263,7 +234,6 @@
     else if (e.key === "?") { e.preventDefault(); toggleHelp(); }
   });
 
-  $("search").addEventListener("input", () => search($("search").value));
   $("search").addEventListener("focus", () => root.classList.add("searching"));
   $("search").addEventListener("blur", () => root.classList.remove("searching"));
   document.querySelectorAll("button.decide").forEach((b) => b.addEventListener("click", () => {
