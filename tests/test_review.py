@@ -120,6 +120,38 @@ def test_settings_apply_to_the_open_queue(tmp_path):
         review_settings_save(source=source, reviews_required=0)
 
 
+def test_classes_come_in_runs_unless_the_source_turns_it_off(tmp_path, settings):
+    """9 images over 3 classes (image k in class k mod 3, similarity to ID rising with k): the
+    plain "closest to ID first" order switches class at every image; in runs of 2 each class
+    gives two images in a row, classes taking turns by their most similar image."""
+    settings.REVIEW_CLASS_RUN = 2
+    source = queue_with_rows(tmp_path, n=9)
+    for e in ImageEmbedding.objects.filter(image__source=source).select_related("image"):  # img_000k.jpg: class k mod 3
+        e.nearest_id_similarity = 0.2 + 0.01 * int(re.search(r"img_(\d+)", e.image.relative_path).group(1))
+        e.save(update_fields=["nearest_id_similarity"])
+    review_queue_sync(source=source)
+    folder = dict(ReviewItem.objects.values_list("pk", "candidate_class__folder"))
+    by_similarity = [pk for pk, _s in sorted(ReviewItem.objects.values_list("pk", "image__embeddings__nearest_id_similarity"),
+                                             key=lambda x: -x[1])]
+
+    def served() -> list[str]:
+        return [folder[pk] for pk in ReviewItem.objects.order_by("priority", "id").values_list("pk", flat=True)]
+
+    def runs(classes: list[str]) -> list[int]:
+        out = [1]
+        for a, b in zip(classes, classes[1:]):
+            out[-1:] = [out[-1] + 1] if a == b else [out[-1], 1]
+        return out
+
+    assert ReviewSettings.objects.filter(source=source).first() is None  # the default: in runs
+    assert runs(served()) == [2, 2, 2, 1, 1, 1]  # three classes of three: a run of 2 each, then the rest
+    first = served()[0]
+    assert first == folder[by_similarity[0]]  # the class of the most similar image goes first
+    review_settings_save(source=source, group_classes=False)
+    assert served() == [folder[pk] for pk in by_similarity]  # plain order: most similar first
+    assert runs(served()) == [1] * 9
+
+
 # -- leasing -----------------------------------------------------------------------------------------
 
 def test_leases_are_disjoint_resumable_and_expire(tmp_path, settings):
@@ -364,3 +396,29 @@ def test_curator_pages_build_the_queue_set_settings_and_adjudicate(tmp_path):
     assert item.status == "adjudicated" and item.final_note == "clean"
     dash = cur.get("/curate/reviews/").content.decode()
     assert "Fleiss" in dash and 'data-annotator="a"' in dash and "1/1 = 0%" not in dash
+
+
+def test_a_curator_sends_reviewed_images_back_and_excludes_others(tmp_path):
+    from curation.services.browse import BrowseActionError, images_exclude, images_include, images_requeue
+
+    source = queue_with_rows(tmp_path, n=6)
+    ann, cur = _user("ann"), _user("cur", CURATOR)
+    _drain(ann)
+    done = list(ReviewItem.objects.filter(status="complete").order_by("id"))
+    report = images_requeue(image_ids=[done[0].image_id, done[1].image_id], user=cur)
+    assert report.done == 2
+    again = ReviewItem.objects.get(pk=done[0].pk)
+    assert (again.status, again.required, again.extra_reviews, again.final_decision) == ("open", 2, 1, "")
+    review_queue_sync(source=source)  # a rebuild keeps the extra review asked for
+    assert ReviewItem.objects.get(pk=done[0].pk).required == 2 and ReviewItem.objects.get(pk=done[0].pk).status == "open"
+    assert images_requeue(image_ids=[done[0].image_id], user=cur).skipped == {"already waiting for review": 1}
+    ann2 = _user("ann2")
+    _drain(ann2, decision="unclear")  # the second review disagrees: adjudication
+    assert ReviewItem.objects.get(pk=done[0].pk).status == "conflict"
+    with pytest.raises(BrowseActionError, match="say why"):
+        images_exclude(image_ids=[done[2].image_id], reason=" ", user=cur)
+    images_exclude(image_ids=[done[2].image_id], reason="watermark", user=cur)
+    assert images_requeue(image_ids=[done[2].image_id], user=cur).skipped == {"excluded by a curator (include them first)": 1}
+    assert "excluded_by_curator" in review_queue_sync(source=source).summary()
+    assert images_include(image_ids=[done[2].image_id], user=cur).done == 1
+    assert AuditLog.objects.filter(action__in=["image_requeued", "image_excluded", "image_included"]).count() == 4

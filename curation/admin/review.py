@@ -18,7 +18,7 @@ from curation.services.review import review_items_set_gold, review_scope_apply, 
 
 @admin.register(ReviewSettings)
 class ReviewSettingsAdmin(admin.ModelAdmin):
-    list_display = ("source", "candidate_class", "reviews_required", "order", "gold_rate", "updated_by", "updated_at")
+    list_display = ("source", "candidate_class", "reviews_required", "order", "group_classes", "gold_rate", "updated_by", "updated_at")
     list_filter = ("source", "order")
     autocomplete_fields = ("candidate_class",)
     readonly_fields = ("updated_by", "updated_at")
@@ -26,7 +26,7 @@ class ReviewSettingsAdmin(admin.ModelAdmin):
     def save_model(self, request, obj, form, change):
         # the model's check constraints were validated by the form; this also applies it to the queue
         saved = review_settings_save(source=obj.source, candidate_class=obj.candidate_class, reviews_required=obj.reviews_required,
-                                     order=obj.order, gold_rate=obj.gold_rate, user=request.user)
+                                     order=obj.order, gold_rate=obj.gold_rate, group_classes=obj.group_classes, user=request.user)
         obj.pk = saved.pk
 
 
