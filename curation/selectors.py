@@ -583,10 +583,39 @@ def not_seen_by(user):
     return ~Exists(Assignment.objects.filter(item=OuterRef("pk"), annotator=user).exclude(state=Assignment.State.EXPIRED))
 
 
+_open_count_cache: dict[tuple, tuple[float, int]] = {}
+
+
+def _open_with_free_slots(scope: Scope) -> int:
+    """Open images in ``scope`` that still need a review (free slots). Exact while there are
+    fewer than 5,000 (cheap to count); above, the same for every annotator with this scope and
+    counted at most every REVIEW_RECLAIM_EVERY seconds per process (counting a million-image
+    queue takes most of a second; a few seconds' staleness does not show in such a number)."""
+    import time
+
+    from django.conf import settings
+
+    from curation.models import ReviewItem
+
+    key = (tuple(sorted(scope.sources)), tuple(sorted(scope.classes)))
+    now = time.monotonic()
+    hit = _open_count_cache.get(key)
+    if hit is not None and hit[1] >= 5000 and now - hit[0] < settings.REVIEW_RECLAIM_EVERY:
+        return hit[1]
+    n = (ReviewItem.objects.filter(scope.q(), status=ReviewItem.Status.OPEN).alias(slots=F("done") + F("leased"))
+         .filter(slots__lt=F("required")).count())
+    if len(_open_count_cache) > 1000:
+        _open_count_cache.clear()
+    _open_count_cache[key] = (now, n)
+    return n
+
+
 def annotator_progress(user) -> dict:
     """Bearings for the review screen: images still waiting for a review this annotator could
-    give (``left``) out of those plus the ones they reviewed (``total``), their reviews today,
-    and their median seconds per image today (their last 200)."""
+    give (``left``: open images with a free slot, less those they already reviewed or skipped,
+    plus those they hold), out of those plus the ones they reviewed (``total``); their reviews
+    today, and their median seconds per image today (their last 200). The open count is shared
+    by annotators with the same scope and at most a few seconds old; the rest is theirs, exact."""
     import statistics
 
     from django.utils import timezone
@@ -594,18 +623,20 @@ def annotator_progress(user) -> dict:
     from curation.models import Review, ReviewItem
 
     scope = annotator_scope(user)
-    left = (ReviewItem.objects.filter(scope.q(), status=ReviewItem.Status.OPEN).alias(slots=F("done") + F("leased"))
-            .filter(Q(slots__lt=F("required")) | Q(assignments__annotator=user, assignments__state=Assignment.State.LEASED))
-            .filter(~Exists(Assignment.objects.filter(item=OuterRef("pk"), annotator=user,
-                                                      state__in=[Assignment.State.DONE, Assignment.State.SKIPPED])))
-            .distinct().count())
-    mine = Review.objects.filter(annotator=user, is_gold=False)
-    in_scope = Q() if scope.unrestricted else Q(item__source_id__in=scope.sources) | Q(item__candidate_class_id__in=scope.classes)
+    item_in_scope = Q() if scope.unrestricted else Q(item__source_id__in=scope.sources) | Q(item__candidate_class_id__in=scope.classes)
+    mine = Assignment.objects.filter(item_in_scope, annotator=user, item__status=ReviewItem.Status.OPEN)
+    counts = mine.aggregate(
+        seen=Count("id", filter=Q(state__in=[Assignment.State.DONE, Assignment.State.SKIPPED],
+                                  item__done__lt=F("item__required") - F("item__leased"))),
+        # held and filling the item's last slot (otherwise the open count has it already)
+        held=Count("id", filter=Q(state=Assignment.State.LEASED, expires_at__gt=timezone.now(),
+                                  item__done__gte=F("item__required") - F("item__leased"))))
+    left = max(0, _open_with_free_slots(scope) - counts["seen"]) + counts["held"]
+    reviews = Review.objects.filter(annotator=user, is_gold=False)
     today_q = Q(created_at__date=timezone.localdate())
-    counts = mine.aggregate(reviewed=Count("id", filter=in_scope), done_today=Count("id", filter=today_q))
-    today = list(mine.filter(today_q).order_by("-created_at").values_list("seconds", flat=True)[:200])
-    reviewed, done_today = counts["reviewed"], counts["done_today"]
-    return {"left": left, "total": left + reviewed, "done_today": done_today,
+    totals = reviews.aggregate(reviewed=Count("id", filter=item_in_scope), done_today=Count("id", filter=today_q))
+    today = list(reviews.filter(today_q).order_by("-created_at").values_list("seconds", flat=True)[:200])
+    return {"left": left, "total": left + totals["reviewed"], "done_today": totals["done_today"],
             "median_seconds": round(statistics.median(today), 1) if today else None}
 
 

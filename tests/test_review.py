@@ -313,7 +313,7 @@ def test_api_roles_csrf_and_one_round_trip_per_decision(tmp_path):
     sql, r = _sql(lambda: c.get("/api/review/next"))
     # session, user, roles; expired-lease sweep, held leases, scope, gold rates (the last three cached
     # per process or skipped later); 2 x (lock, guarded update, upsert); payload 3 + "is there an ID source"
-    assert len(sql) <= 21, "\n".join(sql)  # 17, and 4 for the annotator's progress (scope, images left, counts, today's times)
+    assert len(sql) <= 22, "\n".join(sql)  # 17, and 5 for the progress (scope, open images, my leases, my counts, my times)
     items = r.json()["items"]
     assert len(items) == 2 and [t["wnid"] for t in items[0]["top5"]] == [w for w, _p in FAKE_TOP5]
     assert items[0]["top5"][0]["label"] == "tabby" and "cat" in items[0]["top5"][0]["gloss"]
@@ -323,7 +323,7 @@ def test_api_roles_csrf_and_one_round_trip_per_decision(tmp_path):
     strict.force_login(ann)
     assert strict.post("/api/review/submit", body, content_type="application/json").status_code == 403
     sql, r = _sql(lambda: c.post("/api/review/submit", body, content_type="application/json"))
-    assert len(sql) <= 21, "\n".join(sql)  # the decision in 5 writes and a lock, the next lease and the payload, the progress (4)
+    assert len(sql) <= 22, "\n".join(sql)  # the decision in 5 writes and a lock, the next lease and the payload, the progress (5)
     data = r.json()
     assert r.status_code == 200 and data["saved"]["decision"] == "ood" and not data["saved"]["replay"]
     assert data["items"][0] == {"assignment": items[1]["assignment"], "known": True}  # the browser has it: not sent again

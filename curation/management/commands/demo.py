@@ -27,8 +27,8 @@ DEMO_LEAVES_OUT = {"odin"}  # one backward pass per image: about 3x a forward pa
 ACCOUNT_ROLES = {
     "annotator": "annotator: reviews images for ID objects at /review/",
     "annotator2": "annotator: a second reviewer (the demo recorded its reviews from an answer key)",
-    "curator": "curator: follows review progress, adjudicates, judges flagged classes, exports",
-    "researcher": "researcher: runs and reads evaluations (/evaluations/, the admin's Evaluation runs)",
+    "curator": "curator: browses the images, follows review progress, adjudicates, judges flagged classes and duplicates, exports",
+    "researcher": "researcher: browses the images (/curate/images/), runs and reads evaluations (/evaluations/)",
     "admin": "staff superuser: everything, including accounts and roles in /admin/",
 }
 
@@ -106,6 +106,8 @@ class Command(BaseCommand):
         out.write(f"  Evaluation results: {url}evaluations/{run.pk}/ (log in as researcher or curator)")
         out.write(f"  Annotators review at {url}review/ (log in as annotator or annotator2); curators follow progress at "
                   f"{url}curate/reviews/, adjudicate at {url}curate/adjudicate/ and judge flagged classes at {url}curate/classes/")
+        out.write(f"  Look at the data: {url}curate/images/ (every image, filtered and sorted; try a class sorted by similarity to "
+                  f"the ID images) and the duplicate groups at {url}curate/duplicates/ (curator or researcher)")
         if no_serve:
             out.write(self.style.SUCCESS(f"Done. Serve with: python manage.py runserver --insecure {addr}  then open {url}"))
             return
