@@ -239,7 +239,9 @@ def id_examples(wnids, *, per_class: int = 4) -> dict[str, list[int]]:
 
 
 def id_examples_cache_clear() -> None:
+    """Forget this process's cached reads of the review screen (ID examples, open-image counts)."""
     _examples_cache.clear()
+    _open_count_cache.clear()
 
 
 def review_payload(assignments, *, model_name: str) -> list[dict]:

@@ -173,7 +173,7 @@ def test_403_and_404_pages_are_the_apps_own_with_navigation(client):
     page = r.content.decode()
     assert r.status_code == 403 and NAV_LINK.search(page) and 'href="/evaluations/"' in page
     assert "This page is not for your role" in page and "this page is for the curator role" in page
-    assert "researchers read exports and run and read evaluations" in page
+    assert "researchers browse the images, read exports, and run and read evaluations" in page
     r = client.get("/no/such/page/")
     page = r.content.decode()
     assert r.status_code == 404 and NAV_LINK.search(page) and "No page at /no/such/page/" in page
