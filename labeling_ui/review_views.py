@@ -140,8 +140,10 @@ def api_submit(request):
         return JsonResponse({"error": str(exc)}, status=400)
     saved = {"assignment": done.assignment.pk, "decision": done.review.decision if done.review else "skip", "replay": done.replay}
     have = data.get("have") if isinstance(data.get("have"), list) else ()
-    return JsonResponse({"saved": saved, "items": _items(review_next(user=request.user), have),
-                         "progress": selectors.annotator_progress(request.user)})
+    out = {"saved": saved, "items": _items(review_next(user=request.user), have)}
+    if data.get("progress") is True:  # the screen asks now and then, and counts by itself in between
+        out["progress"] = selectors.annotator_progress(request.user)
+    return JsonResponse(out)
 
 
 @role_required(ANNOTATOR, api=True)

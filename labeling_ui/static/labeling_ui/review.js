@@ -14,6 +14,8 @@
   let shownAt = 0;
   let sessionCount = 0;
   let progress = null;     // {left, total, done_today, median_seconds} from the server
+  let progressAt = 0;      // when the server last said it
+  let sinceProgress = 0;   // decisions counted here since
   const zoom = window.OODZoom($("stage"), $("photo"), $("zoom-level"));
 
   function status(text, kind) {
@@ -102,7 +104,7 @@
     status("Loading…");
     try {
       const data = await call(api.next);
-      items = data.items; progress = data.progress || progress;
+      items = data.items; progress = data.progress || progress; progressAt = performance.now(); sinceProgress = 0;
       render();
       status(items.length ? "Ready. Press ? for the keys." : "");
     } catch (e) { status(`Could not load your queue: ${e.message}. Reload to try again.`, "error"); }
@@ -117,12 +119,20 @@
     const seconds = shownAt ? (performance.now() - shownAt) / 1000 : null;
     try {
       const have = items.slice(1).map((x) => x.assignment);  // the prefetched ones: not sent again
-      const data = await call(api.submit, { assignment: item.assignment, decision, wnids: wnids || [], note: $("note").value, seconds, have });
+      // the server's count costs a few queries: asked for every 5 decisions, every 10 s, and near the end
+      const ask = !progress || sinceProgress >= 4 || performance.now() - progressAt > 10000 || items.length < 2;
+      const data = await call(api.submit, { assignment: item.assignment, decision, wnids: wnids || [], note: $("note").value, seconds, have,
+                                            progress: ask });
       if (!data.saved.replay && decision !== "skip") sessionCount += 1;
       $("note").value = "";
       const known = new Map(items.map((x) => [x.assignment, x]));
       items = data.items.map((x) => (x.known ? known.get(x.assignment) : x)).filter(Boolean);
-      progress = data.progress || progress;
+      if (data.progress) { progress = data.progress; progressAt = performance.now(); sinceProgress = 0; }
+      else if (progress && !data.saved.replay) {  // this decision, counted here until the server is asked again
+        progress.left = Math.max(0, progress.left - 1);
+        if (decision !== "skip") progress.done_today += 1;
+        sinceProgress += 1;
+      }
       render();
       const what = decision === "id" ? `id (${wnids.join(", ")})` : decision;
       status(`Saved: ${what} · ${sessionCount} reviewed this session`, "ok");
@@ -140,7 +150,7 @@
     status("Undoing…");
     try {
       const data = await call(api.undo, {});
-      items = data.items; progress = data.progress || progress;
+      items = data.items; progress = data.progress || progress; progressAt = performance.now(); sinceProgress = 0;
       sessionCount = Math.max(0, sessionCount - 1);
       render();
       status("Your last decision was taken back: decide this image again.", "ok");
