@@ -84,7 +84,8 @@ def test_demo_ingests_the_bundled_data_and_prints_accounts(demo_server):
     assert "10 and 30 augmented crops per class of 5 real photos" in out
     # each headline number explained in a line, the data called a demo, what was shortened and the full run
     for line in ("ID accuracy: the share of ID test images", "AUROC: the chance that a random ID image", "demo data: 5 ID classes",
-                 "left out: odin;", "full: python manage.py evaluate --export demo-clean", "researcher: browses the images (/curate/images/), runs and reads evaluations", "Look at the data:"):
+                 "left out: odin;", "full: python manage.py evaluate --export demo-clean",
+                 "researcher: browses the images (/curate/images/), runs and reads evaluations", "Look at the data:"):
         assert line in out, line
     assert f"Evaluation results: {_url}/evaluations/1/" in out
     # covariate shift: corrupted copies of the ID test set, reported three ways, and the random-weight check
