@@ -41,6 +41,8 @@ def test_not_a_duplicate_queues_the_image_and_undo_restores_the_search(grouped):
     # saying it again changes nothing; the kept image cannot be "kept instead"
     duplicate_override_set(image_id=b.pk, action="not_duplicate", user=cur)
     assert DuplicateOverride.objects.count() == 1
+    with pytest.raises(DuplicateError, match="the one its group keeps; say 'not a duplicate' on a member"):
+        duplicate_override_set(image_id=a.pk, action="not_duplicate", user=cur)
     with pytest.raises(DuplicateError, match="already the one its group keeps"):
         duplicate_override_set(image_id=a.pk, action="keep", user=cur)
     with pytest.raises(DuplicateError, match="must be not_duplicate or keep"):

@@ -32,8 +32,8 @@ class DuplicateError(ValueError):
 def _embedding(image_id: int, model_name: str) -> ImageEmbedding:
     e = (ImageEmbedding.objects.select_related("image__source").filter(image_id=image_id, model_name=model_name).first())
     if e is None or e.search_group is None:
-        raise DuplicateError(f"image {image_id} has no duplicate-search result for {model_name}: run the duplicate search "
-                             f"(`python manage.py find_duplicates`) first")
+        raise DuplicateError(f"image {image_id} has no duplicate-search result for {model_name}: run the image pipeline "
+                             f"(`python manage.py run_image_pipeline`, or the Sources admin's action) first")
     if e.image.source.role != Source.Role.CANDIDATE:
         raise DuplicateError(f"image {image_id} is an ID reference image; only candidates are grouped")
     return e
@@ -50,7 +50,7 @@ def duplicate_override_set(*, image_id: int, action: str, note: str = "", model_
                            user: User | None = None) -> DuplicateOverride:
     """Record a correction for one image, apply it to its group now, and re-apply the review
     queue rules to the source (an image that stays enters the queue; one that is now a
-    duplicate leaves it, and no export carries it). Audited; setting it twice changes nothing."""
+    duplicate leaves it, and no export carries it). Audited; saying it again changes no result."""
     model_name = model_name or settings.DEFAULT_MODEL
     if action not in (NOT_DUPLICATE, KEEP):
         raise DuplicateError(f"action must be {NOT_DUPLICATE} or {KEEP}, not {action!r}")
@@ -64,6 +64,8 @@ def duplicate_override_set(*, image_id: int, action: str, note: str = "", model_
                 raise DuplicateError(f"image {image_id} is already the one its group keeps")
         elif not e.drop_reason and group_size < 2:
             raise DuplicateError(f"image {image_id} is in no duplicate group and is not dropped: there is nothing to correct")
+        elif not e.drop_reason and e.dup_group == image_id == e.search_group:
+            raise DuplicateError(f"image {image_id} is the one its group keeps; say 'not a duplicate' on a member to take it out")
         obj, created = DuplicateOverride.objects.update_or_create(
             image_id=image_id, model_name=model_name,
             defaults={"action": action, "note": note[:2000], "created_by": user if getattr(user, "pk", None) else None})
