@@ -1,6 +1,18 @@
-// The image browser's selection: tick thumbnails (Shift-click ticks a range), or the whole page.
+// The image browser's selection: tick thumbnails (Shift-click ticks a range), or the whole page; and
+// the reason box of the exclude action.
 (function () {
   "use strict";
+  // Enter in a reason box excludes (the form's first button would otherwise be "Queue for review")
+  document.querySelectorAll("input[name=reason]").forEach((input) => input.addEventListener("keydown", (e) => {
+    if (e.key !== "Enter") return;
+    e.preventDefault();
+    const button = input.form && input.form.querySelector("button[value=exclude]");
+    if (button) button.click();
+  }));
+  // a note on the duplicate-group page is not a decision: Enter there submits nothing
+  document.querySelectorAll(".member input[name=note]").forEach((input) => input.addEventListener("keydown", (e) => {
+    if (e.key === "Enter") e.preventDefault();
+  }));
   const grid = document.getElementById("grid");
   if (!grid) return;
   const boxes = () => [...grid.querySelectorAll("input[name=ids]")];
