@@ -61,6 +61,14 @@ def _both_sizes(page, name: str) -> None:
     page.set_viewport_size({"width": 1366, "height": 768})
 
 
+def _search_id_classes(page, text: str) -> None:
+    """I (an ID object is visible), / (search every ID class), the text; waits for the results."""
+    page.keyboard.press("i")
+    page.keyboard.press("/")
+    page.keyboard.type(text)
+    page.wait_for_selector("#results li.hl")
+
+
 def _review_everything(annotator, decision="ood"):
     while batch := review_next(user=annotator, want=10):
         for a in batch:
@@ -248,10 +256,7 @@ def test_review_screen_zoom_keys_progress_class_runs_and_end_of_queue(tmp_path, 
     page.keyboard.press("f")
     _both_sizes(page, "review-progress")
     # searching the ID classes at 1366x768: every result is in view (the top-5 shrinks to names)
-    page.keyboard.press("i")
-    page.keyboard.press("/")
-    page.keyboard.type("dog")
-    page.wait_for_selector("#results li.hl")
+    _search_id_classes(page, "dog")
     boxes = page.eval_on_selector_all("#results li", "els => els.map(e => e.getBoundingClientRect().bottom)")
     assert len(boxes) == 8 and max(boxes) <= 768, boxes
     page.screenshot(path=str(SHOTS / "review-search-dog-1366x768.png"))
@@ -294,10 +299,7 @@ def test_adjudication_by_keys_with_the_id_class_search_and_zoom(tmp_path, settin
     assert page.get_attribute("#stage", "data-zoom") == "2x"
     page.keyboard.press("f")
     _both_sizes(page, "adjudicate")
-    page.keyboard.press("i")
-    page.keyboard.press("/")
-    page.keyboard.type("golden retr")
-    page.wait_for_selector("#results li.hl")
+    _search_id_classes(page, "golden retr")
     assert "golden retriever" in page.inner_text("#results li.hl")
     page.keyboard.press("Enter")
     page.wait_for_selector("ul.messages li.msg-success")
