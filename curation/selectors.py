@@ -238,7 +238,7 @@ def id_examples(wnids, *, per_class: int = 4) -> dict[str, list[int]]:
     return out
 
 
-def id_examples_cache_clear() -> None:
+def review_reads_cache_clear() -> None:
     """Forget this process's cached reads of the review screen (ID examples, open-image counts)."""
     _examples_cache.clear()
     _open_count_cache.clear()

@@ -17,6 +17,7 @@ from curation.models import CandidateClass, Source
 from curation.roles import CURATOR, RESEARCHER
 from curation.services.browse import BrowseActionError, images_exclude, images_include, images_requeue
 from curation.services.duplicates import DuplicateError, duplicate_group, duplicate_groups, duplicate_override_clear, duplicate_override_set
+from labeling_ui.http import object_id
 from labeling_ui.review_views import request_roles, role_required
 
 
@@ -30,12 +31,10 @@ def _back(request, fallback: str) -> str:
 
 
 def _ids(request) -> list[int]:
-    out = []
-    for raw in request.POST.getlist("ids"):
-        if not raw.isdigit() or not 0 < int(raw) < 2**62:
-            raise BrowseActionError(f"ids must be image ids, not {raw[:40]!r}")
-        out.append(int(raw))
-    return out
+    try:
+        return [object_id(raw, "ids") for raw in request.POST.getlist("ids")]
+    except ValueError as exc:
+        raise BrowseActionError(str(exc)) from None
 
 
 @require_GET
@@ -113,14 +112,14 @@ def duplicate_group_page(request, image_id: int):
             raise PermissionDenied("only curators correct the duplicate search")
         action = request.POST.get("action", "")
         try:
-            target = int(request.POST.get("image", "0")) if request.POST.get("image", "").isdigit() else 0
+            target = object_id(request.POST.get("image", ""), "image")
             if action == "clear":
                 duplicate_override_clear(image_id=target, user=request.user)
                 messages.success(request, f"Image {target}: the duplicate search's own result holds again.")
             else:
                 o = duplicate_override_set(image_id=target, action=action, note=request.POST.get("note", ""), user=request.user)
                 messages.success(request, f"Image {target}: {o.get_action_display()} recorded; the review queue and the next export follow it.")
-        except DuplicateError as exc:
+        except (DuplicateError, ValueError) as exc:
             messages.error(request, str(exc))
         return redirect("labeling_ui:duplicate_group", image_id=image_id)
     try:

@@ -38,6 +38,7 @@ from curation.services.review import (
     review_submit,
     review_undo,
 )
+from labeling_ui.http import object_id
 
 # Keys of the review screen (shown on the buttons and in the help overlay).
 KEYS = [
@@ -91,13 +92,6 @@ def _json_body(request) -> dict:
     return data
 
 
-def _object_id(value, what: str) -> int:
-    """A row id from a request: a positive integer (or its digits), not a float, bool or infinity."""
-    if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).isdigit() or not 0 < int(value) < 2**63:
-        raise ValueError(f"{what} must be a positive integer id, not {str(value)[:40]!r}")
-    return int(value)
-
-
 def _items(assignments, have=()) -> list[dict]:
     """The leased images in order; those the browser already holds (``have``: assignment ids)
     come back as ``{"assignment": id, "known": true}`` instead of in full."""
@@ -133,7 +127,7 @@ def api_submit(request):
     try:
         data = _json_body(request)
         seconds = data.get("seconds")
-        done = review_submit(user=request.user, assignment_id=_object_id(data.get("assignment"), "assignment"),
+        done = review_submit(user=request.user, assignment_id=object_id(data.get("assignment"), "assignment"),
                              decision=str(data.get("decision", "")), wnids=data.get("wnids") or [], note=str(data.get("note") or ""),
                              seconds=float(seconds) if isinstance(seconds, (int, float)) and math.isfinite(seconds) else None)
     except (ReviewError, TypeError, ValueError, OverflowError) as exc:
@@ -248,7 +242,7 @@ def adjudicate(request):
         try:
             if not request.POST.get("decision"):
                 raise ReviewError("choose a decision: press O, I (then a top-5 number or / to search), U or N, or click its button")
-            item = review_adjudicate(item_id=_object_id(request.POST.get("item", ""), "item"), decision=request.POST.get("decision", ""),
+            item = review_adjudicate(item_id=object_id(request.POST.get("item", ""), "item"), decision=request.POST.get("decision", ""),
                                      wnids=[w for w in request.POST.get("wnids", "").replace(",", " ").split() if w],
                                      note=request.POST.get("note", ""), make_gold=bool(request.POST.get("gold")), user=request.user)
         except (ReviewError, ValueError) as exc:
@@ -270,7 +264,7 @@ def classes(request):
     if request.method == "POST":
         kind, verdict, note = request.POST.get("kind"), request.POST.get("verdict"), request.POST.get("note", "")
         try:
-            pk = _object_id(request.POST.get("pk", ""), "pk")
+            pk = object_id(request.POST.get("pk", ""), "pk")
             if kind == "flag":
                 d = get_object_or_404(ClassDecision.objects.select_related("candidate_class__source"), pk=pk)
                 source = d.candidate_class.source

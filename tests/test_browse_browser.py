@@ -76,7 +76,7 @@ def _review_everything(annotator, decision="ood"):
 
 
 @pytest.fixture
-def pool(tmp_path, settings, role_groups):
+def pool(tmp_path, settings, role_groups, isolated_roots):
     """Candidates (three kept classes) with a lossless copy of one image, an ID reference, the
     real offline model and the real duplicate search, queued."""
     from tests.conftest import real_photo
@@ -226,7 +226,7 @@ def _export_dir(export) -> Path:  # noqa: D103
     return export_path(export)
 
 
-def test_review_screen_zoom_keys_progress_class_runs_and_end_of_queue(tmp_path, settings, role_groups, live_server, browser):
+def test_review_screen_zoom_keys_progress_class_runs_and_end_of_queue(tmp_path, settings, role_groups, isolated_roots, live_server, browser):
     settings.THUMBNAIL_DIR = tmp_path / "thumbs"
     review_cache_clear()
     source = queue_with_rows(tmp_path, n=9)
@@ -279,7 +279,7 @@ def test_review_screen_zoom_keys_progress_class_runs_and_end_of_queue(tmp_path, 
     assert not errors, errors
 
 
-def test_adjudication_by_keys_with_the_id_class_search_and_zoom(tmp_path, settings, role_groups, live_server, browser):
+def test_adjudication_by_keys_with_the_id_class_search_and_zoom(tmp_path, settings, role_groups, isolated_roots, live_server, browser):
     from django.contrib.auth.models import User
 
     settings.THUMBNAIL_DIR = tmp_path / "thumbs"
@@ -316,7 +316,8 @@ def test_adjudication_by_keys_with_the_id_class_search_and_zoom(tmp_path, settin
     assert not errors, errors
 
 
-def test_an_unmapped_folder_is_mapped_by_search_or_kept_with_a_description(tmp_path, settings, role_groups, live_server, browser):
+def test_an_unmapped_folder_is_mapped_by_search_or_kept_with_a_description(tmp_path, settings, role_groups, isolated_roots, live_server,
+                                                                          browser):
     settings.THUMBNAIL_DIR = tmp_path / "thumbs"
     review_cache_clear()
     call_command("set_id_classes", "imagenet-1k", stdout=io.StringIO())

@@ -352,12 +352,12 @@ def _gold_rate(scope: Scope) -> float:
 
 def review_cache_clear() -> None:
     """Forget the per-process caches (after settings change in this process; tests)."""
-    from curation.selectors import id_examples_cache_clear
+    from curation.selectors import review_reads_cache_clear
 
     global _gold_cache, _last_reclaim
     _gold_cache, _last_reclaim = (-1e9, {}), 0.0
     _id_wnids_cache.clear()
-    id_examples_cache_clear()
+    review_reads_cache_clear()
 
 
 def review_next(*, user: User, want: int | None = None, rng: random.Random | None = None) -> list[Assignment]:
