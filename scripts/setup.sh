@@ -22,8 +22,8 @@ timed() {
   echo "    done in $((SECONDS - t)) s"
 }
 
-pkgs="wordnet-base wordnet-sense-index libgl1 libglib2.0-0"  # the last two: OpenCV (ImageNet-C corruptions)
-[ "$want_test" = 1 ] && pkgs="$pkgs postgresql redis-server chromium chromium-driver"
+# the one list of system packages, shared with the Dockerfile: scripts/system-packages.txt
+if [ "$want_test" = 1 ]; then pkgs=$(sh scripts/system-packages.sh --test); else pkgs=$(sh scripts/system-packages.sh); fi
 missing=""
 for p in $pkgs; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 if [ -n "$missing" ]; then
