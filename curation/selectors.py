@@ -9,6 +9,7 @@ from curation.models import AnnotatorScope, Assignment, CandidateClass, ClassFil
 from pipelines.class_filter.engine import CSV_COLUMNS
 from pipelines.class_filter.rules import RULES
 from pipelines.names import class_label
+from pipelines.numbers import row_id, whole_number
 
 
 def latest_class_filter_run(*, source: Source) -> ClassFilterRun | None:
@@ -695,7 +696,7 @@ def _number(query, name: str, kind, lo=None, hi=None):
     if raw == "":
         return None
     try:
-        value = kind(raw)
+        value = whole_number(raw, name) if kind is int else kind(raw)  # the one integer rule: ASCII digits, 64 bits
     except ValueError:
         raise BrowseError(f"{name}={raw[:40]!r} is not a {'whole ' if kind is int else ''}number") from None
     if kind is float and value != value or value in (float("inf"), float("-inf")):
@@ -809,7 +810,7 @@ def _cursor(value, image_id: int) -> str:
 def _parse_cursor(cursor: str, numeric: bool) -> tuple[float | None, int]:
     try:
         value, image_id = cursor.split("~", 1)
-        return (float(value) if numeric else None), int(image_id)
+        return (float(value) if numeric else None), row_id(image_id, "after")
     except ValueError:
         raise BrowseError(f"after={cursor[:40]!r} is not a page cursor of the browser: start again from the first page") from None
 

@@ -11,3 +11,5 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", include("labeling_ui.urls")),
 ]
+
+handler500 = "labeling_ui.http.server_error"  # an outage of the database or Redis: 503 with Retry-After

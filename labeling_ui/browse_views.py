@@ -98,9 +98,11 @@ def duplicates(request):
         source = Source.objects.filter(name=request.GET["source"][:100]).first()
         if source is None:
             raise Http404(f"no source named {request.GET['source'][:100]!r}")
-    if after_raw and not after_raw.isdigit():
+    try:
+        after = object_id(after_raw, "after") if after_raw else None
+    except ValueError:
         return render(request, "labeling_ui/duplicates.html", {"error": f"after={after_raw[:40]!r} is not a group id", "rows": []}, status=400)
-    rows, nxt = duplicate_groups(after=int(after_raw) if after_raw else None, source=source)
+    rows, nxt = duplicate_groups(after=after, source=source)
     return render(request, "labeling_ui/duplicates.html", {"rows": rows, "next": nxt, "source": source,
                                                            "sources": Source.objects.filter(role=Source.Role.CANDIDATE).order_by("name")})
 

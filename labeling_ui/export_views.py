@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from django.http import Http404, HttpResponse, StreamingHttpResponse
+from django.http import Http404, HttpResponse, HttpResponseBadRequest, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_GET
 
@@ -12,7 +12,7 @@ from curation import selectors
 from curation.models import Export, Source
 from curation.roles import CURATOR, RESEARCHER
 from curation.services.exports import export_path
-from labeling_ui.http import attachment
+from labeling_ui.http import attachment, whole_number
 from labeling_ui.review_views import role_required
 from pipelines.export import LAYOUTS, MANIFEST, DownloadAborted, ExportError, archive_members, iter_tar_gz, iter_zip, read_manifest
 from pipelines.images import sha256_file
@@ -72,8 +72,8 @@ def _logged(stream, export: Export):
 def contamination(request, source_id: int):
     source = get_object_or_404(Source, pk=source_id, role=Source.Role.CANDIDATE)
     try:
-        sample = max(1, min(100_000, int(request.GET.get("sample", 400))))
-        seed = int(request.GET.get("seed", 0))
-    except ValueError:
-        sample, seed = 400, 0
+        sample = max(1, min(100_000, whole_number(request.GET.get("sample", "400"), "sample")))
+        seed = whole_number(request.GET.get("seed", "0"), "seed", lo=0, hi=2**32 - 1)
+    except ValueError as exc:
+        return HttpResponseBadRequest(f"{exc}\n", content_type="text/plain; charset=utf-8")
     return render(request, "labeling_ui/contamination.html", {"source": source, "r": selectors.contamination_report(source=source, sample=sample, seed=seed)})

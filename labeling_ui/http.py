@@ -1,5 +1,6 @@
-"""Request and response helpers shared by the views: the one rule for a row id from a request,
-and Content-Disposition for downloads."""
+"""Request and response helpers shared by the views: the one rule for integers from a request
+(path ids, cursors, page numbers, list items: ``pipelines.numbers``), and Content-Disposition
+for downloads."""
 from __future__ import annotations
 
 import re
@@ -7,6 +8,10 @@ import unicodedata
 from urllib.parse import quote
 
 from django.utils.http import content_disposition_header
+
+from pipelines.numbers import row_id, whole_number
+
+__all__ = ["attachment", "object_id", "whole_number"]
 
 
 def attachment(filename: str) -> str:
@@ -22,7 +27,57 @@ def attachment(filename: str) -> str:
 
 
 def object_id(value, what: str) -> int:
-    """A row id from a request: a positive integer (or its digits), not a float, bool or infinity."""
-    if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).isdigit() or not 0 < int(value) < 2**63:
-        raise ValueError(f"{what} must be a positive integer id, not {str(value)[:40]!r}")
-    return int(value)
+    """A row id from a request: ASCII digits (or an int) from 1 to 2**63 - 1; not a float, bool,
+    Unicode digits, a sign or infinity (ValueError naming ``what``)."""
+    return row_id(value, what)
+
+
+RETRY_AFTER_S = 15
+
+
+def _is_outage(exc: BaseException | None) -> bool:
+    """An exception that says a service is down (the database, the broker), not a bug: the
+    request may succeed when it is back."""
+    from django.db import InterfaceError, OperationalError
+
+    kinds: list[type] = [OperationalError, InterfaceError]
+    try:
+        import redis
+
+        kinds += [redis.exceptions.ConnectionError, redis.exceptions.TimeoutError]
+    except ImportError:  # pragma: no cover
+        pass
+    try:
+        import kombu.exceptions
+
+        kinds.append(kombu.exceptions.OperationalError)
+    except ImportError:  # pragma: no cover
+        pass
+    seen = 0
+    while exc is not None and seen < 10:  # the cause chain: Celery wraps Redis' errors
+        if isinstance(exc, tuple(kinds)):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
+def server_error(request, *args, **kwargs):
+    """handler500: an outage of the database or the broker (PostgreSQL or Redis restarting)
+    answers 503 with Retry-After, in JSON for the API, so browsers and the review screen retry;
+    anything else is the plain 500 it is."""
+    import sys
+
+    from django.http import HttpResponse, JsonResponse
+    from django.views.defaults import server_error as django_server_error
+
+    if not _is_outage(sys.exc_info()[1]):
+        return django_server_error(request, *args, **kwargs)
+    message = f"the service is restarting (database or queue unreachable); try again in {RETRY_AFTER_S} s"
+    if request.path.startswith("/api/"):
+        response: HttpResponse = JsonResponse({"error": message, "retry_after": RETRY_AFTER_S}, status=503)
+    else:
+        response = HttpResponse(f"<!doctype html><title>503 Service Unavailable</title><h1>Back soon</h1><p>{message}.</p>"
+                                "<p>Send it again when this page loads.</p>",
+                                status=503, content_type="text/html; charset=utf-8")
+    response["Retry-After"] = str(RETRY_AFTER_S)
+    return response

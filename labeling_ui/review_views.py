@@ -38,7 +38,7 @@ from curation.services.review import (
     review_submit,
     review_undo,
 )
-from labeling_ui.http import object_id
+from labeling_ui.http import object_id, whole_number
 
 # Keys of the review screen (shown on the buttons and in the help overlay).
 KEYS = [
@@ -226,7 +226,7 @@ def source_settings(request, source_id: int):
             gold_rate = float(request.POST.get("gold_rate", 0) or 0)
             if not math.isfinite(gold_rate):
                 raise ValueError(f"gold rate must be a number between 0 and 1, not {gold_rate}")
-            review_settings_save(source=source, reviews_required=int(request.POST.get("reviews_required", 1)),
+            review_settings_save(source=source, reviews_required=whole_number(request.POST.get("reviews_required", "1"), "reviews required"),
                                  order=request.POST.get("order"), gold_rate=gold_rate,
                                  group_classes=bool(request.POST.get("group_classes")) if request.POST.get("group_classes_shown") else None,
                                  user=request.user)

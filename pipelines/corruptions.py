@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from .names import atomic_write
+from .numbers import comma_list, whole_number
 
 # Hendrycks & Dietterich (2019): the 15 benchmark corruptions, in the paper's order, then the 4
 # held-out ones.
@@ -44,9 +45,11 @@ class CorruptionError(ValueError):
 def parse_corruptions(text: str) -> list[str]:
     """``gaussian_noise,defocus_blur``, ``benchmark`` (the 15), ``extra`` (the 4) or ``all``."""
     names: list[str] = []
-    for part in (p.strip() for p in (text or "").split(",")):
-        if not part:
-            continue
+    try:
+        parts = comma_list(text, "corruptions")
+    except ValueError as exc:
+        raise CorruptionError(str(exc)) from None
+    for part in parts:
         group = {"benchmark": BENCHMARK, "extra": EXTRA, "all": CORRUPTIONS}.get(part)
         if group:
             names += group
@@ -60,8 +63,8 @@ def parse_corruptions(text: str) -> list[str]:
 
 
 def parse_severities(text: str) -> list[int]:
-    try:
-        values = sorted({int(p) for p in (text or "").split(",") if p.strip()})
+    try:  # the one rule for comma lists and integers: "1,,2" and "٣" are refused, not read as 1,2 and 3
+        values = sorted({whole_number(p, "severity") for p in comma_list(text, "severities")})
     except ValueError:
         values = []
     if not values or any(v not in SEVERITIES for v in values):

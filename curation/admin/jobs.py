@@ -9,6 +9,7 @@ from curation.models import (
     Job,
     JobChunk,
 )
+from curation.roles import has_role
 
 
 @admin.register(Job)
@@ -45,6 +46,10 @@ class JobAdmin(RecordAdmin):
             raise PermissionDenied
         done, refused = [], []
         for job in queryset.order_by("pk"):
+            role = jobs.kind_of(job.kind).role  # a curator's stage needs a curator, an evaluation a researcher
+            if not has_role(request.user, role):
+                refused.append(f"job #{job.pk} ({job.kind}): resuming it needs the {role} role; it is left as it is")
+                continue
             try:
                 r = jobs.resume(job, user=request.user, background=True)
             except jobs.JobNotResumable as exc:

@@ -43,6 +43,7 @@ class JobKind:
     fail: Callable[[int, BaseException | str], None]
     queue: Callable[[str], str]
     resume_hint: str = ""  # the stage command's flag, for messages
+    role: str = "curator"  # who may resume it from the web (curation.roles): curators' stages; evaluations are researchers'
 
 
 _KINDS: dict[str, JobKind] = {}
@@ -69,7 +70,7 @@ def registered_kinds() -> list[str]:
 
 
 def single_step(*, kind: str, label: str, execute: Callable[..., Any], fail: Callable[[int, BaseException | str], None],
-                queue: Callable[[str], str], resume_hint: str = "") -> JobKind:
+                queue: Callable[[str], str], resume_hint: str = "", role: str = "curator") -> JobKind:
     """A kind whose whole work is ``execute(job_id, progress, on_total)`` (itself idempotent: a
     finished job is left as it is). It gets one chunk so it has a lease like any other."""
     from curation.models import Job, JobChunk
@@ -90,4 +91,4 @@ def single_step(*, kind: str, label: str, execute: Callable[..., Any], fail: Cal
         return Job.objects.get(pk=job_id)
 
     return JobKind(kind=kind, label=label, plan=plan, process=process, finalize=finalize, fail=fail, queue=queue,
-                   resume_hint=resume_hint)
+                   resume_hint=resume_hint, role=role)

@@ -34,3 +34,14 @@ def output_folder(path: str, flag: str) -> Path:
     if not anchor.is_dir() or not os.access(anchor, os.W_OK):
         raise CommandError(f"{flag} {path}: {anchor} is not a writable folder; choose another place")
     return p
+
+
+def comma_list(value: str | None, flag: str) -> list[str]:
+    """The one rule for comma lists on the command line (``pipelines.numbers.comma_list``): the
+    items, stripped; an empty item (``1,,2``, ``a,``) is one line naming the flag, exit status 1."""
+    from pipelines.numbers import comma_list as items
+
+    try:
+        return items(value, flag)
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None

@@ -5,6 +5,7 @@ import os
 
 from curation.jobs.protocol import JobKind, register_kind, single_step
 from curation.models import ClassFilterRun, Export, Job
+from curation.roles import CURATOR, RESEARCHER
 
 
 def _cpu(step: str) -> str:
@@ -32,13 +33,14 @@ def _job_fail(job_id: int, error) -> None:
 # -- chunked kinds ------------------------------------------------------------------------------
 
 
-def _chunked(kind: str, label: str, plan, process, finalize, *, fail=_job_fail, queue=_cpu, resume_hint: str = "") -> JobKind:
+def _chunked(kind: str, label: str, plan, process, finalize, *, fail=_job_fail, queue=_cpu, resume_hint: str = "",
+             role: str = CURATOR) -> JobKind:
     """A kind from a service's keyword-only ``plan(job_id)``, ``process(job_id, index, progress)``
     and ``finalize(job_id)``."""
     return JobKind(
         kind=kind, label=label, plan=lambda job_id: plan(job_id=job_id),
         process=lambda job_id, index, progress=None, on_total=None: process(job_id=job_id, index=index, progress=progress),
-        finalize=lambda job_id: finalize(job_id=job_id), fail=fail, queue=queue, resume_hint=resume_hint)
+        finalize=lambda job_id: finalize(job_id=job_id), fail=fail, queue=queue, resume_hint=resume_hint, role=role)
 
 
 def _ingest() -> JobKind:
@@ -60,7 +62,7 @@ def _evaluate() -> JobKind:
 
     return _chunked(Job.Kind.EVALUATE, "evaluation", s.evaluation_plan, s.evaluation_process_chunk, s.evaluation_finalize,
                     fail=lambda job_id, error: s.evaluation_fail(job_id=job_id, error=error), queue=_eval_queue,
-                    resume_hint="`python manage.py evaluate ... --resume`")
+                    resume_hint="`python manage.py evaluate ... --resume`", role=RESEARCHER)
 
 
 # -- one-step kinds ---------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
+from curation.management.cli import comma_list
 from curation.management.progress import InlineBar, resume_and_wait, wait_for_job
 from curation.models import EvaluationRun, Export
 from curation.services.evaluation import EvaluationError, EvaluationRunning, evaluation_create, evaluation_run_inline
@@ -27,8 +28,8 @@ def find_export(spec: str, *, kind: str) -> Export:
     return export
 
 
-def _csv(value: str | None) -> list[str]:
-    return [v.strip() for v in (value or "").split(",") if v.strip()]
+def _csv(value: str | None, flag: str = "--models/--methods") -> list[str]:
+    return comma_list(value, flag)
 
 
 class Command(BaseCommand):
@@ -89,6 +90,7 @@ class Command(BaseCommand):
         if not o["fs_x"] and bool(o["export"]) == bool(o["ood"]):
             raise CommandError("give the OOD set with --export NAME (a clean export) or --ood source:NAME@CLASSES, not both")
         export = find_export(o["export"], kind=Export.Kind.DATASET) if o["export"] else None
+        models, methods = _csv(o["models"], "--models"), _csv(o["methods"], "--methods")  # checked before any look-up
         unit = find_export(o["unit_tests"], kind=Export.Kind.UNIT_TESTS) if o["unit_tests"] else None
         params = {p.key(det): o[p.key(det)] for det, p in parameters() if o.get(p.key(det)) is not None}
         params.update({"severity_window": o["severity_window"], "seed": o["seed"], "severity_protocol": o["severity_protocol"],
@@ -100,7 +102,7 @@ class Command(BaseCommand):
             params["sanity_arch"] = o["sanity_arch"]
         try:
             run = evaluation_create(export=export, unit_tests=unit, id_test=o["id_test"], id_fit=o["id_fit"],
-                                    models=_csv(o["models"]) or [settings.DEFAULT_MODEL], methods=_csv(o["methods"]) or None,
+                                    models=models or [settings.DEFAULT_MODEL], methods=methods or None,
                                     params=params, ood=o["ood"] or None, restrict_logits=o["restrict_logits"] or None,
                                     id_shifted=o["id_shifted"],
                                     fs_x={"split": o["fs_x"], "variants": o["variant"]} if o["fs_x"] else None,

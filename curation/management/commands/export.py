@@ -1,5 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
+from curation.management.cli import comma_list
 from curation.management.progress import InlineBar, resume_and_wait, wait_for_job
 from curation.models import Export, Source
 from curation.services.exports import ExportRequestError, check_export_names, export_create, export_path, export_run_inline
@@ -8,7 +9,7 @@ from pipelines.semantic import DIFFICULTY_HELP
 
 
 def read_wnids(classes: str | None, classes_file: str | None) -> list[str]:
-    wnids = [w.strip() for w in (classes or "").split(",") if w.strip()]
+    wnids = comma_list(classes, "--classes")
     if classes_file:
         try:
             with open(classes_file, encoding="utf-8") as fh:
@@ -48,6 +49,7 @@ class Command(BaseCommand):
             return resume_export(self, name=name, kind=Export.Kind.DATASET)
         if not sources:
             raise CommandError("--source is required: the candidate source(s) to export (repeat --source for several)")
+        comma_list(classes, "--classes")  # a typo in the list is named before anything is looked up
         try:
             check_export_names(name, split, name_label="--name", split_label="--split")
         except ExportRequestError as exc:

@@ -2,7 +2,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from curation.management.cli import output_folder
+from curation.management.cli import comma_list, output_folder
 from curation.management.progress import InlineBar
 from curation.services.covariate_shift import CovariateShiftError, covariate_shift_make
 from pipelines.corruptions import BENCHMARK, EXTRA
@@ -30,6 +30,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, from_spec, out, corruptions, severities, seed, name=None, full_image=False, no_register=False,
                resume=False, **opts):
+        corruptions, severities = ",".join(comma_list(corruptions, "--corruptions")), ",".join(comma_list(severities, "--severities"))
         if resume:
             folder = Path(out).expanduser()
             if not folder.is_dir():

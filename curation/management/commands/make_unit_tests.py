@@ -5,7 +5,7 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
-from curation.management.cli import output_folder
+from curation.management.cli import comma_list, output_folder
 from curation.management.progress import InlineBar
 from curation.models import Source
 from curation.services.exports import ExportRequestError, export_path, export_run_inline, id_samples_of_source, unit_tests_create, unit_tests_recipe_text
@@ -34,6 +34,7 @@ class Command(BaseCommand):
         parser.add_argument("--workers", type=int, default=max(1, min(4, os.cpu_count() or 1)), help="processes (default: up to 4)")
 
     def handle(self, *args, out, name, per_test, seed, id_images, id_source, tests, workers, convention="paper", resume=False, **opts):
+        tests_chosen = comma_list(tests, "--tests")  # a typo in the list is named before any work
         if resume:
             if not name:
                 raise CommandError("--resume needs --name: the unit-test export to resume")
@@ -78,7 +79,7 @@ class Command(BaseCommand):
             self.stderr.write(f"skipped ID image {rel}: {problem}")
         if not samples:
             raise CommandError("no readable ID image to mirror" + (f" in {id_images}" if id_images else ""))
-        chosen = [t.strip() for t in tests.split(",")] if tests else list(UNIT_TESTS)
+        chosen = tests_chosen or list(UNIT_TESTS)
         from pipelines import export as px
 
         with tqdm(total=per_test * len(chosen), desc="unit tests", unit="img", file=sys.stderr, dynamic_ncols=True) as bar:

@@ -1,0 +1,151 @@
+"""What issue 38's probes found, each as the behaviour a user would notice, and the two rules
+that fix them at their root: one for integers from a URL or form, one for comma lists in
+commands. The expectations are written from the rules (ASCII digits, 64-bit row ids, no empty
+list items), not by calling the helpers under test."""
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.utils import timezone
+
+from curation.models import AuditLog, Job
+from tests.test_exports import user
+from tests.test_security import cli, one_line_error
+
+pytestmark = [pytest.mark.django_db]
+
+UNICODE_DIGITS = ["²", "٣", "３", "¹²", "߁", "𝟗"]  # superscript, Arabic-Indic, full-width, NKo, maths bold
+NOT_IDS = UNICODE_DIGITS + [str(2**63), str(2**64 + 1), "9" * 40, "-1", "0", "+5", " 5", "5 ", "1_000", "1e3", "0x10", "5.0", "", "\x00"]
+
+
+# -- the rules themselves ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("raw", NOT_IDS)
+def test_row_ids_are_ascii_digits_below_2_63(raw):
+    from pipelines.numbers import row_id
+
+    with pytest.raises(ValueError, match="what"):
+        row_id(raw, "what")
+
+
+@pytest.mark.parametrize("raw,value", [("1", 1), ("007", 7), (str(2**63 - 1), 2**63 - 1), (42, 42)])
+def test_row_ids_accepted(raw, value):
+    from pipelines.numbers import row_id
+
+    assert row_id(raw, "id") == value
+
+
+def test_whole_numbers_take_a_minus_only_where_allowed():
+    from pipelines.numbers import whole_number
+
+    assert whole_number("-3", "n") == -3
+    for raw in ("-3", "²", True, 1.0, str(2**63)):
+        with pytest.raises(ValueError):
+            whole_number(raw, "n", lo=0)
+
+
+@pytest.mark.parametrize("text", ["1,,2", "1,2,", ",1", " , ", "a, ,b"])
+def test_comma_lists_refuse_empty_items(text):
+    from pipelines.numbers import comma_list
+
+    with pytest.raises(ValueError, match="is empty"):
+        comma_list(text, "--x")
+
+
+def test_comma_lists_strip_their_items():
+    from pipelines.numbers import comma_list
+
+    assert comma_list(" a , b,c ", "--x") == ["a", "b", "c"]
+    assert comma_list("", "--x") == [] and comma_list(None, "--x") == []
+
+
+# -- the findings ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("after", UNICODE_DIGITS + [str(2**63), "-1", "1.5", "\x00"])
+def test_duplicate_groups_page_refuses_a_non_id_cursor_with_400(client, role_groups, after):
+    """Was a 500 for `?after=²`: str.isdigit() accepts digits that int() refuses."""
+    client.force_login(user("cur", "curator", staff=True))
+    r = client.get("/curate/duplicates/", {"after": after})
+    assert r.status_code == 400, (after, r.status_code)
+    assert "is not a group id" in r.content.decode()
+
+
+@pytest.mark.parametrize("path_id", [str(2**63), str(2**64), "9" * 30])
+def test_path_ids_beyond_64_bits_are_404_not_500(client, role_groups, path_id):
+    """Was a 500 for /curate/duplicates/9223372036854775808/ (bigint out of range on PostgreSQL,
+    OverflowError on SQLite): every <int:...> in a path follows the 64-bit rule."""
+    client.force_login(user("cur", "curator", staff=True))
+    for url in (f"/curate/duplicates/{path_id}/", f"/curate/images/{path_id}/", f"/images/{path_id}/thumb",
+                f"/evaluations/{path_id}/", f"/exports/{path_id}/download.zip", f"/curate/contamination/{path_id}/"):
+        assert client.get(url).status_code == 404, url
+    assert client.post(f"/curate/duplicates/{path_id}/", {"action": "clear", "image": "1"}).status_code == 404
+
+
+def test_contamination_page_refuses_bad_numbers_instead_of_guessing(client, role_groups, tmp_path, isolated_roots):
+    from tests.test_exports import reviewed_pool
+
+    source, _ = reviewed_pool(tmp_path, n=4, answer=lambda img: ("ood", []))
+    client.force_login(user("cur", "curator", staff=True))
+    for query in ({"sample": "٣"}, {"seed": "-1"}, {"sample": "1e3"}, {"seed": str(2**40)}):
+        r = client.get(f"/curate/contamination/{source.pk}/", query)
+        assert r.status_code == 400, query
+    assert client.get(f"/curate/contamination/{source.pk}/", {"sample": "3", "seed": "7"}).status_code == 200
+
+
+def test_make_covariate_shift_refuses_an_empty_severity_with_one_line(tmp_path):
+    """Was exit 0 with the empty item skipped, where `0`, `6`, `-1`, `a` and `3.5` were refused."""
+    proc = cli("make_covariate_shift", "--from", "source:nothing", "--out", str(tmp_path / "out"), "--severities", "1,,2",
+               data_dir=tmp_path / "data")
+    one_line_error(proc, "--severities", "'1,,2'", "item 2 is empty")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("flag,value", [("--severities", "1,2,"), ("--severities", "٣"), ("--corruptions", "gaussian_noise,,fog")])
+def test_make_covariate_shift_comma_lists(tmp_path, flag, value):
+    with pytest.raises(CommandError) as exc:
+        call_command("make_covariate_shift", "--from", "source:nothing", "--out", str(tmp_path / "out"), flag, value)
+    assert "\n" not in str(exc.value)
+
+
+@pytest.mark.parametrize("command,args", [
+    ("evaluate", ["--export", "x", "--id-test", "source:a", "--id-fit", "source:b", "--models", "efficientnet_lite0,,resnet18"]),
+    ("evaluate", ["--export", "x", "--id-test", "source:a", "--id-fit", "source:b", "--methods", "msp,"]),
+    ("export", ["--name", "x", "--source", "s", "--classes", "n01440764,,n01443537"]),
+    ("make_unit_tests", ["--out", "OUT", "--tests", "black,,white"]),
+])
+def test_every_commands_comma_list_refuses_empty_items(tmp_path, command, args):
+    args = [str(tmp_path / "out") if a == "OUT" else a for a in args]
+    with pytest.raises(CommandError, match="is empty"):
+        call_command(command, *args)
+
+
+def _stale_job(kind: str) -> Job:
+    old = timezone.now() - timedelta(hours=1)
+    job = Job.objects.create(kind=kind, status=Job.Status.RUNNING, total=1)
+    Job.objects.filter(pk=job.pk).update(created_at=old, started_at=old, heartbeat_at=old)
+    return job
+
+
+@pytest.mark.parametrize("kind,allowed,refused", [
+    ("export", "curator", "researcher"), ("extract", "curator", "researcher"), ("unit_tests", "curator", "researcher"),
+    ("evaluate", "researcher", "curator"),
+])
+def test_admin_resume_needs_the_role_whose_work_the_job_is(client, role_groups, kind, allowed, refused):
+    """Was: any staff user could resume any job (a researcher resumed a stale export)."""
+    job = _stale_job(kind)
+    client.force_login(user(refused, refused, staff=True))
+    r = client.post("/admin/curation/job/", {"action": "resume_jobs", "_selected_action": [job.pk]}, follow=True)
+    assert r.status_code == 200
+    assert f"needs the {allowed} role" in r.content.decode()
+    assert not AuditLog.objects.filter(action="job_resumed", target_id=str(job.pk)).exists()
+    assert Job.objects.get(pk=job.pk).heartbeat_at == job.created_at or Job.objects.get(pk=job.pk).heartbeat_at < timezone.now() - timedelta(minutes=30)
+
+    client.force_login(user(allowed, allowed, staff=True))
+    r = client.post("/admin/curation/job/", {"action": "resume_jobs", "_selected_action": [job.pk]}, follow=True)
+    assert r.status_code == 200 and "needs the" not in r.content.decode()
+    assert AuditLog.objects.filter(action="job_resumed", target_id=str(job.pk)).exists()
