@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import browse_views, evaluation_views, export_views, review_views, views
+from . import browse_views, evaluation_views, export_views, grid_views, review_views, views
 
 app_name = "labeling_ui"
 urlpatterns = [
@@ -14,6 +14,10 @@ urlpatterns = [
     path("api/review/next", review_views.api_next, name="api_review_next"),
     path("api/review/submit", review_views.api_submit, name="api_review_submit"),
     path("api/review/undo", review_views.api_undo, name="api_review_undo"),
+    path("review/grid/", grid_views.grid_screen, name="review_grid"),
+    path("api/review/grid/next", grid_views.api_grid_next, name="api_review_grid_next"),
+    path("api/review/grid/submit", grid_views.api_grid_submit, name="api_review_grid_submit"),
+    path("api/review/grid/undo", grid_views.api_grid_undo, name="api_review_grid_undo"),
     path("api/id-classes", review_views.api_id_classes, name="api_id_classes"),
     path("images/<int:image_id>/<str:variant>", review_views.image_file, name="image_file"),
     # review: curators

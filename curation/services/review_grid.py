@@ -1,0 +1,263 @@
+"""Grid review (docs/review.md, "Grid review"): an annotator decides a page of one class's
+images at once. Each tile is one lease and one Review with the meaning it has on the
+single-image screen: the same queue, scope, leases, reviews per image, gold scoring and audit
+(every decision goes through ``review_submit``). What the grid adds is leasing a page of one
+class in one go, recording a page in one request, and undoing a page.
+"""
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Sequence
+
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.db import transaction
+from django.db.models import Count, F, Q
+from django.utils import timezone
+
+from curation.audit import audit_record
+from curation.models import Assignment, AuditLog, ImageEmbedding, Review, ReviewDecision, ReviewItem, SynsetText
+from curation.selectors import annotator_scope, not_seen_by
+from curation.services.review import (
+    NothingToUndo,
+    ReviewError,
+    _gold_rate,
+    _lease,
+    review_reclaim_expired,
+    review_submit,
+    review_undo,
+)
+
+GRID_MIN, GRID_MAX = 12, 96
+PAGE_ACTION = "review_grid_page"
+
+
+@dataclass
+class _ClassScope:
+    """The annotator's scope narrowed to one class (what the leasing helpers ask for)."""
+    base: Q
+    class_id: int | None
+
+    def q(self) -> Q:
+        return self.base & Q(candidate_class_id=self.class_id)
+
+
+def grid_size(value) -> int:
+    """Tiles per page from a request: an integer between GRID_MIN and GRID_MAX."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).isascii() or not str(value).isdigit():
+        raise ReviewError(f"page size must be a whole number of tiles between {GRID_MIN} and {GRID_MAX}, not {str(value)[:20]!r}")
+    n = int(value)
+    if not GRID_MIN <= n <= GRID_MAX:
+        raise ReviewError(f"page size must be between {GRID_MIN} and {GRID_MAX} tiles, not {n}")
+    return n
+
+
+def _held(user: User, now):
+    return Assignment.objects.filter(annotator=user, state=Assignment.State.LEASED, expires_at__gt=now)
+
+
+def _lease_page(user: User, scope: _ClassScope, places: list[int], exclude: list[int], now) -> list[Assignment]:
+    """Lease up to ``len(places)`` open images of the class at once: their queue rows locked
+    (skipping rows another annotator is leasing), the ``leased`` counters bumped under the same
+    guard as a single lease, one upsert for the assignments (leased at ``now`` + place µs)."""
+    want = len(places)
+    if want <= 0:
+        return []
+    with transaction.atomic():
+        ids = list(ReviewItem.objects.filter(scope.q(), status=ReviewItem.Status.OPEN)
+                   .alias(slots=F("done") + F("leased")).filter(slots__lt=F("required"))
+                   .filter(not_seen_by(user)).exclude(pk__in=exclude).order_by("priority", "id")
+                   .select_for_update(skip_locked=True, of=("self",)).values_list("id", flat=True)[:want])
+        if not ids:
+            return []
+        guarded = (ReviewItem.objects.filter(status=ReviewItem.Status.OPEN).alias(slots=F("done") + F("leased"))
+                   .filter(slots__lt=F("required")))
+        taken = guarded.filter(pk__in=ids).update(leased=F("leased") + 1)
+        if taken != len(ids):  # only where rows cannot be locked (SQLite): undo and take them one by one
+            transaction.set_rollback(True)
+            ids_ok = []
+        else:
+            ids_ok = ids
+    if len(ids_ok) != len(ids):
+        ids_ok = []
+        for item_id in ids:
+            with transaction.atomic():
+                if guarded.filter(pk=item_id).update(leased=F("leased") + 1):
+                    ids_ok.append(item_id)
+    rows = [Assignment(item_id=i, annotator=user, state=Assignment.State.LEASED, is_gold=False, leased_at=now + timedelta(microseconds=1 + k),
+                       expires_at=now + timedelta(seconds=settings.REVIEW_LEASE_SECONDS), finished_at=None)
+            for k, i in zip(places, ids_ok)]
+    Assignment.objects.bulk_create(rows, update_conflicts=True, unique_fields=["item", "annotator"],
+                                   update_fields=["state", "is_gold", "leased_at", "expires_at", "finished_at"])
+    return list(Assignment.objects.filter(annotator=user, item_id__in=ids_ok, state=Assignment.State.LEASED).order_by("leased_at", "id"))
+
+
+def _lease_gold_of_class(user: User, scope: _ClassScope, places: list[int], exclude: list[int], now, rng) -> list[Assignment]:
+    """Up to ``len(places)`` gold images of the page's class the annotator has not seen (a gold
+    tile must not stand out by its class), leased at ``now`` + place µs."""
+    n = len(places)
+    if n <= 0:
+        return []
+    ids = list(ReviewItem.objects.filter(scope.q(), is_gold=True, status__in=ReviewItem.FINAL).filter(not_seen_by(user))
+               .exclude(pk__in=exclude).values_list("id", flat=True)[:200])
+    rng.shuffle(ids)
+    return [_lease(user, i, gold=True, now=now + timedelta(microseconds=1 + k)) for k, i in zip(places, ids[:n])]
+
+
+def _pick_class(user: User, base: Q, now) -> int | None | bool:
+    """The class the page shows: that of the annotator's oldest live lease, else that of the
+    most urgent open image they could get. ``False`` when nothing is left."""
+    held = _held(user, now).order_by("leased_at", "id").values_list("item__candidate_class_id", flat=True).first()
+    if held is not None or _held(user, now).exists():
+        return held
+    row = (ReviewItem.objects.filter(base, status=ReviewItem.Status.OPEN).alias(slots=F("done") + F("leased"))
+           .filter(slots__lt=F("required")).filter(not_seen_by(user)).order_by("priority", "id")
+           .values_list("candidate_class_id", flat=True)[:1])
+    row = list(row)
+    return row[0] if row else False
+
+
+@dataclass
+class GridLease:
+    assignments: list[Assignment]
+    class_id: int | None  # the page's class (None: images without a class folder, or nothing left)
+
+
+def review_grid_next(*, user: User, size: int, rng: random.Random | None = None) -> GridLease:
+    """A page of one class for grid review: the annotator's live leases of that class first
+    (oldest first: a closed browser or an undone page comes back), then new leases of the same
+    class up to ``size``; gold tiles at the source's gold rate, from the same class."""
+    size = grid_size(size)
+    review_reclaim_expired()
+    now = timezone.now()
+    scope = annotator_scope(user)
+    base = scope.q()
+    class_id = _pick_class(user, base, now)
+    if class_id is False:
+        if review_reclaim_expired(force=True):
+            class_id = _pick_class(user, base, now)
+        if class_id is False:
+            return GridLease([], None)
+    narrowed = _ClassScope(base, class_id)
+    held = list(_held(user, now).filter(item__candidate_class_id=class_id).order_by("leased_at", "id")[:size])
+    if held:  # still working on them: keep the leases alive
+        Assignment.objects.filter(pk__in=[a.pk for a in held]).update(expires_at=now + timedelta(seconds=settings.REVIEW_LEASE_SECONDS))
+    missing = size - len(held)
+    if missing > 0:
+        rng = rng or random
+        rate = _gold_rate(scope)
+        n_gold = sum(1 for _ in range(missing) if rate and rng.random() < rate)
+        exclude = [a.item_id for a in held]
+        # gold tiles among the others, not all at the end: their places on the page are drawn
+        # first, and every lease's time follows its place (the page keeps its order when fetched again)
+        places = list(range(missing))
+        gold_places = sorted(rng.sample(places, n_gold))
+        gold = _lease_gold_of_class(user, narrowed, gold_places, exclude, now, rng)
+        used = set(gold_places[:len(gold)])
+        fresh = _lease_page(user, narrowed, [p for p in places if p not in used][:missing - len(gold)],
+                            exclude + [a.item_id for a in gold], now)
+        held += sorted(fresh + gold, key=lambda a: (a.leased_at, a.pk or 0))
+    return GridLease(held[:size], class_id)
+
+
+@dataclass
+class PageSaved:
+    reviews: list[int]
+    skipped: int
+    replays: int
+
+
+def review_grid_submit(*, user: User, marks: Sequence[dict], seconds: float | None = None) -> PageSaved:
+    """Record a page: ``marks`` = [{assignment, decision, wnids?, note?}, ...], one per tile
+    (the screen fills unmarked tiles with ``ood`` when the annotator sends the page). Every mark
+    is a ``review_submit`` of its own (same checks, counters, gold scoring and audit entry), all
+    in one transaction: a page is recorded whole or not at all. ``seconds``: the page's time,
+    shared out over its tiles. The page is audited as one entry so that undo can take it back."""
+    if not isinstance(marks, (list, tuple)) or not marks:
+        raise ReviewError("a page submit needs marks: a list of {assignment, decision} for the page's tiles")
+    if len(marks) > GRID_MAX:
+        raise ReviewError(f"a page holds at most {GRID_MAX} tiles, not {len(marks)}")
+    per_tile = seconds / len(marks) if seconds is not None and seconds > 0 else None
+    ids, seen, saved, skipped, replays = [], set(), [], 0, 0
+    for m in marks:
+        if not isinstance(m, dict):
+            raise ReviewError("each mark must be an object {assignment, decision, wnids}")
+        a = m.get("assignment")
+        if isinstance(a, bool) or not isinstance(a, int) or not 0 < a < 2**63:
+            raise ReviewError(f"assignment must be a positive integer id, not {str(a)[:40]!r}")
+        if a in seen:
+            raise ReviewError(f"assignment {a} is marked twice on this page")
+        seen.add(a)
+        ids.append(a)
+    with transaction.atomic():
+        for m in marks:
+            wnids = m.get("wnids") or []
+            if not isinstance(wnids, list):
+                raise ReviewError("wnids must be a list of ID class wnids")
+            done = review_submit(user=user, assignment_id=m["assignment"], decision=str(m.get("decision", "")), wnids=wnids,
+                                 note=str(m.get("note") or ""), seconds=per_tile)
+            if done.replay:
+                replays += 1
+            elif done.review is None:
+                skipped += 1
+            else:
+                saved.append(done.review.pk)
+        if saved:
+            audit_record(actor=user, action=PAGE_ACTION, target=None,
+                         data={"reviews": saved, "skipped": skipped, "tiles": len(marks),
+                               "decisions": {d: sum(1 for m in marks if m.get("decision") == d) for d in ReviewDecision.values}})
+    return PageSaved(reviews=saved, skipped=skipped, replays=replays)
+
+
+def review_grid_undo(*, user: User) -> int:
+    """Take back the annotator's last page: its reviews are undone one by one, newest first, as
+    the single-image undo does (each audited as ``review_undone``), and their images are leased
+    to the annotator again, shown first. Refused when they decided other images since (undo
+    those first). Returns how many decisions were taken back."""
+    with transaction.atomic():
+        for entry in AuditLog.objects.filter(actor=user, action=PAGE_ACTION).order_by("-id")[:20]:
+            page = set(entry.data.get("reviews", []))
+            alive = set(Review.objects.filter(pk__in=page, annotator=user).values_list("pk", flat=True))
+            if not alive:
+                continue
+            latest = list(Review.objects.filter(annotator=user).order_by("-created_at", "-id").values_list("pk", flat=True)[:len(alive)])
+            if set(latest) != alive:
+                raise ReviewError("you decided other images after that page: undo those first (Z on the single-image screen)")
+            for _ in alive:
+                review_undo(user=user)
+            audit_record(actor=user, action="review_grid_page_undone", target=None, data={"page": entry.pk, "reviews": sorted(alive)})
+            return len(alive)
+    raise NothingToUndo("there is no page of yours to undo")
+
+
+# -- what the page shows beside the tiles ---------------------------------------------------------
+
+_closest_cache: dict[tuple[int, str], tuple[float, list[tuple[str, int]]]] = {}
+
+
+def grid_closest_id_classes(*, class_id: int | None, model_name: str, limit: int = 5) -> list[dict]:
+    """The ID classes the classifier sees most often in this class (top-1 over its images): the
+    ones to watch for on the page. Counted at most every few minutes per class and process."""
+    if class_id is None:
+        return []
+    key = (class_id, model_name)
+    now = time.monotonic()
+    hit = _closest_cache.get(key)
+    if hit is None or now - hit[0] > 300:
+        rows = list(ImageEmbedding.objects.filter(image__candidate_class_id=class_id, model_name=model_name, ok=True)
+                    .exclude(top1_wnid="").values("top1_wnid").annotate(n=Count("id")).order_by("-n", "top1_wnid")
+                    .values_list("top1_wnid", "n")[:limit])
+        if len(_closest_cache) > 5000:
+            _closest_cache.clear()
+        hit = _closest_cache[key] = (now, rows)
+    total = sum(n for _w, n in hit[1]) or 1
+    texts = {t.wnid: t for t in SynsetText.objects.filter(wnid__in=[w for w, _n in hit[1]])}
+    return [{"wnid": w, "label": texts[w].label if w in texts else w, "gloss": texts[w].gloss if w in texts else "",
+             "count": n, "share": round(n / total, 3)} for w, n in hit[1]]
+
+
+def grid_cache_clear() -> None:
+    _closest_cache.clear()

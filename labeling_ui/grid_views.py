@@ -1,0 +1,90 @@
+"""Grid review (docs/review.md, "Grid review"): the annotator's page of one class's thumbnails
+and its JSON API. Thin: leasing, recording and undo are curation.services.review_grid's."""
+from __future__ import annotations
+
+import math
+
+from django.conf import settings
+from django.http import JsonResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_GET, require_POST
+
+from curation import selectors
+from curation.roles import ANNOTATOR
+from curation.services.review import NothingToUndo, ReviewError
+from curation.services.review_grid import (
+    GRID_MAX,
+    GRID_MIN,
+    grid_closest_id_classes,
+    grid_size,
+    review_grid_next,
+    review_grid_submit,
+    review_grid_undo,
+)
+from labeling_ui.review_views import KEYS, _json_body, role_required
+
+DEFAULT_SIZE = 48
+
+
+def _page(request, size: int) -> dict:
+    lease = review_grid_next(user=request.user, size=size)
+    tiles = selectors.review_payload(lease.assignments, model_name=settings.DEFAULT_MODEL)
+    cls = None
+    if tiles:
+        first = tiles[0]
+        cls = {**first["ood_class"], "id": lease.class_id, "source": first["source"],
+               "closest": grid_closest_id_classes(class_id=lease.class_id, model_name=settings.DEFAULT_MODEL)}
+    return {"tiles": tiles, "class": cls, "size": size}
+
+
+def _size_from(request, data: dict | None = None):
+    raw = (data or {}).get("size", request.GET.get("size", DEFAULT_SIZE))
+    return grid_size(raw)
+
+
+@role_required(ANNOTATOR)
+@require_GET
+def grid_screen(request):
+    return render(request, "labeling_ui/review_grid.html", {"keys": KEYS, "grid_min": GRID_MIN, "grid_max": GRID_MAX,
+                                                            "default_size": DEFAULT_SIZE,
+                                                            "lease_minutes": settings.REVIEW_LEASE_SECONDS // 60})
+
+
+@role_required(ANNOTATOR, api=True)
+@require_GET
+def api_grid_next(request):
+    try:
+        size = _size_from(request)
+    except ReviewError as exc:
+        return JsonResponse({"error": str(exc)}, status=400)
+    return JsonResponse({**_page(request, size), "progress": selectors.annotator_progress(request.user)})
+
+
+@role_required(ANNOTATOR, api=True)
+@require_POST
+def api_grid_submit(request):
+    try:
+        data = _json_body(request)
+        size = _size_from(request, data)
+        seconds = data.get("seconds")
+        saved = review_grid_submit(user=request.user, marks=data.get("marks"),
+                                   seconds=float(seconds) if isinstance(seconds, (int, float)) and not isinstance(seconds, bool)
+                                   and math.isfinite(seconds) else None)
+    except (ReviewError, TypeError, ValueError, OverflowError) as exc:
+        return JsonResponse({"error": str(exc)}, status=400)
+    return JsonResponse({"saved": {"reviews": len(saved.reviews), "skipped": saved.skipped, "replays": saved.replays},
+                         **_page(request, size), "progress": selectors.annotator_progress(request.user)})
+
+
+@role_required(ANNOTATOR, api=True)
+@require_POST
+def api_grid_undo(request):
+    try:
+        size = _size_from(request, _json_body(request))
+    except ReviewError as exc:
+        return JsonResponse({"error": str(exc)}, status=400)
+    try:
+        undone = review_grid_undo(user=request.user)
+    except (NothingToUndo, ReviewError) as exc:
+        return JsonResponse({"error": str(exc)}, status=409)
+    return JsonResponse({"undone": undone, **_page(request, size), "progress": selectors.annotator_progress(request.user)})

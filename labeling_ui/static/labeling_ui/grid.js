@@ -1,0 +1,233 @@
+// Grid review: a page of one class's thumbnails. Arrows move the cursor, O/I/U/N/S mark the tile
+// under it (I takes the ID class as on the single-image screen), Space opens it large, Enter records
+// every unmarked tile as ood and sends the page (one request, which brings the next page), Z takes
+// the last page back. Keys, the ID choice and keys typed while a page is sent are the shared
+// screen controller's (screen.js).
+(function () {
+  "use strict";
+  const root = document.getElementById("grid-review");
+  const $ = (id) => document.getElementById(id);
+  const api = { next: root.dataset.next, submit: root.dataset.submit, undo: root.dataset.undo };
+  const imageUrl = (id, variant) => `${root.dataset.images}${id}/${variant}`;
+  const { call, el } = window.OODScreen;
+  const MIN = Number(root.dataset.min), MAX = Number(root.dataset.max);
+  const SIZES = [12, 24, 35, 48, 60, 77, 96].filter((n) => n >= MIN && n <= MAX);
+  const LETTER = { ood: "O", id: "I", unclear: "U", not_target: "N", skip: "S" };
+
+  let size = Number(localStorage.getItem("oodc-grid-size")) || Number(root.dataset.size);
+  if (!(size >= MIN && size <= MAX)) size = Number(root.dataset.size);
+  let tiles = [], cursor = 0, cls = null, progress = null, shownAt = 0, pages = 0;
+  const marks = new Map();   // assignment -> {decision, wnids, note}: this page's marks, until it is sent
+  const sent = [];           // the marks of the pages sent, newest last (what undo brings back)
+  const zoom = window.OODZoom($("stage"), $("photo"), $("zoom-level"));
+  const status = (text, kind) => screen.status(text, kind);
+  const viewing = () => !$("tile-view").hidden;
+
+  // -- layout: the page fills the area without scrolling ------------------------------------------
+  function layout() {
+    const area = $("tiles-area").getBoundingClientRect();
+    const n = Math.max(tiles.length, 1), gap = 4;
+    let best = { side: 0, cols: 1 };
+    for (let c = 1; c <= n; c++) {
+      const rows = Math.ceil(n / c);
+      const side = Math.floor(Math.min((area.width - 8 - gap * (c - 1)) / c, (area.height - 8 - gap * (rows - 1)) / rows));
+      if (side > best.side) best = { side, cols: c };
+    }
+    const grid = $("tiles");
+    grid.style.gridTemplateColumns = `repeat(${best.cols}, ${best.side}px)`;
+    grid.style.setProperty("--tile", `${best.side}px`);
+    grid.dataset.cols = best.cols;
+    $("size-label").textContent = `${size} per page`;
+  }
+  new ResizeObserver(() => layout()).observe($("tiles-area"));  // the window, or the key bar growing a line
+
+  // -- the page -----------------------------------------------------------------------------------
+  function tileEl(t, i) {
+    const top = t.top5[0];
+    const cap = el("div", { class: "cap" }, el("span", { class: "t1", text: top ? top.label : "—" }),
+      el("span", { class: "msp", text: top ? `${Math.round(100 * top.prob)}%` : "" }));
+    const d = el("div", { class: "tile", role: "gridcell", "data-i": String(i), "data-assignment": String(t.assignment),
+                          "data-image": String(t.image), title: top ? `${t.path} · top-1 ${top.label} (MSP ${top.prob.toFixed(2)})` : t.path },
+      el("img", { src: imageUrl(t.image, "thumb"), alt: `image ${t.image}`, draggable: "false" }),
+      el("span", { class: "badge" }), cap);
+    d.addEventListener("click", (ev) => { moveTo(i); if (ev.detail === 2) openView(); });
+    return d;
+  }
+  function paintTile(i) {
+    const t = tiles[i], d = $("tiles").children[i];
+    if (!t || !d) return;
+    const m = marks.get(t.assignment);
+    d.className = "tile" + (i === cursor ? " cursor" : "") + (m ? ` marked m-${m.decision}` : "");
+    d.dataset.mark = m ? m.decision : "";
+    d.querySelector(".badge").textContent = m ? LETTER[m.decision] + (m.decision === "id" ? ` ${m.wnids.length}` : "") : "";
+  }
+  function showPanel() {
+    const t = tiles[cursor];
+    $("cursor-at").textContent = t ? `${cursor + 1} of ${tiles.length}` : "";
+    $("top5").replaceChildren(...(t ? t.top5 : []).map((p) => el("li", { "data-wnid": p.wnid, "data-rank": String(p.rank) },
+      el("div", { class: "row" }, el("kbd", { text: String(p.rank) }), el("strong", { text: p.label }),
+        el("span", { class: "prob", text: `${(100 * p.prob).toFixed(1)}%` })),
+      el("div", { class: "gloss small", text: p.gloss }))));
+    const m = t && marks.get(t.assignment);
+    if (m && m.decision === "id") m.wnids.forEach((w) => { const li = document.querySelector(`#top5 li[data-wnid="${w}"]`); if (li) li.classList.add("picked"); });
+  }
+  function showProgress() {
+    if (!progress) return;
+    $("progress-left").textContent = `${progress.left} of ${progress.total} left in your queue`;
+    $("progress-today").textContent = `${progress.done_today} done today`;
+    $("progress-pace").textContent = progress.median_seconds === null ? "" : `median ${progress.median_seconds} s per image`;
+    $("empty-summary").textContent = `You reviewed ${progress.done_today} image${progress.done_today === 1 ? "" : "s"} today.`;
+  }
+  function render(data) {
+    screen.leaveId();
+    closeView();
+    tiles = data.tiles || [];
+    cls = data.class;
+    if (data.progress) progress = data.progress;
+    for (const a of [...marks.keys()]) if (!tiles.some((t) => t.assignment === a)) marks.delete(a);
+    cursor = 0;
+    root.classList.toggle("is-empty", !tiles.length);
+    $("empty").hidden = !!tiles.length;
+    document.querySelectorAll("button.decide, #send").forEach((b) => { b.disabled = !tiles.length; });
+    $("ood-label").textContent = cls ? cls.label : "Queue finished";
+    $("ood-gloss").textContent = cls ? cls.gloss : "";
+    $("source").textContent = cls ? `· ${cls.source}` : "";
+    $("closest").replaceChildren(...(cls ? cls.closest : []).map((c) => el("li", { title: c.gloss, "data-wnid": c.wnid },
+      el("strong", { text: c.label }), el("span", { class: "muted small", text: ` ${Math.round(100 * c.share)}% of top-1s` }))));
+    $("tiles").replaceChildren(...tiles.map(tileEl));
+    tiles.forEach((_t, i) => paintTile(i));
+    layout();
+    showPanel();
+    showProgress();
+    shownAt = performance.now();
+    root.dataset.page = String(pages);
+  }
+
+  function moveTo(i) {
+    if (!tiles.length) return;
+    const old = cursor;
+    cursor = Math.max(0, Math.min(tiles.length - 1, i));
+    paintTile(old); paintTile(cursor);
+    if (screen.mode() === "id") screen.leaveId();
+    showPanel();
+    const d = $("tiles").children[cursor];
+    if (d && d.scrollIntoView) d.scrollIntoView({ block: "nearest" });
+    if (viewing()) showView();
+  }
+  function move(dx, dy) {
+    const cols = Number($("tiles").dataset.cols) || 1;
+    moveTo(cursor + dx + dy * cols);
+  }
+
+  // -- one tile, large ----------------------------------------------------------------------------
+  function showView() {
+    const t = tiles[cursor];
+    if (!t) return;
+    $("dims").textContent = `${t.width}×${t.height}`;
+    $("path").textContent = t.path;
+    $("photo").dataset.image = t.image;
+    zoom.show(imageUrl(t.image, "view"), imageUrl(t.image, "full"), t.width, t.height);
+  }
+  function openView() { if (!tiles[cursor]) return; $("tile-view").hidden = false; root.classList.add("viewing"); showView(); }
+  function closeView() { $("tile-view").hidden = true; root.classList.remove("viewing"); }
+
+  // -- marks, pages -------------------------------------------------------------------------------
+  function mark(decision, wnids) {
+    const t = tiles[cursor];
+    if (!t) return;
+    const note = $("note").value.trim();
+    marks.set(t.assignment, { decision, wnids: wnids || [], note });
+    $("note").value = "";
+    paintTile(cursor);
+    const what = decision === "id" ? `id (${wnids.join(", ")})` : decision;
+    status(`Tile ${cursor + 1}: ${what}. ${marks.size} marked; Enter records the other ${tiles.length - marks.size} as ood.`, "ok");
+    if (viewing()) closeView();
+    if (cursor < tiles.length - 1) moveTo(cursor + 1); else showPanel();
+  }
+  function clearMark() {
+    const t = tiles[cursor];
+    if (t && marks.delete(t.assignment)) { paintTile(cursor); showPanel(); status(`Tile ${cursor + 1}: mark removed.`); }
+  }
+
+  async function load() {
+    status("Loading…");
+    try {
+      render(await call(`${api.next}?size=${size}`));
+      status(tiles.length ? "Ready: arrows move, O/I/U/N mark, Enter sends the page (the rest as ood). ? for the keys." : "");
+      return true;
+    } catch (e) { status(`Could not load your page: ${e.message}. Reload to try again.`, "error"); return false; }
+  }
+
+  async function send() {
+    if (!tiles.length) return false;
+    const explicit = new Map(marks);
+    const payload = tiles.map((t) => ({ assignment: t.assignment, ...(marks.get(t.assignment) || { decision: "ood", wnids: [], note: "" }) }));
+    const counts = {};
+    payload.forEach((m) => { counts[m.decision] = (counts[m.decision] || 0) + 1; });
+    status(`Sending the page (${payload.length} tiles)…`);
+    try {
+      const data = await call(api.submit, { marks: payload, seconds: (performance.now() - shownAt) / 1000, size });
+      sent.push(explicit);
+      pages += 1;
+      marks.clear();
+      render(data);
+      const summary = Object.entries(counts).map(([d, n]) => `${n} ${d}`).join(", ");
+      status(`Saved page: ${summary} · Z takes it back`, "ok");
+      return true;
+    } catch (e) {
+      status(`Page not saved: ${e.message}. Nothing on it was recorded; your marks are still here, try again.`, "error");
+      return false;
+    }
+  }
+
+  async function undo() {
+    status("Taking back the last page…");
+    try {
+      const data = await call(api.undo, { size });
+      const restored = sent.pop() || new Map();
+      for (const [a, m] of restored) marks.set(a, m);
+      render(data);
+      status(`The last page was taken back (${data.undone} decisions): its images are here with your marks; Enter sends it again.`, "ok");
+      return true;
+    } catch (e) { status(e.message, "error"); return false; }
+  }
+
+  async function resize(delta) {
+    const i = SIZES.findIndex((n) => n >= size);
+    const next = SIZES[Math.max(0, Math.min(SIZES.length - 1, (i < 0 ? SIZES.length - 1 : i) + delta))];
+    if (next === size) { status(`${size} tiles per page is the ${delta > 0 ? "most" : "fewest"} there can be.`); return true; }
+    size = next;
+    localStorage.setItem("oodc-grid-size", String(size));
+    return load();
+  }
+
+  const screen = window.OODScreen({
+    root, classesUrl: root.dataset.classes,
+    top5: () => (tiles[cursor] ? tiles[cursor].top5 : []),
+    record: (decision, wnids) => mark(decision, wnids),
+    direct: { o: "ood", u: "unclear", n: "not_target", s: "skip" },
+    idPrompt: "ID visible on this tile: 1–5 for one of its top-5 classes (Shift adds more), / to search all ID classes, Esc to cancel.",
+    keys: {
+      Enter: () => send(), z: () => undo(), "+": () => resize(1), "=": () => resize(1), "-": () => resize(-1),
+      Backspace: () => clearMark(), Delete: () => clearMark(),
+    },
+    before: (e, mode) => {
+      if (viewing()) {
+        if (e.key === "Escape" || e.key === " ") { closeView(); return true; }
+        if (zoom.key(e, mode !== "id")) return true;
+      }
+      if (mode === "id") return false;
+      const arrows = { ArrowLeft: [-1, 0], ArrowRight: [1, 0], ArrowUp: [0, -1], ArrowDown: [0, 1] }[e.key];
+      if (arrows && !viewing()) { move(...arrows); return true; }
+      if (e.key === " ") { openView(); return true; }
+      return false;
+    },
+  });
+
+  $("send").addEventListener("click", (ev) => { ev.currentTarget.blur(); if (!screen.busy()) screen.run(() => send()); });
+  $("undo").addEventListener("click", (ev) => { ev.currentTarget.blur(); if (!screen.busy()) screen.run(() => undo()); });
+  $("more").addEventListener("click", (ev) => { ev.currentTarget.blur(); if (!screen.busy()) screen.run(() => resize(1)); });
+  $("fewer").addEventListener("click", (ev) => { ev.currentTarget.blur(); if (!screen.busy()) screen.run(() => resize(-1)); });
+  $("tile-view").addEventListener("dblclick", () => {});
+  screen.run(() => load());
+})();
