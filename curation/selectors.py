@@ -475,7 +475,7 @@ def export_list(*, limit: int = 100):
 
 EVAL_CSV_COLUMNS = ["model", "detector", "status", "set", "group", "name", "n", "auroc", "aupr_in", "aupr_out",
                     "fpr95_id_positive", "fpr95_ood_positive", "unit_test_failed", "failure_auroc", "moaa", "id_accuracy",
-                    "fpr_method", "oaa_convention", "decoder"]
+                    "fpr_method", "oaa_convention", "decoder", "aupr_method"]
 _METRICS = ("auroc", "aupr_in", "aupr_out", "fpr95_id_positive", "fpr95_ood_positive")
 
 
@@ -495,7 +495,8 @@ def evaluation_csv_rows(run) -> list[dict]:
         for det, e in r.get("detectors", {}).items():
             conv = r.get("conventions") or {}
             base = {"model": model, "detector": det, "status": e["status"], "fpr_method": conv.get("fpr_method", "exact"),
-                    "oaa_convention": conv.get("oaa_convention", "paper"), "decoder": res.get("decoder", "pil")}
+                    "oaa_convention": conv.get("oaa_convention", "paper"), "decoder": res.get("decoder", "pil"),
+                    "aupr_method": conv.get("aupr_method", "average-precision")}
             if e["status"] != "ok":
                 rows.append({**base, "set": "ood", "group": "pooled", "name": e.get("error", "")})
                 continue

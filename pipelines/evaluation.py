@@ -24,7 +24,17 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .detectors import DETECTORS, Detector, DetectorError, Head, Outputs, get_detector
-from .metrics import FPR_METHODS, OAA_CONVENTIONS, OAA_GRID, TPR_LEVEL, failure_detection_auroc, full_spectrum_metrics, mean_outlier_aware_accuracy, ood_metrics
+from .metrics import (
+    AUPR_METHODS,
+    FPR_METHODS,
+    OAA_CONVENTIONS,
+    OAA_GRID,
+    TPR_LEVEL,
+    failure_detection_auroc,
+    full_spectrum_metrics,
+    mean_outlier_aware_accuracy,
+    ood_metrics,
+)
 from .severity import ESTIMATION, GROUP_RULE, PER_CLASS, check_protocol, severity_levels, severity_requirements
 
 UNIT_TEST_FPR_LIMIT = 0.10  # NINCO: a detector fails a unit test when its FPR there is above 10%
@@ -35,13 +45,14 @@ class Conventions:
     """How the figures are computed where the papers' codes differ (docs/evaluation.md)."""
 
     fpr_method: str = "exact"  # or "ninco-interpolated" (NINCO's code: np.quantile)
+    aupr_method: str = "average-precision"  # or "openood" (the trapezoid under scikit-learn's PR curve)
     oaa_convention: str = "paper"  # or "code" (Wang et al.'s compute_oaa)
     severity_protocol: str = "c-ood"  # or "small-data" (ours, labelled as not C-OOD's)
     severity_per_class: int = PER_CLASS
     severity_estimation: int = ESTIMATION
 
     def __post_init__(self):
-        for value, allowed, what in ((self.fpr_method, FPR_METHODS, "fpr-method"),
+        for value, allowed, what in ((self.fpr_method, FPR_METHODS, "fpr-method"), (self.aupr_method, AUPR_METHODS, "aupr-method"),
                                      (self.oaa_convention, OAA_CONVENTIONS, "oaa-convention")):
             if value not in allowed:
                 raise ValueError(f"{what}: {value!r} is not one of {', '.join(allowed)}")
@@ -54,6 +65,10 @@ class Conventions:
             "fpr95_id_positive": ("threshold at NumPy's interpolated 5% quantile of ID scores, as NINCO's code"
                                   if self.fpr_method == "ninco-interpolated" else
                                   "threshold at the exact order statistic keeping >= 95% of ID scores"),
+            "aupr_method": self.aupr_method,
+            "aupr": ("trapezoid under scikit-learn's precision-recall curve, as OpenOOD v1.5's metrics.auc(recall, precision)"
+                     if self.aupr_method == "openood" else
+                     "average precision (scikit-learn's average_precision_score), as NINCO"),
             "oaa_convention": self.oaa_convention,
             "moaa": ("rejected samples with a wrong prediction count as correct, misclassified ID included (Wang et al.'s code)"
                      if self.oaa_convention == "code" else
@@ -87,16 +102,17 @@ ALL_SHIFTED = "all shifted sets"
 ID_SOURCE = "ID source"
 
 
-def _fs_x(id_scores, ood_scores, shifted: dict[str, np.ndarray], ood_shifted: dict[str, np.ndarray], fm: str) -> dict:
+def _fs_x(id_scores, ood_scores, shifted: dict[str, np.ndarray], ood_shifted: dict[str, np.ndarray], fm: str,
+          am: str = "average-precision") -> dict:
     """ImageNet-FS-X (paper 004 sec. 2.2): per source, its ID-class images vs its OOD-class images;
     pooled, every ID-class image (ID source and variants) vs every OOD-class image of all sources,
     one AUROC over the concatenated scores as the authors' ``test_ood(is_fullspectrum=True)``."""
-    per_source = {ID_SOURCE: ood_metrics(id_scores, ood_scores, fpr_method=fm)}
+    per_source = {ID_SOURCE: ood_metrics(id_scores, ood_scores, fpr_method=fm, aupr_method=am)}
     for name, scores in shifted.items():
         if name in ood_shifted:
-            per_source[name] = ood_metrics(scores, ood_shifted[name], fpr_method=fm)
+            per_source[name] = ood_metrics(scores, ood_shifted[name], fpr_method=fm, aupr_method=am)
     pooled = ood_metrics(np.concatenate([id_scores, *shifted.values()]), np.concatenate([ood_scores, *ood_shifted.values()]),
-                         fpr_method=fm)
+                         fpr_method=fm, aupr_method=am)
     return {"pooled": pooled, "per_source": per_source}
 
 
@@ -139,11 +155,12 @@ def clean(value: Any) -> Any:
     return value
 
 
-def _group_metrics(id_scores: np.ndarray, scores: np.ndarray, groups: np.ndarray, fpr_method: str = "exact") -> dict[str, dict]:
+def _group_metrics(id_scores: np.ndarray, scores: np.ndarray, groups: np.ndarray, fpr_method: str = "exact",
+                   aupr_method: str = "average-precision") -> dict[str, dict]:
     out = {}
     for g in sorted(set(groups.tolist())):
         sel = scores[groups == g]
-        m = ood_metrics(id_scores, sel, fpr_method=fpr_method)
+        m = ood_metrics(id_scores, sel, fpr_method=fpr_method, aupr_method=aupr_method)
         out[g] = {"n": int(len(sel)), **{k: m[k] for k in ("auroc", "aupr_in", "aupr_out", "fpr95_id_positive", "fpr95_ood_positive")}}
     return out
 
@@ -153,7 +170,7 @@ def evaluate_model(inputs: EvalInputs, methods: list[tuple[str, dict]], *, sever
     """Evaluate every (detector name, params) in ``methods``. A detector that cannot be fitted or
     scored is reported as failed with its error; the others go on."""
     conv = conventions or Conventions()
-    fm = conv.fpr_method
+    fm, am = conv.fpr_method, conv.aupr_method
     labels = inputs.id_test.labels if inputs.id_test.labels is not None else np.full(len(inputs.id_test), -1)
     labelled = labels >= 0
     pred = inputs.id_test.logits.argmax(axis=1)
@@ -181,20 +198,20 @@ def evaluate_model(inputs: EvalInputs, methods: list[tuple[str, dict]], *, sever
             det.fit(inputs.fit, inputs.head)
             id_scores = det.score(inputs.id_test)
             ood_scores = det.score(inputs.ood)
-            entry["pooled"] = ood_metrics(id_scores, ood_scores, fpr_method=fm)
-            entry["classes"] = _group_metrics(id_scores, ood_scores, inputs.ood_groups, fm)
+            entry["pooled"] = ood_metrics(id_scores, ood_scores, fpr_method=fm, aupr_method=am)
+            entry["classes"] = _group_metrics(id_scores, ood_scores, inputs.ood_groups, fm, am)
             if inputs.id_shifted:
                 shifted_scores = {name: det.score(o) for name, o in inputs.id_shifted.items()}
                 if len(shifted_scores) > 1:  # every shifted set together, as ImageNet-FS-X pools its sources
                     shifted_scores[ALL_SHIFTED] = np.concatenate(list(shifted_scores.values()))
-                entry["full_spectrum"] = {name: full_spectrum_metrics(id_scores, sc, ood_scores, fpr_method=fm)
+                entry["full_spectrum"] = {name: full_spectrum_metrics(id_scores, sc, ood_scores, fpr_method=fm, aupr_method=am)
                                           for name, sc in shifted_scores.items()}
             if inputs.ood_shifted:
                 entry["fs_x"] = _fs_x(id_scores, ood_scores, {n: det.score(o) for n, o in inputs.id_shifted.items()},
-                                      {n: det.score(o) for n, o in inputs.ood_shifted.items()}, fm)
+                                      {n: det.score(o) for n, o in inputs.ood_shifted.items()}, fm, am)
             if inputs.ood_subsplits is not None:
                 named = inputs.ood_subsplits != ""
-                entry["subsplits"] = _group_metrics(id_scores, ood_scores[named], inputs.ood_subsplits[named], fm)
+                entry["subsplits"] = _group_metrics(id_scores, ood_scores[named], inputs.ood_subsplits[named], fm, am)
             per_class = list(entry["classes"].values())
             entry["mean_class"] = {k: float(np.mean([c[k] for c in per_class]))
                                    for k in ("auroc", "fpr95_id_positive", "fpr95_ood_positive")}
@@ -208,7 +225,7 @@ def evaluate_model(inputs: EvalInputs, methods: list[tuple[str, dict]], *, sever
             if inputs.unit_tests is not None and len(inputs.unit_tests):
                 unit_scores = det.score(inputs.unit_tests)
                 assert inputs.unit_groups is not None  # given with the unit-test outputs
-                tests = _group_metrics(id_scores, unit_scores, inputs.unit_groups, fm)
+                tests = _group_metrics(id_scores, unit_scores, inputs.unit_groups, fm, am)
                 for t in tests.values():
                     t["failed"] = bool(t["fpr95_id_positive"] > UNIT_TEST_FPR_LIMIT)
                 entry["unit_tests"] = tests
@@ -238,9 +255,10 @@ def detector_info(names: list[str], method_params: dict | None = None) -> dict[s
         if n not in DETECTORS:
             continue
         used = {**DETECTORS[n].defaults(), **(method_params or {}).get(n, {})}
-        settings = ", ".join(f"{p.name}={used[p.name]:g}" if used.get(p.name) is not None else f"{p.name}: {p.describe()}"
+        settings = ", ".join(f"{p.name}={p.format(used[p.name])}" if used.get(p.name) is not None else f"{p.name}: {p.describe()}"
                              for p in DETECTORS[n].parameters)
-        out[n] = {"label": DETECTORS[n].label, "paper": DETECTORS[n].paper, "settings": settings}
+        out[n] = {"label": DETECTORS[n].label, "paper": DETECTORS[n].paper, "settings": settings,
+                  "reference": DETECTORS[n].reference}
     return out
 
 

@@ -14,9 +14,15 @@ Conventions (REFERENCE.md, Metrics; NINCO sec. 5 and OpenOOD v1.5):
   threshold is where at least 95% of OOD is caught; the figure is the share of ID flagged.
 - ``auroc``: P(ID score > OOD score) + P(equal) / 2, the trapezoid under the ROC curve whose
   points are the distinct score values (so tied scores move both rates at once).
-- ``aupr_in`` / ``aupr_out``: average precision (sum of precision times recall increments at
-  the distinct thresholds, no interpolation, as scikit-learn's ``average_precision_score``)
-  with ID resp. OOD as the positive class.
+- ``aupr_in`` / ``aupr_out``: with ID resp. OOD as the positive class, by ``aupr_method``:
+  - ``average-precision`` (default): the sum of precision times recall increments at the
+    distinct thresholds, no interpolation, as scikit-learn's ``average_precision_score``;
+  - ``openood``: the trapezoid under scikit-learn's precision-recall curve (its points at every
+    distinct pooled score, plus the end point recall 0 / precision 1), as OpenOOD v1.5's
+    ``auc_and_fpr_recall`` takes ``metrics.auc(recall, precision)`` (OOD positive on negated
+    scores for AUPR-Out; Jingkang50/OpenOOD@3c35632ee91b openood/evaluators/metrics.py). The
+    trapezoid credits straight lines between PR points, so it is higher than average precision
+    wherever ranks are mixed (ID [1, 0] vs OOD [0, 0]: AUPR-In 0.875 vs 0.75).
 
 How: each side is sorted once and reduced to its distinct values with their counts; the two
 distinct lists are merged once (one stable merge of two sorted runs). Every ROC and PR point for
@@ -32,6 +38,7 @@ from numpy.typing import ArrayLike
 
 TPR_LEVEL = 0.95
 FPR_METHODS = ("exact", "ninco-interpolated")
+AUPR_METHODS = ("average-precision", "openood")
 # Outlier-aware accuracy: which rejected samples count as correct (REFERENCE-2.md, 4.4).
 OAA_CONVENTIONS = ("paper", "code")
 OAA_GRID = "every pooled score (each distinct score a threshold, weighted by how many samples carry it)"
@@ -72,10 +79,30 @@ def _merge(ua: np.ndarray, ub: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return le, eq
 
 
-def ood_metrics(id_scores: ArrayLike, ood_scores: ArrayLike, *, tpr_level: float = TPR_LEVEL, fpr_method: str = "exact") -> dict[str, float]:
+def _aupr_trapezoid(pos: np.ndarray, neg: np.ndarray) -> float:
+    """The trapezoid under the precision-recall curve of ``pos`` (positives, higher = more
+    positive) against ``neg``: a point at every distinct pooled score (all samples scoring >= it
+    flagged), and the end point recall 0 / precision 1; straight lines between points."""
+    s = np.concatenate([pos, neg])
+    y = np.concatenate([np.ones(pos.size), np.zeros(neg.size)])
+    order = np.argsort(-s, kind="stable")
+    s, y = s[order], y[order]
+    ends = np.append(np.flatnonzero(s[1:] != s[:-1]), s.size - 1)  # last index of each distinct value
+    tp = np.cumsum(y)[ends]
+    precision = tp / (ends + 1.0)
+    recall = tp / pos.size
+    r = np.concatenate([[0.0], recall])
+    p = np.concatenate([[1.0], precision])
+    return float(np.sum(np.diff(r) * (p[1:] + p[:-1]) / 2.0))
+
+
+def ood_metrics(id_scores: ArrayLike, ood_scores: ArrayLike, *, tpr_level: float = TPR_LEVEL, fpr_method: str = "exact",
+                aupr_method: str = "average-precision") -> dict[str, float]:
     """AUROC, AUPR-In, AUPR-Out and FPR@95 in both conventions; see the module docstring."""
     if fpr_method not in FPR_METHODS:
         raise ValueError(f"fpr_method {fpr_method!r}: use one of {', '.join(FPR_METHODS)}")
+    if aupr_method not in AUPR_METHODS:
+        raise ValueError(f"aupr_method {aupr_method!r}: use one of {', '.join(AUPR_METHODS)}")
     ids = _as_scores(id_scores, "ID scores")
     oods = _as_scores(ood_scores, "OOD scores")
     n_id, n_ood = ids.size, oods.size
@@ -107,6 +134,8 @@ def ood_metrics(id_scores: ArrayLike, ood_scores: ArrayLike, *, tpr_level: float
     # OpenOOD, OOD positive: flag score <= v, the lowest v that catches >= 95% of OOD
     v = sb[_at_least(tpr_level, n_ood) - 1]
     fpr95_ood = float(np.searchsorted(sa, v, side="right") / n_id)
+    if aupr_method == "openood":
+        aupr_in, aupr_out = _aupr_trapezoid(ids, oods), _aupr_trapezoid(-oods, -ids)
     return {"auroc": auroc, "aupr_in": aupr_in, "aupr_out": aupr_out,
             "fpr95_id_positive": fpr95_id, "fpr95_ood_positive": fpr95_ood, "n_id": n_id, "n_ood": n_ood}
 
@@ -172,7 +201,7 @@ def mean_outlier_aware_accuracy(id_scores: ArrayLike, id_correct: ArrayLike, ood
 
 
 def full_spectrum_metrics(id_scores: ArrayLike, shifted_scores: ArrayLike, ood_scores: ArrayLike, *, tpr_level: float = TPR_LEVEL,
-                          fpr_method: str = "exact") -> dict[str, dict[str, float]]:
+                          fpr_method: str = "exact", aupr_method: str = "average-precision") -> dict[str, dict[str, float]]:
     """Three views of covariate shift, each a dict with ``ood_metrics``' keys:
 
     - ``standard``: ID test vs OOD (the usual benchmark);
@@ -184,7 +213,7 @@ def full_spectrum_metrics(id_scores: ArrayLike, shifted_scores: ArrayLike, ood_s
     """
     ids = _as_scores(id_scores, "ID scores")
     shifted = _as_scores(shifted_scores, "shifted ID scores")
-    kw: dict[str, Any] = {"tpr_level": tpr_level, "fpr_method": fpr_method}
+    kw: dict[str, Any] = {"tpr_level": tpr_level, "fpr_method": fpr_method, "aupr_method": aupr_method}
     return {
         "standard": ood_metrics(ids, ood_scores, **kw),
         "full_spectrum": ood_metrics(np.concatenate([ids, shifted]), ood_scores, **kw),

@@ -258,7 +258,7 @@ def test_conventions_are_chosen_recorded_and_shown(tmp_path, role_groups):
     run = EvaluationRun.objects.get()
     conv = run.results["models"]["toy"]["conventions"]
     assert run.config["conventions"]["fpr_method"] == "ninco-interpolated" and conv["oaa_convention"] == "code"
-    assert "conventions: FPR@95 ID+ ninco-interpolated; mOAA code; severity c-ood" in out.getvalue()
+    assert "conventions: FPR@95 ID+ ninco-interpolated; AUPR average-precision; mOAA code; severity c-ood" in out.getvalue()
     # the pooled FPR is NINCO's code's: np.quantile of the ID scores (written here, not our helper)
     from curation.services.evaluation import load_outputs
     from pipelines.detectors import get_detector

@@ -37,6 +37,9 @@ class EvaluationCreateForm(forms.Form):
     fpr_method = forms.ChoiceField(choices=[("exact", "exact order statistic (default)"),
                                             ("ninco-interpolated", "NINCO's code: np.quantile (linear interpolation)")],
                                    required=False, initial="exact", help_text="FPR@95 (ID positive) threshold")
+    aupr_method = forms.ChoiceField(choices=[("average-precision", "average precision, as NINCO (default)"),
+                                             ("openood", "OpenOOD v1.5: trapezoid under scikit-learn's PR curve")],
+                                    required=False, initial="average-precision", help_text="AUPR-In / AUPR-Out")
     oaa_convention = forms.ChoiceField(choices=[("paper", "paper: rejected OOD count as correct (default)"),
                                                 ("code", "authors' code: every rejected wrong prediction counts")],
                                        required=False, initial="paper", help_text="Outlier-aware accuracy (mOAA)")
@@ -67,6 +70,10 @@ class EvaluationCreateForm(forms.Form):
         self.fields["methods"].choices = [(n, f"{DETECTORS[n].label} ({DETECTORS[n].paper})") for n in detector_names()]
         self.fields["methods"].initial = detector_names()
         for det, p in parameters():  # each detector's own declaration: knn_k, odin_temperature, vim_dim, ...
+            if p.choices:  # a convention where the reference codes differ
+                self.fields[p.key(det)] = forms.ChoiceField(required=False, initial=p.default, choices=[(c, c) for c in p.choices],
+                                                            label=f"{DETECTORS[det].label}: {p.name}", help_text=p.describe())
+                continue
             field = forms.IntegerField if p.kind is int else forms.FloatField
             low = 0 if p.default is None else p.low  # 0 (or empty): the detector works it out
             self.fields[p.key(det)] = field(required=False, initial=p.default, min_value=low, max_value=p.high,
@@ -118,7 +125,8 @@ class EvaluationRunAdmin(NoDelete, NoChange, RecordAdmin):
             d = form.cleaned_data
             from pipelines.detectors import parameters
 
-            params = {k: d[k] for k in ("seed", "fpr_method", "oaa_convention", "severity_protocol", "decoder", "sanity_seeds")}
+            params = {k: d[k] for k in ("seed", "fpr_method", "aupr_method", "oaa_convention", "severity_protocol", "decoder",
+                                        "sanity_seeds")}
             params.update({p.key(det): d[p.key(det)] for det, p in parameters() if d.get(p.key(det)) is not None})
             if params["sanity_seeds"] is None:  # empty: the deployment's default (OODC_EVAL_SANITY_SEEDS)
                 del params["sanity_seeds"]

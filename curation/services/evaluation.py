@@ -180,7 +180,7 @@ def _conventions(params: dict) -> dict:
 
     from pipelines.evaluation import Conventions
 
-    chosen = {k: params[k] for k in ("fpr_method", "oaa_convention", "severity_protocol") if params.get(k)}
+    chosen = {k: params[k] for k in ("fpr_method", "aupr_method", "oaa_convention", "severity_protocol") if params.get(k)}
     try:
         chosen.update({k: int(params[k]) for k in ("severity_per_class", "severity_estimation") if params.get(k)})
     except (TypeError, ValueError):

@@ -73,9 +73,12 @@ class Head:
 
     def restricted(self, keep: np.ndarray) -> "Head":
         """The layer for the classes ``keep`` only (rows of weight and bias, in that order)."""
-        return Head(weight=self.weight[keep], bias=self.bias[keep])
         if self.weight.ndim != 2 or self.bias.shape != (self.weight.shape[0],):
             raise DetectorError(f"head weight {self.weight.shape} / bias {self.bias.shape} are not [C, d] / [C]")
+        keep = np.asarray(keep, dtype=np.int64)
+        if keep.size and (keep.min() < 0 or keep.max() >= self.weight.shape[0]):
+            raise DetectorError(f"classes to keep must be indices in [0, {self.weight.shape[0] - 1}]")
+        return Head(weight=self.weight[keep], bias=self.bias[keep])
 
     def logits(self, features: np.ndarray) -> np.ndarray:
         return features.astype(np.float64) @ self.weight.T + self.bias
@@ -95,12 +98,17 @@ class Param:
     and the docs table (``python manage.py detectors``) are all made from it."""
 
     name: str  # the detector's own name for it, e.g. "k"
-    kind: type  # int or float
-    default: int | float | None  # None: the detector works it out (e.g. ViM's rule from the feature dimension)
+    kind: type  # int, float, or str for a convention chosen among ``choices``
+    default: int | float | str | None  # None: the detector works it out (e.g. ViM's rule from the feature dimension)
     low: int | float | None = None
     high: int | float | None = None
     help: str = ""
     source: str = ""  # where the default comes from, e.g. "NINCO"
+    choices: tuple[str, ...] = ()  # a convention where reference codes differ (kind str): its named options
+
+    def __post_init__(self):
+        if self.choices and (self.kind is not str or self.default not in self.choices):
+            raise ValueError(f"parameter {self.name}: a choice parameter is kind str with its default among {self.choices}")
 
     def key(self, detector: str) -> str:
         """The run settings' key, and the admin field's name: ``knn_k``."""
@@ -110,15 +118,29 @@ class Param:
         """The command-line option: ``--knn-k``."""
         return "--" + self.key(detector).replace("_", "-")
 
+    def format(self, value: Any) -> str:
+        """A value of this parameter as the results and tables write it."""
+        if value is None:
+            return "worked out from the data"
+        return str(value) if self.choices else f"{value:g}"
+
+    def range_text(self) -> str:
+        """The values it takes, for tables: "a / b" for a convention, "low to high" for a number."""
+        return " / ".join(self.choices) if self.choices else f"{plain_number(self.low)} to {plain_number(self.high)}"
+
     def describe(self) -> str:
-        default = "worked out from the data" if self.default is None else f"{self.default:g}"
-        return f"{self.help} (default {default}{'; ' + self.source if self.source else ''})"
+        options = f"; one of {', '.join(self.choices)}" if self.choices else ""
+        return f"{self.help} (default {self.format(self.default)}{'; ' + self.source if self.source else ''}{options})"
 
     def check(self, detector: str, value: Any) -> Any:
         """``value`` as this parameter's type and in its range; DetectorError naming the flag otherwise.
         None (and 0 for a parameter the detector works out) means the default."""
         if value is None or value == "" or (self.default is None and value in (0, "0")):
             return self.default
+        if self.choices:
+            if str(value) not in self.choices:
+                raise DetectorError(f"{self.flag(detector)}: {value!r} is not one of {', '.join(self.choices)}")
+            return str(value)
         try:
             value = self.kind(value)
         except (TypeError, ValueError):
@@ -132,6 +154,9 @@ class Detector:
     name: ClassVar[str] = ""
     label: ClassVar[str] = ""
     paper: ClassVar[str] = ""
+    # The reference implementation its test is checked against: repository, file and commit
+    # (``OPENOOD`` / ``PYTORCH_OOD`` below, or the authors' code)
+    reference: ClassVar[str] = ""
     needs_fit: ClassVar[bool] = False  # learns statistics from the ID fit set
     needs_head: ClassVar[bool] = False  # needs the classifier's weight and bias
     parameters: ClassVar[tuple[Param, ...]] = ()  # every setting it takes, declared once
@@ -173,6 +198,10 @@ class Detector:
 
 DETECTORS: dict[str, type[Detector]] = {}
 
+# The reference codes the detectors' tests are written from (tests/pipelines/test_detectors_reference.py)
+OPENOOD = "Jingkang50/OpenOOD@3c35632ee91b"
+PYTORCH_OOD = "kkirchheim/pytorch-ood@d04767360a38"
+
 
 def register_detector(cls: type[Detector]) -> type[Detector]:
     if not cls.name or cls.name in DETECTORS:
@@ -183,7 +212,10 @@ def register_detector(cls: type[Detector]) -> type[Detector]:
 
 # The order tables list them in (NINCO's tables: output-based first, then feature-based).
 PREFERRED_ORDER = ("msp", "maxlogit", "energy", "entropy", "kl_matching", "mahalanobis", "relative_mahalanobis", "vim", "knn",
-                   "react", "ash", "cosine", "mcm", "odin")
+                   "react", "ash", "cosine", "mcm", "odin",
+                   # output-based newcomers, then feature-based (issue 32)
+                   "temperature_scaling", "gen", "gradnorm", "dice", "she", "scale", "ash_p", "ash_b", "vra", "nnguide", "relation",
+                   "fdbd", "nci", "residual", "mahalanobis_pp", "gmm")
 
 
 def detector_names() -> list[str]:

@@ -17,6 +17,7 @@ class Cosine(Detector):
     name = "cosine"
     label = "Cosine"
     paper = "Bitterwolf et al., ICML 2023 (app. C)"
+    reference = "NINCO app. C (formula; no library implementation)"
     needs_fit = True
 
     def fit(self, fit: Outputs, head: Head | None = None) -> Detector:

@@ -1,6 +1,6 @@
 import numpy as np
 
-from . import Detector, Outputs, logsumexp, register_detector
+from . import OPENOOD, Detector, Outputs, logsumexp, register_detector
 
 
 @register_detector
@@ -10,6 +10,7 @@ class Energy(Detector):
     name = "energy"
     label = "Energy"
     paper = "Liu et al., NeurIPS 2020"
+    reference = f"{OPENOOD} openood/postprocessors/ebo_postprocessor.py (temperature 1)"
 
     def score(self, data: Outputs) -> np.ndarray:
         return logsumexp(data.logits)

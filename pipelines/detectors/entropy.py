@@ -1,6 +1,6 @@
 import numpy as np
 
-from . import Detector, Outputs, register_detector, softmax
+from . import PYTORCH_OOD, Detector, Outputs, register_detector, softmax
 
 
 @register_detector
@@ -10,6 +10,7 @@ class Entropy(Detector):
     name = "entropy"
     label = "Entropy"
     paper = "Galil et al., ICLR 2023"
+    reference = f"{PYTORCH_OOD} src/pytorch_ood/detector/entropy.py"
 
     def score(self, data: Outputs) -> np.ndarray:
         p = softmax(data.logits)

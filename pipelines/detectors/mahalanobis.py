@@ -1,6 +1,6 @@
 import numpy as np
 
-from . import Detector, Head, Outputs, class_means, register_detector
+from . import OPENOOD, Detector, Head, Outputs, class_means, register_detector
 
 
 def shared_precision(features: np.ndarray, centred: np.ndarray) -> np.ndarray:
@@ -33,6 +33,7 @@ class Mahalanobis(Detector):
     name = "mahalanobis"
     label = "Mahalanobis"
     paper = "Lee et al., NeurIPS 2018"
+    reference = f"{OPENOOD} openood/postprocessors/mds_postprocessor.py"
     needs_fit = True
 
     def fit(self, fit: Outputs, head: Head | None = None) -> Detector:

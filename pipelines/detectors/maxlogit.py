@@ -1,6 +1,6 @@
 import numpy as np
 
-from . import Detector, Outputs, register_detector
+from . import OPENOOD, Detector, Outputs, register_detector
 
 
 @register_detector
@@ -10,6 +10,7 @@ class MaxLogit(Detector):
     name = "maxlogit"
     label = "MaxLogit"
     paper = "Hendrycks et al., ICML 2022"
+    reference = f"{OPENOOD} openood/postprocessors/maxlogit_postprocessor.py"
 
     def score(self, data: Outputs) -> np.ndarray:
         return data.logits.astype("float64").max(axis=1)

@@ -1,6 +1,6 @@
 import numpy as np
 
-from . import Detector, Head, Outputs, class_means, register_detector, softmax
+from . import OPENOOD, Detector, Head, Outputs, class_means, register_detector, softmax
 from .cosine import cosines
 
 
@@ -12,6 +12,7 @@ class MCM(Detector):
     name = "mcm"
     label = "MCM / RCos"
     paper = "Ming et al., NeurIPS 2022"
+    reference = f"{OPENOOD} openood/postprocessors/mcm_postprocessor.py (temperature 1)"
     needs_fit = True
 
     def fit(self, fit: Outputs, head: Head | None = None) -> Detector:

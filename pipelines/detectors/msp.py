@@ -1,6 +1,6 @@
 import numpy as np
 
-from . import Detector, Outputs, register_detector, softmax
+from . import OPENOOD, Detector, Outputs, register_detector, softmax
 
 
 @register_detector
@@ -10,6 +10,7 @@ class MSP(Detector):
     name = "msp"
     label = "MSP"
     paper = "Hendrycks & Gimpel, ICLR 2017"
+    reference = f"{OPENOOD} openood/postprocessors/base_postprocessor.py (max softmax)"
 
     def score(self, data: Outputs) -> np.ndarray:
         return softmax(data.logits).max(axis=1)

@@ -1,6 +1,6 @@
 import numpy as np
 
-from . import Detector, Head, Outputs, Param, logsumexp, register_detector, require_head
+from . import OPENOOD, Detector, Head, Outputs, Param, logsumexp, register_detector, require_head
 
 
 @register_detector
@@ -12,6 +12,7 @@ class ReAct(Detector):
     name = "react"
     label = "ReAct + Energy"
     paper = "Sun, Guo, Li, NeurIPS 2021"
+    reference = f"{OPENOOD} openood/postprocessors/react_postprocessor.py"
     needs_fit = True
     needs_head = True
     parameters = (Param("percentile", float, 99.0, 50.0, 100.0, help="clipping percentile of ID fit activations", source="NINCO"),)

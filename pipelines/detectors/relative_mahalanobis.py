@@ -1,6 +1,6 @@
 import numpy as np
 
-from . import Detector, Head, Outputs, register_detector
+from . import OPENOOD, Detector, Head, Outputs, register_detector
 from .mahalanobis import class_gaussians, min_distances, shared_precision
 
 
@@ -12,6 +12,7 @@ class RelativeMahalanobis(Detector):
     name = "relative_mahalanobis"
     label = "Relative Mahalanobis"
     paper = "Ren et al., arXiv:2106.09022, 2021"
+    reference = f"{OPENOOD} openood/postprocessors/rmds_postprocessor.py"
     needs_fit = True
 
     def fit(self, fit: Outputs, head: Head | None = None) -> Detector:

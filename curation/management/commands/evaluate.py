@@ -6,7 +6,7 @@ from curation.models import EvaluationRun, Export
 from curation.services.evaluation import EvaluationError, EvaluationRunning, evaluation_create, evaluation_run_inline
 from pipelines.decode import DECODERS
 from pipelines.detectors import DETECTORS, parameters
-from pipelines.metrics import FPR_METHODS, OAA_CONVENTIONS
+from pipelines.metrics import AUPR_METHODS, FPR_METHODS, OAA_CONVENTIONS
 from pipelines.severity import ESTIMATION, PER_CLASS, PROTOCOLS
 
 
@@ -62,7 +62,7 @@ class Command(BaseCommand):
         parser.add_argument("--models", default="", help="comma-separated model names (default: the default model)")
         parser.add_argument("--methods", default="", help="comma-separated detectors (default: every registered one)")
         for det, p in parameters():  # each detector's own declaration: --knn-k, --odin-temperature, ...
-            parser.add_argument(p.flag(det), dest=p.key(det), type=p.kind, default=None,
+            parser.add_argument(p.flag(det), dest=p.key(det), type=p.kind, default=None, choices=p.choices or None,
                                 help=f"{DETECTORS[det].label}: {p.describe()}")
         parser.add_argument("--severity-window", type=int, default=0, help="C-OOD window (default |Y_ID| = 1000)")
         parser.add_argument("--severity-protocol", choices=PROTOCOLS, default=PROTOCOLS[0],
@@ -73,6 +73,9 @@ class Command(BaseCommand):
         parser.add_argument("--fpr-method", choices=FPR_METHODS, default=FPR_METHODS[0],
                             help="FPR@95 (ID positive) threshold: exact order statistic (default) or NINCO's code "
                                  "(np.quantile, linear interpolation) to reproduce NINCO's tables")
+        parser.add_argument("--aupr-method", choices=AUPR_METHODS, default=AUPR_METHODS[0],
+                            help="AUPR-In/Out: average precision (default, as NINCO and scikit-learn's average_precision_score) "
+                                 "or openood (the trapezoid under scikit-learn's PR curve, as OpenOOD v1.5)")
         parser.add_argument("--oaa-convention", choices=OAA_CONVENTIONS, default=OAA_CONVENTIONS[0],
                             help="mOAA: rejected OOD count as correct (paper, default) or every rejected wrong prediction "
                                  "(the authors' compute_oaa)")
@@ -87,15 +90,16 @@ class Command(BaseCommand):
     def handle(self, *args, **o):
         from django.conf import settings
 
+        models, methods = _csv(o["models"], "--models"), _csv(o["methods"], "--methods")  # checked before any look-up
         if not o["fs_x"] and bool(o["export"]) == bool(o["ood"]):
             raise CommandError("give the OOD set with --export NAME (a clean export) or --ood source:NAME@CLASSES, not both")
         export = find_export(o["export"], kind=Export.Kind.DATASET) if o["export"] else None
-        models, methods = _csv(o["models"], "--models"), _csv(o["methods"], "--methods")  # checked before any look-up
         unit = find_export(o["unit_tests"], kind=Export.Kind.UNIT_TESTS) if o["unit_tests"] else None
         params = {p.key(det): o[p.key(det)] for det, p in parameters() if o.get(p.key(det)) is not None}
         params.update({"severity_window": o["severity_window"], "seed": o["seed"], "severity_protocol": o["severity_protocol"],
                        "severity_per_class": o["severity_per_class"], "severity_estimation": o["severity_estimation"],
-                       "fpr_method": o["fpr_method"], "oaa_convention": o["oaa_convention"], "decoder": o["decoder"]})
+                       "fpr_method": o["fpr_method"], "aupr_method": o["aupr_method"], "oaa_convention": o["oaa_convention"],
+                       "decoder": o["decoder"]})
         if o["sanity_seeds"] is not None:
             params["sanity_seeds"] = o["sanity_seeds"]
         if o["sanity_arch"]:
@@ -181,7 +185,8 @@ def report(cmd, run: EvaluationRun) -> None:
             cmd.stdout.write(f"  severity levels: {note}")
         conv = r.get("conventions") or {}
         if conv:
-            cmd.stdout.write(f"  conventions: FPR@95 ID+ {conv['fpr_method']}; mOAA {conv['oaa_convention']}; "
+            cmd.stdout.write(f"  conventions: FPR@95 ID+ {conv['fpr_method']}; AUPR {conv.get('aupr_method', 'average-precision')}; "
+                             f"mOAA {conv['oaa_convention']}; "
                              f"severity {conv['severity_protocol']} (docs/evaluation.md)")
     sanity = res.get("sanity")
     if sanity and sanity.get("status") == "done":
