@@ -1,7 +1,8 @@
 """What a curator does to a selection in the image browser (docs/browse.md): exclude images with
-a reason (the review queue and every export leave them out), include them again, and send
-reviewed images back to the queue for one more review. Each image is audited; a batch reports
-what it did and why it left some images alone."""
+a reason (the review queue and every export leave them out), include them again, send
+reviewed images back to the queue for one more review, and label them (a curator's decision,
+recorded as adjudication). Each image is audited; a batch reports what it did and why it left
+some images alone."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -9,10 +10,11 @@ from typing import Iterable
 
 from django.contrib.auth.models import User
 from django.db import transaction
+from django.utils import timezone
 
 from curation.audit import audit_record
-from curation.models import Image, ReviewItem, Source
-from curation.services.review import review_queue_refresh_if_built
+from curation.models import Image, ReviewDecision, ReviewItem, Source
+from curation.services.review import ReviewError, _clean_decision, review_queue_refresh_if_built
 
 MAX_SELECTION = 1000
 
@@ -114,5 +116,55 @@ def images_requeue(*, image_ids: Iterable[int], user: User | None = None) -> Act
             it.extra_reviews += more
             it.save(update_fields=["status", "final_decision", "final_wnids", "required", "extra_reviews"])
             audit_record(actor=user, action="image_requeued", target=image, data={"before": before, "required": it.required})
+            report.done += 1
+    return report
+
+
+def images_label(*, image_ids: Iterable[int], decision: str, wnids: Iterable[str] | None = None, reason: str,
+                 user: User | None = None) -> ActionReport:
+    """A curator labels a selection (ood / id with its ID classes / unclear / not_target), with a
+    reason: each image's final decision is set as an adjudication would set it (status
+    ``adjudicated``, decided by the curator, the reason as its note), whether or not annotators
+    reviewed it yet; open images leave the queue that way. Audited per image as
+    ``review_adjudicated`` with ``"via": "image browser"``. It is not an annotator's review: no
+    Review row, no effect on annotators' numbers."""
+    reason = (reason or "").strip()
+    if not reason:
+        raise BrowseActionError("say why these images get this label (the reason is kept with each decision and in the audit log)")
+    if len(reason) > 500:
+        raise BrowseActionError("the reason is longer than 500 characters")
+    if decision == ReviewDecision.SKIP:
+        raise BrowseActionError("a label needs a decision: ood, id, unclear or not_target (skip is not one)")
+    try:
+        decision, clean_wnids, reason = _clean_decision(decision, list(wnids or []), reason)
+    except ReviewError as exc:
+        msg = str(exc).split(";")[0]
+        raise BrowseActionError(msg + ("; give ID class wnids, such as n02123045 (tabby cat)" if "ID class" in msg else "")) from None
+    report = ActionReport(f"labelled {decision}" + (f" ({', '.join(clean_wnids)})" if clean_wnids else ""))
+    images = {i.pk: i for i in _images(image_ids)}
+    now = timezone.now()
+    with transaction.atomic():
+        items = {it.image_id: it for it in ReviewItem.objects.select_for_update().filter(image_id__in=list(images))}
+        for image_id, image in images.items():
+            it = items.get(image_id)
+            why = ""
+            if image.source.role != Source.Role.CANDIDATE:
+                why = "ID reference images are not labelled"
+            elif image.excluded_reason:
+                why = "excluded by a curator (include them first)"
+            elif it is None or it.status == ReviewItem.Status.WITHDRAWN:
+                why = "not in the review queue (build it, or see why the queue leaves them out on the review dashboard)"
+            elif (it.status == ReviewItem.Status.ADJUDICATED and it.final_decision == decision and it.final_wnids == clean_wnids):
+                why = "already labelled so"
+            if why:
+                report.skipped[why] = report.skipped.get(why, 0) + 1
+                continue
+            before = {"status": it.status, "decision": it.final_decision, "wnids": it.final_wnids, "done": it.done}
+            it.status, it.final_decision, it.final_wnids, it.final_note = ReviewItem.Status.ADJUDICATED, decision, clean_wnids, reason
+            it.decided_by, it.decided_at = (user if getattr(user, "pk", None) else None), now
+            it.save(update_fields=["status", "final_decision", "final_wnids", "final_note", "decided_by", "decided_at"])
+            audit_record(actor=user, action="review_adjudicated", target=it,
+                         data={"image": image_id, "decision": decision, "wnids": clean_wnids, "note": reason, "gold": it.is_gold,
+                               "before": before, "via": "image browser"})
             report.done += 1
     return report

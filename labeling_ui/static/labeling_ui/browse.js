@@ -9,6 +9,13 @@
     const button = input.form && input.form.querySelector("button[value=exclude]");
     if (button) button.click();
   }));
+  // Enter in the label's reason (or wnid) box labels
+  document.querySelectorAll("input[name=label_reason], input[name=wnids]").forEach((input) => input.addEventListener("keydown", (e) => {
+    if (e.key !== "Enter") return;
+    e.preventDefault();
+    const button = input.form && input.form.querySelector("button[value=label]");
+    if (button) button.click();
+  }));
   // a note on the duplicate-group page is not a decision: Enter there submits nothing
   document.querySelectorAll(".member input[name=note]").forEach((input) => input.addEventListener("keydown", (e) => {
     if (e.key === "Enter") e.preventDefault();

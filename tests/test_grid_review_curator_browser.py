@@ -1,0 +1,114 @@
+"""A curator's side of issue 30 in Debian's headless Chromium against a live server on the test
+database: bulk labels from the image browser (recorded as adjudication, audited, not as an
+annotator's review), checked in the database after each step."""
+from __future__ import annotations
+
+import io
+
+import pytest
+from django.core.management import call_command
+
+from curation.models import AuditLog, Review, ReviewItem
+from curation.roles import ANNOTATOR, CURATOR, RESEARCHER
+from curation.services.review import review_cache_clear, review_next, review_submit
+from curation.services.users import user_create_with_role
+from tests.conftest import SHOTS, browser_login
+from tests.review_data import fake_predictions, ingest, write_candidates
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def pool(tmp_path, settings, role_groups):
+    from curation.services.review import review_queue_sync
+
+    settings.THUMBNAIL_DIR = tmp_path / "thumbs"
+    review_cache_clear()
+    call_command("set_id_classes", "imagenet-1k", stdout=io.StringIO())
+    write_candidates(tmp_path / "pool", 40)
+    source = ingest("pool", tmp_path / "pool")
+    fake_predictions(source)
+    review_queue_sync(source=source)
+    user_create_with_role(username="ann1", password="ann1-pw", role=ANNOTATOR)
+    user_create_with_role(username="cur", password="cur-pw", role=CURATOR)
+    user_create_with_role(username="res", password="res-pw", role=RESEARCHER)
+    return source
+
+
+@pytest.mark.parametrize("viewport", [(1366, 768), (1920, 1080)], ids=["1366x768", "1920x1080"])
+def test_curator_labels_a_selection_from_the_browser_as_adjudication(pool, live_server, browser, viewport):
+    from django.contrib.auth.models import User
+
+    ann = User.objects.get(username="ann1")
+    a = review_next(user=ann, want=1)[0]
+    review_submit(user=ann, assignment_id=a.pk, decision="ood")  # one image already has a review
+    reviewed_image = a.item.image_id
+
+    w, h = viewport
+    page = browser.new_context(viewport={"width": w, "height": h}).new_page()
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    browser_login(page, live_server.url, "cur", "/curate/images/")
+    page.goto(f"{live_server.url}/curate/images/?source=pool&sort=id")
+    assert page.evaluate("document.documentElement.scrollWidth") <= w
+    boxes = page.locator("#grid input[name=ids]")
+    ids = [int(boxes.nth(i).get_attribute("value")) for i in range(boxes.count())]
+    # a range by Shift-click: tiles 1..5
+    boxes.nth(0).click()
+    boxes.nth(4).click(modifiers=["Shift"])
+    assert "5 selected" in page.inner_text("#selected-count")
+    chosen = ids[:5]
+    if reviewed_image not in chosen:  # and the image an annotator reviewed, ticked too
+        page.locator(f"#grid input[value='{reviewed_image}']").click()
+        chosen.append(reviewed_image)
+    page.select_option("select[name=decision]", "id")
+    page.fill("input[name=label_reason]", "all show a tabby on the shore")
+    page.click("button[value=label]")
+    page.wait_for_selector(".messages")
+    assert "needs the ID class" in page.inner_text(".messages"), "id without its class is refused"
+    assert not ReviewItem.objects.filter(status="adjudicated").exists()
+
+    for i in chosen:
+        if not page.locator(f"#grid input[value='{i}']").is_checked():
+            page.locator(f"#grid input[value='{i}']").click()
+    page.select_option("select[name=decision]", "id")
+    page.fill("input[name=wnids]", "n02123045")
+    page.fill("input[name=label_reason]", "all show a tabby on the shore")
+    page.screenshot(path=str(SHOTS / f"browse-bulk-label-{w}x{h}.png"))
+    page.press("input[name=label_reason]", "Enter")  # Enter in the reason labels
+    page.wait_for_selector(".messages")
+    assert f"labelled id (n02123045): {len(chosen)} image(s)" in page.inner_text(".messages")
+
+    items = ReviewItem.objects.filter(image_id__in=chosen)
+    assert items.count() == len(chosen)
+    for it in items:
+        assert (it.status, it.final_decision, it.final_wnids, it.decided_by.username, it.final_note) == \
+            ("adjudicated", "id", ["n02123045"], "cur", "all show a tabby on the shore")
+    # counted as adjudication, not as a review: the annotator's one review is all there is
+    assert Review.objects.count() == 1 and Review.objects.get().item.image_id == reviewed_image
+    logs = AuditLog.objects.filter(action="review_adjudicated", actor__username="cur")
+    assert logs.count() == len(chosen) and all(x.data["via"] == "image browser" for x in logs)
+    assert logs.get(data__image=reviewed_image).data["before"]["status"] == "complete"
+    # labelled images are served to no one
+    other = user_create_with_role(username="ann2", password="x", role=ANNOTATOR)[0]
+    served = {x.item.image_id for x in review_next(user=other, want=50)}
+    assert not served & set(chosen)
+    # the browser's filter by final label finds them
+    page.goto(f"{live_server.url}/curate/images/?source=pool&label=id")
+    assert page.locator("#grid li.tile").count() == len(chosen)
+    assert not errors, errors
+
+
+def test_only_curators_label(pool, client):
+    image = ReviewItem.objects.first().image_id
+    client.login(username="res", password="res-pw")
+    r = client.post("/curate/images/action", {"action": "label", "ids": [image], "decision": "ood", "label_reason": "x"})
+    assert r.status_code == 403
+    client.login(username="cur", password="cur-pw")
+    r = client.post("/curate/images/action", {"action": "label", "ids": ["²"], "decision": "ood", "label_reason": "x"})
+    assert r.status_code == 302 and not ReviewItem.objects.filter(status="adjudicated").exists()
+    r = client.post("/curate/images/action", {"action": "label", "ids": [image], "decision": "skip", "label_reason": "x"}, follow=True)
+    assert "skip is not one" in r.content.decode()
+    r = client.post("/curate/images/action", {"action": "label", "ids": [image], "decision": "ood", "label_reason": "clear sky"}, follow=True)
+    assert ReviewItem.objects.get(image_id=image).final_decision == "ood"
+    assert not Review.objects.exists()
