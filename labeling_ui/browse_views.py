@@ -15,8 +15,9 @@ from django.views.decorators.http import require_GET, require_POST
 from curation import selectors
 from curation.models import CandidateClass, Source
 from curation.roles import CURATOR, RESEARCHER
-from curation.services.browse import BrowseActionError, images_exclude, images_include, images_label, images_requeue
+from curation.services.browse import ActionReport, BrowseActionError, images_exclude, images_include, images_label, images_requeue
 from curation.services.duplicates import DuplicateError, duplicate_group, duplicate_groups, duplicate_override_clear, duplicate_override_set
+from curation.services.similar import SimilarError, images_to_front
 from labeling_ui.http import object_id
 from labeling_ui.review_views import request_roles, role_required
 
@@ -67,6 +68,9 @@ def images_action(request):
             report = images_include(image_ids=ids, user=request.user)
         elif action == "requeue":
             report = images_requeue(image_ids=ids, user=request.user)
+        elif action == "front":
+            moved, skipped = images_to_front(image_ids=ids, user=request.user)
+            report = ActionReport("sent to the front of the review queue", moved, skipped)
         elif action == "label":
             report = images_label(image_ids=ids, decision=request.POST.get("decision", ""),
                                   wnids=request.POST.get("wnids", "").replace(",", " ").split(), reason=request.POST.get("label_reason", ""),
@@ -76,8 +80,8 @@ def images_action(request):
                 raise BrowseActionError("no image is selected: tick the images first")
             return redirect(f"{reverse('admin:curation_image_changelist')}?id__in={','.join(map(str, ids[:500]))}")
         else:
-            raise BrowseActionError(f"unknown action {action[:40]!r}: use exclude, include, requeue, label or admin")
-    except BrowseActionError as exc:
+            raise BrowseActionError(f"unknown action {action[:40]!r}: use exclude, include, requeue, front, label or admin")
+    except (BrowseActionError, SimilarError) as exc:
         messages.error(request, str(exc))
     else:
         messages.success(request, report.summary())

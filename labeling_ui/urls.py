@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import browse_views, evaluation_views, export_views, grid_views, review_views, views
+from . import browse_views, evaluation_views, export_views, grid_views, review_views, similar_views, views
 
 app_name = "labeling_ui"
 urlpatterns = [
@@ -30,6 +30,8 @@ urlpatterns = [
     path("curate/images/", browse_views.images, name="images"),
     path("curate/images/action", browse_views.images_action, name="images_action"),
     path("curate/images/<int:image_id>/", browse_views.image_detail, name="image_detail"),
+    path("curate/images/<int:image_id>/similar/", similar_views.image_similar, name="image_similar"),
+    path("api/review/similar-to-front", similar_views.api_similar_to_front, name="api_review_similar_to_front"),
     path("curate/duplicates/", browse_views.duplicates, name="duplicates"),
     path("curate/duplicates/<int:image_id>/", browse_views.duplicate_group_page, name="duplicate_group"),
     path("api/wordnet-nouns", browse_views.api_wordnet_nouns, name="api_wordnet_nouns"),

@@ -8,7 +8,7 @@ import io
 import pytest
 from django.core.management import call_command
 
-from curation.models import AuditLog, Review, ReviewItem
+from curation.models import Assignment, AuditLog, Review, ReviewItem
 from curation.roles import ANNOTATOR, CURATOR, RESEARCHER
 from curation.services.review import review_cache_clear, review_next, review_submit
 from curation.services.users import user_create_with_role
@@ -112,3 +112,100 @@ def test_only_curators_label(pool, client):
     r = client.post("/curate/images/action", {"action": "label", "ids": [image], "decision": "ood", "label_reason": "clear sky"}, follow=True)
     assert ReviewItem.objects.get(image_id=image).final_decision == "ood"
     assert not Review.objects.exists()
+
+
+@pytest.fixture
+def real_pool(tmp_path, settings, role_groups, isolated_roots):
+    """Candidates and ID reference photos through the real offline model: stored features."""
+    from curation.services.similar import similar_cache_clear
+    from tests.review_data import queue_with_real_model
+
+    settings.THUMBNAIL_DIR = tmp_path / "thumbs"
+    similar_cache_clear()
+    source = queue_with_real_model(tmp_path, n=30)
+    user_create_with_role(username="ann1", password="ann1-pw", role=ANNOTATOR)
+    user_create_with_role(username="cur", password="cur-pw", role=CURATOR)
+    yield source
+    similar_cache_clear()
+
+
+def _exact_neighbours(image_id: int, role: str, k: int) -> list[tuple[int, float]]:
+    """Cosine similarity by brute force over the stored shards, written here from the definition
+    (not with the index the app uses)."""
+    import numpy as np
+    from django.conf import settings
+
+    from curation.models import ImageEmbedding
+
+    rows = list(ImageEmbedding.objects.filter(model_name=settings.DEFAULT_MODEL, ok=True, shard__isnull=False)
+                .select_related("shard", "image__source").order_by("id"))
+
+    def vec(e):
+        v = np.load(settings.FEATURE_STORE / e.shard.path, mmap_mode="r")[e.row].astype(np.float64)
+        return v / np.linalg.norm(v)
+
+    q = vec(next(e for e in rows if e.image_id == image_id))
+    scored = [(e.image_id, float(vec(e) @ q)) for e in rows if e.image.source.role == role and e.image_id != image_id
+              and e.image.status == "ok"]
+    return sorted(scored, key=lambda t: -t[1])[:k]
+
+
+def test_find_similar_from_the_image_page_and_send_to_the_front(real_pool, live_server, browser):
+    from curation.models import Image
+
+    rocket = Image.objects.get(relative_path__endswith="rocket_over_the_ice.jpg")
+    page = browser.new_context(viewport={"width": 1366, "height": 768}).new_page()
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    browser_login(page, live_server.url, "cur", "/curate/images/")
+    page.goto(f"{live_server.url}/curate/images/{rocket.pk}/")
+    page.click("#find-similar")
+    page.wait_for_selector("#grid li.tile")
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1366
+    page.screenshot(path=str(SHOTS / "find-similar-1366x768.png"), full_page=True)
+    shown = [(int(li.get_attribute("data-image")), float(li.get_attribute("data-similarity")))
+             for li in page.locator("#grid li.tile").all()]
+    expected = _exact_neighbours(rocket.pk, "candidate", 20)
+    assert [i for i, _s in shown] == [i for i, _s in expected]
+    assert all(abs(a[1] - b[1]) < 2e-3 for a, b in zip(shown, expected))
+    id_shown = [int(li.get_attribute("data-image")) for li in page.locator("#id-grid li.tile").all()]
+    assert id_shown == [i for i, _s in _exact_neighbours(rocket.pk, "id", 20)] and len(id_shown) == 3
+
+    # all of them to the front of the queue: they are served first now
+    page.click("#select-page")
+    page.click("button[value=front]")
+    page.wait_for_selector(".messages")
+    assert "sent to the front of the review queue" in page.inner_text(".messages")
+    moved = [i for i, _s in shown]
+    front = list(ReviewItem.objects.filter(status="open").order_by("priority", "id").values_list("image_id", flat=True)[:len(moved)])
+    open_moved = [i for i in moved if ReviewItem.objects.filter(image_id=i, status="open").exists()]
+    assert front[:len(open_moved)] == open_moved
+    log = AuditLog.objects.get(action="review_sent_to_front", actor__username="cur")
+    assert log.data["images"] == open_moved and log.data["by"] == "curator"
+    assert not errors, errors
+
+
+def test_annotator_sends_the_nearest_to_the_front_with_m(real_pool, live_server, browser):
+    page = browser.new_context(viewport={"width": 1366, "height": 768}).new_page()
+    browser_login(page, live_server.url, "ann1", "/review/screen/")
+    page.wait_for_function("document.querySelector('#photo').dataset.image")
+    image = int(page.get_attribute("#photo", "data-image"))
+    page.keyboard.press("m")
+    page.wait_for_function("document.querySelector('#status').textContent.includes('moved to the front')")
+    log = AuditLog.objects.get(action="review_sent_to_front", actor__username="ann1")
+    assert log.data["image"] == image and log.data["by"] == "annotator"
+    from django.contrib.auth.models import User
+
+    ann = User.objects.get(username="ann1")
+    held = set(Assignment.objects.filter(annotator=ann, state="leased").values_list("item__image_id", flat=True))
+    want = [i for i, _s in _exact_neighbours(image, "candidate", 40)
+            if i not in held and ReviewItem.objects.filter(image_id=i, status="open").exists()][:20]
+    assert log.data["images"] == want
+    front = list(ReviewItem.objects.filter(status="open").order_by("priority", "id").values_list("image_id", flat=True)[:len(want)])
+    assert front == want
+    # and the next images served are those (the two held ones first)
+    page.keyboard.press("o")
+    page.keyboard.press("o")
+    page.keyboard.press("o")
+    page.wait_for_function("document.querySelector('#status').textContent.includes('3 reviewed this session')")
+    assert int(page.get_attribute("#photo", "data-image")) in want

@@ -7,7 +7,7 @@
   "use strict";
   const root = document.getElementById("grid-review");
   const $ = (id) => document.getElementById(id);
-  const api = { next: root.dataset.next, submit: root.dataset.submit, undo: root.dataset.undo };
+  const api = { next: root.dataset.next, submit: root.dataset.submit, undo: root.dataset.undo, front: root.dataset.front };
   const imageUrl = (id, variant) => `${root.dataset.images}${id}/${variant}`;
   const { call, el } = window.OODScreen;
   const MIN = Number(root.dataset.min), MAX = Number(root.dataset.max);
@@ -201,6 +201,16 @@
     return load();
   }
 
+  async function moreLikeThis() {
+    const t = tiles[cursor];
+    if (!t) return false;
+    try {
+      const data = await call(api.front, { assignment: t.assignment });
+      status(`Tile ${cursor + 1}: ${data.moved} open image${data.moved === 1 ? "" : "s"} most like it moved to the front of the queue.`, "ok");
+      return true;
+    } catch (e) { status(`Not moved: ${e.message}`, "error"); return false; }
+  }
+
   const screen = window.OODScreen({
     root, classesUrl: root.dataset.classes,
     top5: () => (tiles[cursor] ? tiles[cursor].top5 : []),
@@ -209,7 +219,7 @@
     idPrompt: "ID visible on this tile: 1–5 for one of its top-5 classes (Shift adds more), / to search all ID classes, Esc to cancel.",
     keys: {
       Enter: () => send(), z: () => undo(), "+": () => resize(1), "=": () => resize(1), "-": () => resize(-1),
-      Backspace: () => clearMark(), Delete: () => clearMark(),
+      Backspace: () => clearMark(), Delete: () => clearMark(), m: () => moreLikeThis(),
     },
     before: (e, mode) => {
       if (viewing()) {

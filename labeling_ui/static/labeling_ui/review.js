@@ -4,7 +4,8 @@
   "use strict";
   const root = document.getElementById("review");
   const $ = (id) => document.getElementById(id);
-  const api = { next: root.dataset.next, submit: root.dataset.submit, undo: root.dataset.undo, classes: root.dataset.classes };
+  const api = { next: root.dataset.next, submit: root.dataset.submit, undo: root.dataset.undo, classes: root.dataset.classes,
+                front: root.dataset.front };
   const imageUrl = (id, variant) => `${root.dataset.images}${id}/${variant}`;
   const { call, el } = window.OODScreen;
 
@@ -125,12 +126,21 @@
     } catch (e) { status(e.message, "error"); return false; }
   }
 
+  async function moreLikeThis(item) {
+    if (!item) return false;
+    try {
+      const data = await call(api.front, { assignment: item.assignment });
+      status(`${data.moved} open image${data.moved === 1 ? "" : "s"} most like this one moved to the front of the queue.`, "ok");
+      return true;
+    } catch (e) { status(`Not moved: ${e.message}`, "error"); return false; }
+  }
+
   const screen = window.OODScreen({
     root, classesUrl: api.classes,
     top5: () => (items[0] ? items[0].top5 : []),
     record: (decision, wnids) => decide(decision, wnids),
     direct: { o: "ood", u: "unclear", n: "not_target", s: "skip" },
-    keys: { z: () => undo() },
+    keys: { z: () => undo(), m: () => moreLikeThis(items[0]) },
     before: (e, mode) => !!items[0] && zoom.key(e, mode !== "id"),
   });
 
