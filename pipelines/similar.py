@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -22,7 +23,7 @@ DEFAULT_NPROBE = 48
 
 @dataclass
 class SimilarIndex:
-    index: object  # a faiss index over the normalised vectors
+    index: Any  # a faiss index over the normalised vectors
     ids: np.ndarray  # int64 image id of each row
     exact: bool
 
@@ -41,10 +42,10 @@ def build_index(features: np.ndarray, ids: np.ndarray, *, exact_below: int = DEF
         raise ValueError(f"{len(x)} feature rows but {len(ids)} image ids")
     d = x.shape[1] if x.ndim == 2 else 1
     if len(x) < exact_below:
-        index = faiss.IndexFlatIP(d)
+        flat = faiss.IndexFlatIP(d)
         if len(x):
-            index.add(x)
-        return SimilarIndex(index, ids, True)
+            flat.add(x)
+        return SimilarIndex(flat, ids, True)
     nlist = nlist or int(4 * np.sqrt(len(x)))
     rng = np.random.default_rng(seed)
     sample = x[rng.choice(len(x), size=min(len(x), train_size or nlist * 40), replace=False)]
