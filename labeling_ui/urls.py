@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import browse_views, evaluation_views, export_views, grid_views, review_views, similar_views, views
+from . import browse_views, evaluation_views, export_views, grid_views, map_views, review_views, similar_views, views
 
 app_name = "labeling_ui"
 urlpatterns = [
@@ -32,6 +32,9 @@ urlpatterns = [
     path("curate/images/<int:image_id>/", browse_views.image_detail, name="image_detail"),
     path("curate/images/<int:image_id>/similar/", similar_views.image_similar, name="image_similar"),
     path("api/review/similar-to-front", similar_views.api_similar_to_front, name="api_review_similar_to_front"),
+    path("curate/map/", map_views.embedding_map, name="embedding_map"),
+    path("curate/map/<int:source_id>/points.json", map_views.embedding_map_json, name="embedding_map_json"),
+    path("curate/map/selection", map_views.embedding_map_selection, name="embedding_map_selection"),
     path("curate/duplicates/", browse_views.duplicates, name="duplicates"),
     path("curate/duplicates/<int:image_id>/", browse_views.duplicate_group_page, name="duplicate_group"),
     path("api/wordnet-nouns", browse_views.api_wordnet_nouns, name="api_wordnet_nouns"),

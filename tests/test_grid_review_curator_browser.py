@@ -209,3 +209,73 @@ def test_annotator_sends_the_nearest_to_the_front_with_m(real_pool, live_server,
     page.keyboard.press("o")
     page.wait_for_function("document.querySelector('#status').textContent.includes('3 reviewed this session')")
     assert int(page.get_attribute("#photo", "data-image")) in want
+
+
+def test_embedding_map_made_as_a_job_box_and_lasso_open_the_selection(real_pool, live_server, browser, settings):
+    import numpy as np
+
+    from curation.models import Job
+
+    page = browser.new_context(viewport={"width": 1366, "height": 768}).new_page()
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    browser_login(page, live_server.url, "cur", "/curate/images/")
+    page.click("#map-link")
+    page.select_option("#map-source select[name=source]", str(real_pool.pk))
+    page.click("#map-source button[type=submit]")
+    with page.expect_navigation(timeout=300000):  # tests run jobs in the request: UMAP (umap-learn) over the real features
+        page.click("#make-map")
+    page.wait_for_function("document.querySelector('#map') && document.querySelector('#map').dataset.ready === '1'", timeout=240000)
+    job = Job.objects.get(kind="embedding_map")
+    assert job.status == "done" and job.config["method"] == "umap" and job.source == real_pool
+    data = np.load(settings.FEATURE_STORE / job.result["path"])
+    ids, xy = data["ids"].tolist(), data["xy"]
+    assert len(ids) == 31 and xy.shape == (31, 2) and xy.min() >= 0 and xy.max() <= 1
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1366
+    page.screenshot(path=str(SHOTS / "embedding-map-1366x768.png"))
+    page.select_option("#colour-by", "cls")  # coloured by class: the legend names them
+    assert "iceberg" in page.inner_text("#legend")
+
+    # a box over the left half: exactly the points whose x falls there, by the map's own coordinates
+    box = page.locator("#map").bounding_box()
+    pad = 10
+    mid = box["width"] / 2
+    page.mouse.move(box["x"] + 1, box["y"] + 1)
+    page.mouse.down()
+    page.mouse.move(box["x"] + mid, box["y"] + box["height"] - 1, steps=5)
+    page.mouse.up()
+    expected = {i for i, (x, _y) in zip(ids, xy) if pad + x * (box["width"] - 2 * pad) <= mid - 1}
+    borderline = {i for i, (x, _y) in zip(ids, xy) if abs(pad + x * (box["width"] - 2 * pad) - mid) < 1.5}
+    got = {int(x) for x in page.input_value("#map-ids").split(",") if x}
+    assert expected - borderline <= got <= expected | borderline and got
+    assert f"{len(got)} selected" in page.inner_text("#map-selected")
+    # a lasso (Shift+drag) around everything takes every point
+    corners = [(2, 2), (box["width"] - 2, 2), (box["width"] - 2, box["height"] - 2), (2, box["height"] - 2), (2, 3)]
+    page.keyboard.down("Shift")
+    page.mouse.move(box["x"] + corners[0][0], box["y"] + corners[0][1])
+    page.mouse.down()
+    for cx, cy in corners[1:]:
+        page.mouse.move(box["x"] + cx, box["y"] + cy, steps=4)
+    page.mouse.up()
+    page.keyboard.up("Shift")
+    assert f"{len(ids)} selected" in page.inner_text("#map-selected")
+    # back to the box, then open it: the browser's thumbnails and actions
+    page.keyboard.press("Escape")
+    page.mouse.move(box["x"] + 1, box["y"] + 1)
+    page.mouse.down()
+    page.mouse.move(box["x"] + mid, box["y"] + box["height"] - 1, steps=5)
+    page.mouse.up()
+    chosen = {int(x) for x in page.input_value("#map-ids").split(",") if x}
+    page.click("#open-selection")
+    page.wait_for_selector("#selection-count")
+    assert {int(li.get_attribute("data-image")) for li in page.locator("#grid li.tile").all()} == chosen
+    page.click("#select-page")
+    page.select_option("select[name=decision]", "ood")
+    page.fill("input[name=label_reason]", "a cluster of plain textures")
+    page.click("button[value=label]")
+    page.wait_for_selector(".messages")
+    labelled = set(ReviewItem.objects.filter(status="adjudicated", final_decision="ood", decided_by__username="cur")
+                   .values_list("image_id", flat=True))
+    assert labelled == {i for i in chosen if ReviewItem.objects.filter(image_id=i).exists()} and labelled
+    assert "/curate/map/" in page.url  # back on the map
+    assert not errors, errors

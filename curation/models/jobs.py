@@ -19,6 +19,7 @@ class Job(models.Model):
         UNIT_TESTS = "unit_tests", "generate OOD unit tests"
         EVALUATE = "evaluate", "evaluation run (OOD detectors x models)"
         COVARIATE_SHIFT = "covariate_shift", "covariate-shifted copies (ImageNet-C corruptions)"
+        EMBEDDING_MAP = "embedding_map", "embedding map (2-D projection of a source's features)"
 
     class Status(models.TextChoices):
         PENDING = "pending", "pending"

@@ -110,6 +110,14 @@ def _covariate_shift() -> JobKind:
                        fail=_job_fail, queue=_extract_queue)
 
 
+def _embedding_map() -> JobKind:
+    from curation.services import embedding_map as s
+
+    return single_step(kind=Job.Kind.EMBEDDING_MAP, label="embedding map",
+                       execute=lambda job_id, progress, on_total: s.embedding_map_execute(job_id=job_id),
+                       fail=_job_fail, queue=_cpu, resume_hint="`python manage.py resume_job ID` (or make the map again on its page)")
+
+
 for _make in (_ingest, _extract, _evaluate, _dedup, lambda: _exports(Job.Kind.EXPORT), lambda: _exports(Job.Kind.UNIT_TESTS),
-              _class_filter, _covariate_shift):
+              _class_filter, _covariate_shift, _embedding_map):
     register_kind(_make())
