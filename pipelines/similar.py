@@ -36,24 +36,25 @@ def build_index(features: np.ndarray, ids: np.ndarray, *, exact_below: int = DEF
     """An index over ``features`` (rows), whose rows are the images ``ids``."""
     import faiss
 
-    x = normalise(features)
     ids = np.asarray(ids, dtype=np.int64)
-    if len(x) != len(ids):
-        raise ValueError(f"{len(x)} feature rows but {len(ids)} image ids")
-    d = x.shape[1] if x.ndim == 2 else 1
-    if len(x) < exact_below:
+    if len(features) != len(ids):
+        raise ValueError(f"{len(features)} feature rows but {len(ids)} image ids")
+    d = features.shape[1] if features.ndim == 2 else 1
+    step = 65536  # normalised a block at a time: a million vectors are not copied whole
+    if len(features) < exact_below:
         flat = faiss.IndexFlatIP(d)
-        if len(x):
-            flat.add(x)
+        for s in range(0, len(features), step):
+            flat.add(normalise(features[s:s + step]))
         return SimilarIndex(flat, ids, True)
-    nlist = nlist or int(4 * np.sqrt(len(x)))
+    nlist = nlist or int(4 * np.sqrt(len(features)))
     rng = np.random.default_rng(seed)
-    sample = x[rng.choice(len(x), size=min(len(x), train_size or nlist * 40), replace=False)]
+    sample = normalise(features[np.sort(rng.choice(len(features), size=min(len(features), train_size or nlist * 40), replace=False))])
     index = faiss.IndexIVFFlat(faiss.IndexFlatIP(d), d, nlist, faiss.METRIC_INNER_PRODUCT)
     index.cp.spherical, index.cp.niter, index.cp.seed = True, 10, seed
     index.train(sample)
-    for s in range(0, len(x), 65536):
-        index.add(x[s:s + 65536])
+    del sample
+    for s in range(0, len(features), step):
+        index.add(normalise(features[s:s + step]))
     return SimilarIndex(index, ids, False)
 
 
