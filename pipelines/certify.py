@@ -1,0 +1,526 @@
+"""Certifying a pool without reviewing all of it (issue 37; docs/review.md, "Review in full or
+certify").
+
+The accepted images that no review has decided yet are split into strata by an ID-likeness
+score (higher = more ID-like). Each stratum is sampled without replacement in a seeded random
+order; the reviewers' decisions on that sample give an upper confidence bound on the number of
+ID images the pool holds, valid at every moment the curator looks (a confidence sequence), so
+the curator can stop as soon as the bound reaches the target.
+
+The bound, in one paragraph (the proof is in docs/review.md):
+
+- For a finite population of N images of which T show an ID object, the probability of one
+  ordered sample without replacement of t images holding S ID images is
+  ``L_t(T) = [T]_S [N-T]_{t-S} / [N]_t`` (falling factorials). With strata sampled on a
+  schedule that depends only on what was seen before, the likelihood of everything seen is the
+  product of the strata's L's.
+- Waudby-Smith & Ramdas (2020, "Confidence sequences for sampling without replacement",
+  NeurIPS, sec. 3, the prior-posterior ratio): for any prior pi over the unknown counts, the
+  ratio ``R_t(T) = m_t / L_t(T)``, with ``m_t = sum_T' pi(T') L_t(T')`` the prior's predictive
+  probability of the data, is a non-negative martingale with mean 1 under the true counts, so
+  by Ville's inequality it ever reaches 1/alpha with probability at most alpha.
+- Strata are combined by an intersection-union test (as stratified election audits do:
+  Stark 2023, ALPHA; Spertus & Stark 2022, SUITE): a total tau is rejected only when *every*
+  split of tau over the strata is rejected, i.e. when ``m_t / max_{sum T_h = tau} L_t(T) >=
+  1/alpha``. If the true total were rejected, its true split would be too, which happens with
+  probability <= alpha at any time. The maximum over splits is a sum of concave functions
+  under one linear constraint, solved exactly by taking the cheapest unit steps first.
+- The prior decides the power, never the validity. ``shared`` (the default) lets the strata
+  share one two-parameter family, stratum rate = expit(a + b * position), mixed over a grid of
+  (a, b): it learns how fast contamination falls with the score and pays for two parameters,
+  not one per stratum. ``product`` gives each stratum its own beta-binomial prior (the
+  paper's choice per stratum); it pays for every stratum and is kept for comparison.
+
+Fixed-size alternatives, named as such: the exact hypergeometric upper bound per stratum
+(valid for one look at a sample size fixed in advance; strata added with a union bound) and
+Clopper-Pearson for a simple random sample.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Sequence
+
+import numpy as np
+from numpy.typing import NDArray
+from scipy import special, stats
+
+Prior = Literal["shared", "product"]
+PRIORS: tuple[str, ...] = ("shared", "product")
+CODE_VERSION = "oodc-certify/1"
+
+IntArray = NDArray[np.int64]
+Counts = Sequence[int] | NDArray[np.integer]
+FloatArray = NDArray[np.float64]
+
+
+class CertifyError(ValueError):
+    """Inputs the certification cannot use; the message names the input and the fix."""
+
+
+# -- strata, allocation, draw -----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Stratification:
+    """``labels[i]``: stratum of item i (0 = least ID-like). ``edges``: the score where each
+    stratum starts. ``full``: strata reviewed in full rather than sampled."""
+
+    labels: IntArray
+    edges: FloatArray
+    full: tuple[bool, ...]
+
+    @property
+    def sizes(self) -> IntArray:
+        return np.bincount(self.labels, minlength=len(self.full)).astype(np.int64)
+
+
+def stratify(scores: Sequence[float] | FloatArray, n_strata: int, *, full_top: float = 0.0) -> Stratification:
+    """Equal-count strata by score (ties broken by position, so the split is deterministic).
+    ``full_top`` (a share of the items, 0 to 0.5) puts the most ID-like items in one more
+    stratum, reviewed in full."""
+    s = np.asarray(scores, dtype=np.float64)
+    if s.ndim != 1 or len(s) == 0:
+        raise CertifyError("no scores to stratify: the plan needs at least one unreviewed image with a score")
+    if not np.all(np.isfinite(s)):
+        raise CertifyError("some scores are not finite: re-run the image pipeline for the source")
+    if not 1 <= n_strata <= 100:
+        raise CertifyError(f"strata must be between 1 and 100, not {n_strata}")
+    if not 0.0 <= full_top <= 0.5:
+        raise CertifyError(f"the share reviewed in full must be between 0 and 0.5, not {full_top}")
+    order = np.argsort(s, kind="stable")
+    n = len(s)
+    n_full = int(round(full_top * n))
+    n_sampled = n - n_full
+    labels = np.empty(n, dtype=np.int64)
+    k = max(1, min(n_strata, n_sampled)) if n_sampled else 0
+    bounds = [(n_sampled * j) // k for j in range(k + 1)] if k else [0]
+    for j in range(k):
+        labels[order[bounds[j]:bounds[j + 1]]] = j
+    full = [False] * k
+    if n_full:
+        labels[order[n_sampled:]] = k
+        full.append(True)
+    starts = [bounds[j] for j in range(k)] + ([n_sampled] if n_full else [])
+    edges = np.array([s[order[i]] for i in starts], dtype=np.float64)
+    return Stratification(labels=labels, edges=edges, full=tuple(full))
+
+
+def pilot_rates(found: Sequence[int], reviewed: Sequence[int]) -> FloatArray:
+    """Rates for allocation from a pilot, pulled off zero so a stratum where the pilot found
+    nothing still gets reviews: (found + 1/2) / (reviewed + 1) (Jeffreys' centre)."""
+    f = np.asarray(found, dtype=np.float64)
+    r = np.asarray(reviewed, dtype=np.float64)
+    return (f + 0.5) / (r + 1.0)
+
+
+def neyman_allocation(sizes: Sequence[int], rates: Sequence[float], total: int, *, minimum: int = 0) -> IntArray:
+    """Split ``total`` reviews over strata in proportion to N_h * sqrt(p_h (1 - p_h)) (Neyman
+    1934), each stratum at least ``minimum`` and at most its size; rounded by largest remainder."""
+    n_h = np.asarray(sizes, dtype=np.int64)
+    p = np.clip(np.asarray(rates, dtype=np.float64), 0.0, 1.0)
+    if n_h.shape != p.shape:
+        raise CertifyError("sizes and rates must name the same strata")
+    total = int(min(total, int(n_h.sum())))
+    floor = np.minimum(n_h, minimum)
+    out = floor.copy()
+    left = total - int(floor.sum())
+    if left <= 0:
+        return out
+    weight = n_h * np.sqrt(p * (1 - p))
+    if weight.sum() <= 0:
+        weight = n_h.astype(np.float64)
+    for _ in range(len(n_h) + 1):  # strata that fill up hand their share to the others
+        room = n_h - out
+        w = np.where(room > 0, weight, 0.0)
+        if left <= 0 or w.sum() <= 0:
+            break
+        share = left * w / w.sum()
+        add = np.minimum(np.floor(share).astype(np.int64), room)
+        rest = left - int(add.sum())
+        frac = np.where(room - add > 0, share - np.floor(share), -1.0)
+        for j in np.argsort(-frac, kind="stable")[:rest]:
+            if frac[j] >= 0:
+                add[j] += 1
+        out += add
+        left = total - int(out.sum())
+    return out
+
+
+def draw_order(size: int, *, seed: int, stratum: int) -> IntArray:
+    """A seeded simple random sample without replacement of a stratum's items, as an order:
+    position k is the k-th image drawn. Replays exactly from (seed, stratum)."""
+    rng = np.random.default_rng([int(seed), int(stratum)])
+    return rng.permutation(int(size)).astype(np.int64)
+
+
+def interleave(counts: Sequence[int], *, offset: Sequence[int] | None = None) -> IntArray:
+    """Stratum of each review in serving order when stratum h gets ``counts[h]`` reviews: the
+    strata advance at the same relative pace (review j of stratum h comes at (j + 1/2) / n_h),
+    so the sample is balanced whenever the curator looks. ``offset`` numbers the draws already
+    made (the pilot) so the result continues each stratum's order."""
+    keys: list[FloatArray] = []
+    labs: list[IntArray] = []
+    for h, n in enumerate(counts):
+        if n > 0:
+            keys.append((np.arange(n, dtype=np.float64) + 0.5) / n)
+            labs.append(np.full(n, h, dtype=np.int64))
+    if not keys:
+        return np.zeros(0, dtype=np.int64)
+    k = np.concatenate(keys)
+    lab = np.concatenate(labs)
+    return lab[np.lexsort((lab, k))]
+
+
+# -- one stratum ------------------------------------------------------------------------------------
+
+def log_sample_likelihood(n_pop: int, t: int, s: int, counts: IntArray | Sequence[int]) -> FloatArray:
+    """log P(one ordered sample of t images, s of them ID | N, T) for each T in ``counts``:
+    log([T]_s [N-T]_{t-s} / [N]_t); -inf where T cannot have produced it."""
+    T = np.asarray(counts, dtype=np.float64)
+    ok = (T >= s) & (n_pop - T >= t - s)
+    Tc = np.where(ok, T, float(s))
+    gl = special.gammaln
+    v = (gl(Tc + 1) - gl(Tc - s + 1) + gl(n_pop - Tc + 1) - gl(n_pop - Tc - (t - s) + 1)
+         - gl(n_pop + 1.0) + gl(n_pop - t + 1.0))
+    return np.where(ok, v, -np.inf)
+
+
+def wor_cs_upper(n_pop: int, t: int, s: int, alpha: float, *, a: float = 1.0, b: float = 1.0) -> int:
+    """Upper end of Waudby-Smith & Ramdas' (2020) prior-posterior-ratio confidence sequence for
+    the number of ID images T in a population of N, after t draws without replacement holding s,
+    with a beta-binomial(N, a, b) prior: the largest T with L_t(T) > alpha * m_t, where
+    m_t = B(a + s, b + t - s) / B(a, b) is the prior's predictive probability of the sequence."""
+    _check_counts(n_pop, t, s, alpha)
+    log_m = special.betaln(a + s, b + t - s) - special.betaln(a, b)
+    T = np.arange(s, n_pop - (t - s) + 1)
+    keep = log_sample_likelihood(n_pop, t, s, T) > np.log(alpha) + log_m
+    return int(T[keep].max())
+
+
+def hypergeom_upper(n_pop: int, n: int, k: int, alpha: float) -> int:
+    """Exact upper bound for a sample of size n fixed in advance and looked at once: the largest
+    T for which seeing k or fewer ID images has probability above alpha."""
+    _check_counts(n_pop, n, k, alpha)
+    T = np.arange(k, n_pop - (n - k) + 1)
+    keep = stats.hypergeom.cdf(k, n_pop, T, n) > alpha
+    return int(T[keep].max())
+
+
+def clopper_pearson_upper(n: int, k: int, alpha: float) -> float:
+    """One-sided Clopper-Pearson upper bound on a rate (k of n, an infinite population)."""
+    if n <= 0 or not 0 <= k <= n:
+        raise CertifyError(f"Clopper-Pearson needs 0 <= found <= reviewed and reviewed > 0, not {k} of {n}")
+    return 1.0 if k >= n else float(stats.beta.ppf(1 - alpha, k + 1, n - k))
+
+
+def _check_counts(n_pop: int, t: int, s: int, alpha: float) -> None:
+    if not 0 <= s <= t <= n_pop:
+        raise CertifyError(f"need 0 <= found ({s}) <= reviewed ({t}) <= stratum size ({n_pop})")
+    if not 0 < alpha < 1:
+        raise CertifyError(f"alpha must be between 0 and 1, not {alpha}")
+
+
+# -- strata together --------------------------------------------------------------------------------
+
+SHARED_A = np.arange(-10.0, 0.0001, 0.125)  # logit of the rate at covariate 0 (the pool's mean score)
+SHARED_B = np.arange(0.0, 4.0001, 0.25)  # logit change per unit of covariate (higher score, more ID)
+
+
+def default_covariate(n_strata: int) -> FloatArray:
+    """Stratum positions when no scores are given: evenly spaced in [-1, 1]."""
+    return np.zeros(1) if n_strata == 1 else np.linspace(-1.0, 1.0, n_strata)
+
+
+def stratum_covariate(scores: Sequence[float] | FloatArray, labels: IntArray, n_strata: int) -> FloatArray:
+    """Each stratum's mean score in units of the pool's standard deviation around its mean:
+    with normal scores of equal spread the log-odds of ID is linear in it."""
+    s = np.asarray(scores, dtype=np.float64)
+    z = (s - s.mean()) / (s.std() or 1.0)
+    sums = np.bincount(labels, weights=z, minlength=n_strata)
+    counts = np.maximum(np.bincount(labels, minlength=n_strata), 1)
+    return np.asarray(sums / counts, dtype=np.float64)
+
+
+SHARED_KAPPA = (10.0, 100.0, 1000.0, np.inf)  # how closely strata follow the curve (inf: exactly)
+
+
+def shared_rates(covariate: FloatArray) -> FloatArray:
+    """The curves of the ``shared`` prior: one row of stratum rates expit(a + b * covariate) per
+    (a, b) on the grid (one stratum: a alone)."""
+    x = np.asarray(covariate, dtype=np.float64)
+    bs = SHARED_B if len(x) > 1 else SHARED_B[:1]
+    a, b = np.meshgrid(SHARED_A, bs, indexing="ij")
+    return np.asarray(special.expit(a.reshape(-1, 1) + b.reshape(-1, 1) * x[None, :]), dtype=np.float64)
+
+
+def _shared_loglik(t: FloatArray, s: FloatArray, covariate: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """Per prior point (curve x kappa, equal weights): log of the predictive probability of the
+    samples seen. Given a curve, stratum h's rate is Beta(kappa m_h, kappa (1 - m_h)) around the
+    curve's m_h (a beta-Bernoulli likelihood), or exactly m_h for kappa = inf, so a stratum may
+    leave the curve at a price."""
+    m = shared_rates(covariate)
+    out = []
+    for k in SHARED_KAPPA:
+        if np.isinf(k):
+            out.append(np.log(m) @ s + np.log1p(-m) @ (t - s))
+        else:
+            a, b = k * m, k * (1 - m)
+            out.append(np.sum(special.betaln(a + s, b + t - s) - special.betaln(a, b), axis=1))
+    return np.tile(m, (len(SHARED_KAPPA), 1)), np.concatenate(out)
+
+
+def log_predictive(t: IntArray, s: IntArray, *, prior: Prior = "shared", covariate: FloatArray | None = None,
+                   beta_a: float = 1.0, beta_b: float = 1.0) -> float:
+    """log m_t: the prior's predictive probability of the ordered samples seen (strata
+    together). A population whose items are ID with probability p, sampled without replacement,
+    gives independent Bernoulli(p) draws, so for a mixture of such populations m_t is the same
+    mixture of Bernoulli (or beta-Bernoulli) likelihoods."""
+    tf = np.asarray(t, dtype=np.float64)
+    sf = np.asarray(s, dtype=np.float64)
+    if prior == "product":
+        return float(np.sum(special.betaln(beta_a + sf, beta_b + tf - sf) - special.betaln(beta_a, beta_b)))
+    if prior != "shared":
+        raise CertifyError(f"unknown prior {prior!r}; choose from {', '.join(PRIORS)}")
+    x = default_covariate(len(tf)) if covariate is None else np.asarray(covariate, dtype=np.float64)
+    _p, ll = _shared_loglik(tf, sf, x)
+    return float(special.logsumexp(ll) - np.log(len(ll)))
+
+
+def fitted_rates(reviewed: Sequence[int], found: Sequence[int], covariate: FloatArray | None = None) -> FloatArray:
+    """Posterior-mean stratum rates under the shared prior: strata borrow strength from each
+    other, so a small pilot still ranks them (used to allocate, never to bound)."""
+    tf = np.asarray(reviewed, dtype=np.float64)
+    sf = np.asarray(found, dtype=np.float64)
+    x = default_covariate(len(tf)) if covariate is None else np.asarray(covariate, dtype=np.float64)
+    p, ll = _shared_loglik(tf, sf, x)
+    w = np.exp(ll - ll.max())
+    return np.asarray((w @ p) / w.sum(), dtype=np.float64)
+
+
+@dataclass
+class Bound:
+    """An upper confidence bound on the number of ID images in sampled strata."""
+
+    total: int  # bound on ID images in the strata's populations (found ones included)
+    split: IntArray  # the split of ``total`` over strata that is hardest to reject
+    mle: IntArray  # most likely count per stratum
+    found: IntArray
+    reviewed: IntArray
+    sizes: IntArray
+    alpha: float
+    method: str
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def remainder(self) -> int:
+        """Bound on the ID images among the images nobody reviewed."""
+        return int(self.total - self.found.sum())
+
+
+def _stratum_steps(n_pop: int, t: int, s: int, budget: float) -> tuple[int, FloatArray]:
+    """Most likely T and the log-likelihood cost of each unit step up from it while the cost so
+    far stays within ``budget`` (the costs rise: log L_t is concave in T)."""
+    hi = n_pop - (t - s)
+    if t == 0:
+        return 0, np.zeros(0)
+    guess = int(min(max(s, np.floor(s * (n_pop + 1) / t)), hi))
+    cand = np.arange(max(s, guess - 2), min(hi, guess + 2) + 1)
+    ll = log_sample_likelihood(n_pop, t, s, cand)
+    mode = int(cand[int(np.argmax(ll))])
+    top = float(ll.max())
+    lo_, hi_ = mode, hi  # largest T whose drop from the top is within the budget
+    while lo_ < hi_:
+        mid = (lo_ + hi_ + 1) // 2
+        if top - float(log_sample_likelihood(n_pop, t, s, [mid])[0]) <= budget:
+            lo_ = mid
+        else:
+            hi_ = mid - 1
+    last = min(lo_ + 1, hi)
+    vals = log_sample_likelihood(n_pop, t, s, np.arange(mode, last + 1))
+    return mode, -np.diff(vals)
+
+
+def stratified_upper(sizes: Counts, reviewed: Counts, found: Counts, alpha: float, *,
+                     prior: Prior = "shared", covariate: Sequence[float] | FloatArray | None = None) -> Bound:
+    """Anytime-valid upper bound on the total number of ID images over the strata (the module's
+    docstring; docs/review.md). ``reviewed[h]`` must be the first draws of stratum h's seeded
+    order, all decided; strata without reviews are bounded by their size."""
+    N = np.asarray(sizes, dtype=np.int64)
+    t = np.asarray(reviewed, dtype=np.int64)
+    s = np.asarray(found, dtype=np.int64)
+    if not (N.shape == t.shape == s.shape) or N.ndim != 1:
+        raise CertifyError("sizes, reviewed and found must name the same strata")
+    for h in range(len(N)):
+        _check_counts(int(N[h]), int(t[h]), int(s[h]), alpha)
+    sampled = t > 0
+    # a stratum without a sample cannot be bounded: count all of it
+    fixed = int(N[~sampled].sum())
+    x = default_covariate(len(N)) if covariate is None else np.asarray(covariate, dtype=np.float64)
+    log_m = log_predictive(t[sampled], s[sampled], prior=prior, covariate=x[sampled]) if sampled.any() else 0.0
+    modes = np.where(sampled, 0, N).astype(np.int64)
+    tops = 0.0
+    for h in (int(i) for i in np.flatnonzero(sampled)):
+        m, _ = _stratum_steps(int(N[h]), int(t[h]), int(s[h]), 0.0)
+        modes[h] = m
+        tops += float(log_sample_likelihood(int(N[h]), int(t[h]), int(s[h]), [m])[0])
+    budget = tops - log_m - float(np.log(alpha))  # >= log(1/alpha) > 0, since m_t <= max L_t
+    steps: list[FloatArray] = []
+    owner: list[IntArray] = []
+    for h in (int(i) for i in np.flatnonzero(sampled)):
+        _m, inc = _stratum_steps(int(N[h]), int(t[h]), int(s[h]), budget)
+        steps.append(inc)
+        owner.append(np.full(len(inc), h, dtype=np.int64))
+    split = modes.copy()
+    extra_steps = 0
+    if steps:
+        inc = np.concatenate(steps)
+        who = np.concatenate(owner)
+        order = np.argsort(inc, kind="stable")
+        cum = np.cumsum(inc[order])
+        extra_steps = int(np.searchsorted(cum, budget, side="left"))  # steps with cost so far < budget
+        np.add.at(split, who[order[:extra_steps]], 1)
+    total = int(modes[sampled].sum()) + extra_steps + fixed
+    return Bound(total=total, split=split, mle=modes, found=s, reviewed=t, sizes=N, alpha=alpha,
+                 method=f"wor-cs/{prior}", extra={"log_predictive": log_m, "budget": budget})
+
+
+def union_hypergeom_upper(sizes: Sequence[int], reviewed: Sequence[int], found: Sequence[int], alpha: float) -> Bound:
+    """The fixed-size alternative: each stratum's exact hypergeometric bound at alpha / H,
+    added (a union bound; valid for one look at sample sizes fixed in advance)."""
+    N = np.asarray(sizes, dtype=np.int64)
+    t = np.asarray(reviewed, dtype=np.int64)
+    s = np.asarray(found, dtype=np.int64)
+    a = alpha / max(1, int((t > 0).sum()))
+    split = np.array([hypergeom_upper(int(N[h]), int(t[h]), int(s[h]), a) if t[h] > 0 else int(N[h]) for h in range(len(N))],
+                     dtype=np.int64)
+    return Bound(total=int(split.sum()), split=split, mle=split, found=s, reviewed=t, sizes=N, alpha=alpha,
+                 method="hypergeometric-fixed-n/union")
+
+
+def log_ratio_at(sizes: IntArray, labels_seen: IntArray, x_seen: IntArray, true_counts: IntArray, *,
+                 prior: Prior = "shared", covariate: FloatArray | None = None) -> FloatArray:
+    """log R_t(T) after every review t = 1..n, for a given split T (benchmarks and tests: if it
+    stays below log(1/alpha) at every t, the bound held at every t)."""
+    H = len(sizes)
+    n = len(labels_seen)
+    onehot = np.zeros((n, H))
+    onehot[np.arange(n), labels_seen] = 1.0
+    t_cum = np.cumsum(onehot, axis=0)
+    s_cum = np.cumsum(onehot * x_seen[:, None], axis=0)
+    # log L_t(T) increments: draw t of stratum h given t_h-1 draws and s_h-1 found before
+    t_prev = (t_cum - onehot)[np.arange(n), labels_seen]
+    s_prev = (s_cum - onehot * x_seen[:, None])[np.arange(n), labels_seen]
+    Nh = sizes[labels_seen].astype(np.float64)
+    Th = true_counts[labels_seen].astype(np.float64)
+    with np.errstate(divide="ignore"):
+        step = np.where(x_seen == 1, np.log(Th - s_prev) - np.log(Nh - t_prev),
+                        np.log(Nh - Th - (t_prev - s_prev)) - np.log(Nh - t_prev))
+    log_l = np.cumsum(step)
+    if prior == "product":
+        log_m = np.sum(special.betaln(1 + s_cum, 1 + t_cum - s_cum) - special.betaln(1, 1), axis=1)
+    else:
+        log_m = _shared_log_m_path(labels_seen, x_seen, default_covariate(H) if covariate is None else covariate, H)
+    return np.asarray(log_m - log_l, dtype=np.float64)
+
+
+def _shared_log_m_path(labels_seen: IntArray, x_seen: IntArray, covariate: FloatArray, n_strata: int) -> FloatArray:
+    """log m_t of the shared prior after every review, updated one draw at a time."""
+    m = shared_rates(np.asarray(covariate, dtype=np.float64))
+    parts = []
+    for k in SHARED_KAPPA:
+        parts.append((k, m))
+    G = m.shape[0] * len(SHARED_KAPPA)
+    ll = np.zeros(G)
+    t = np.zeros(n_strata)
+    s = np.zeros(n_strata)
+    out = np.empty(len(labels_seen))
+    logG = np.log(G)
+    for i, (h, x) in enumerate(zip(labels_seen, x_seen)):
+        pieces = []
+        for k, mm in parts:
+            mh = mm[:, h]
+            if np.isinf(k):
+                pieces.append(np.log(mh) if x else np.log1p(-mh))
+            else:
+                num = k * mh + s[h] if x else k * (1 - mh) + t[h] - s[h]
+                pieces.append(np.log(num) - np.log(k + t[h]))
+        ll += np.concatenate(pieces)
+        t[h] += 1
+        s[h] += x
+        out[i] = special.logsumexp(ll) - logG
+    return out
+
+
+# -- a plan's numbers -------------------------------------------------------------------------------
+
+@dataclass
+class Certificate:
+    """What a curator reads and an export records."""
+
+    alpha: float
+    target: float  # the bound the remainder's contamination must reach (a share, e.g. 0.005)
+    bound: Bound
+    full_found: int  # ID images found in strata reviewed in full
+    full_open: int  # images of those strata not decided yet (counted as ID until they are)
+    remainder_size: int  # images nobody reviewed (sampled strata, outside the sample)
+
+    @property
+    def remainder_bound(self) -> int:
+        return self.bound.remainder + self.full_open
+
+    @property
+    def remainder_share(self) -> float:
+        return self.remainder_bound / self.remainder_size if self.remainder_size else 0.0
+
+    @property
+    def estimate(self) -> float:
+        """Stratified point estimate of the remainder's ID share."""
+        N, t, s = self.bound.sizes, self.bound.reviewed, self.bound.found
+        rate = np.where(t > 0, s / np.maximum(t, 1), 1.0)
+        ids = float(np.sum(rate * (N - t)))
+        return ids / self.remainder_size if self.remainder_size else 0.0
+
+    @property
+    def certified(self) -> bool:
+        return self.full_open == 0 and self.remainder_share <= self.target
+
+
+def certificate(*, sizes: Counts, reviewed: Counts, found: Counts, alpha: float, target: float,
+                full_found: int = 0, full_open: int = 0, prior: Prior = "shared",
+                covariate: Sequence[float] | FloatArray | None = None) -> Certificate:
+    b = stratified_upper(sizes, reviewed, found, alpha, prior=prior, covariate=covariate)
+    rem = int(np.sum(np.asarray(sizes) - np.asarray(reviewed)))
+    return Certificate(alpha=alpha, target=target, bound=b, full_found=full_found, full_open=full_open, remainder_size=rem)
+
+
+def reviews_expected(*, sizes: Sequence[int], rates: Sequence[float], weights: Sequence[float], reviewed: Sequence[int],
+                     alpha: float, target: float, prior: Prior = "shared", limit: int | None = None,
+                     covariate: Sequence[float] | FloatArray | None = None) -> int | None:
+    """Reviews still expected before the bound reaches ``target``, if the strata's rates are
+    ``rates`` and reviews go on in proportion to ``weights``: the bound is computed on the
+    expected counts at growing sample sizes. None when it cannot get there (the whole pool)."""
+    N = np.asarray(sizes, dtype=np.int64)
+    p = np.asarray(rates, dtype=np.float64)
+    w = np.asarray(weights, dtype=np.float64)
+    t0 = np.asarray(reviewed, dtype=np.int64)
+    w = w / w.sum() if w.sum() > 0 else np.ones_like(w) / len(w)
+    room = int((N - t0).sum())
+    limit = room if limit is None else min(limit, room)
+
+    def ok(extra: int) -> bool:
+        t = np.minimum(N, t0 + np.round(w * extra).astype(np.int64))
+        s = np.minimum(t, np.round(p * t).astype(np.int64))
+        c = certificate(sizes=N, reviewed=t, found=s, alpha=alpha, target=target, prior=prior, covariate=covariate)
+        return c.certified
+
+    if ok(0):
+        return 0
+    if not ok(limit):
+        return None
+    lo, hi = 0, limit
+    while hi - lo > max(1, hi // 100):
+        mid = (lo + hi) // 2
+        if ok(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
