@@ -97,3 +97,37 @@ def test_undo_takes_the_last_page_back_and_not_past_later_work(pool):
     review_grid_submit(user=u1, marks=marks)
     assert Review.objects.filter(annotator=u1).count() == 8
     assert ReviewItem.objects.get(pk=lease.assignments[3].item_id).final_decision == "unclear"
+
+
+def test_gold_accuracy_is_reported_per_screen(pool, client):
+    from curation.roles import CURATOR
+    from curation.selectors_grid import gold_accuracy_by_screen
+    from curation.services.review import review_items_set_gold, review_next, review_submit
+
+    source, (u1, u2, u3) = pool
+    lease, marks = _page(u1, {4: "skip", 5: "skip", 6: "skip", 7: "skip"})  # four of a class decided ood: made gold
+    review_grid_submit(user=u1, marks=marks)
+    assert review_items_set_gold(item_ids=[a.item_id for a in lease.assignments], gold=True) == 4
+    review_settings_save(source=source, gold_rate=0.5)
+    review_cache_clear()
+    # u2 answers gold tiles on the grid (one wrong), u3 on the single-image screen (all right)
+    g_lease = review_grid_next(user=u2, size=24)  # the class's four open images, and gold tiles of the class
+    gold = [a for a in g_lease.assignments if a.is_gold]
+    assert gold, "gold tiles at a 0.5 gold rate"
+    wrong = gold[0].pk
+    review_grid_submit(user=u2, marks=[{"assignment": a.pk, "decision": "unclear" if a.pk == wrong else "ood"} for a in g_lease.assignments])
+    singles = 0
+    while singles < 30:
+        held = review_next(user=u3, want=1)
+        if not held:
+            break
+        review_submit(user=u3, assignment_id=held[0].pk, decision="ood")
+        singles += 1
+    rows = {r["annotator"]: r for r in gold_accuracy_by_screen()}
+    assert rows["g1"]["grid_n"] == len(gold) and rows["g1"]["grid_ok"] == len(gold) - 1 and rows["g1"]["single_n"] == 0
+    n3 = Review.objects.filter(annotator=u3, is_gold=True).count()
+    assert n3 and rows["g2"]["single_n"] == n3 == rows["g2"]["single_ok"] and rows["g2"]["grid_n"] == 0
+    user_create_with_role(username="c", password="c-pw-12345", role=CURATOR)
+    client.login(username="c", password="c-pw-12345")
+    html = client.get("/curate/reviews/").content.decode()
+    assert "Gold accuracy by screen" in html and f"{len(gold) - 1}/{len(gold)} =" in html

@@ -21,6 +21,7 @@ from django.utils import timezone
 from curation.audit import audit_record
 from curation.models import Assignment, AuditLog, ImageEmbedding, Review, ReviewDecision, ReviewItem, SynsetText
 from curation.selectors import annotator_scope, not_seen_by
+from curation.selectors_grid import PAGE_ACTION
 from curation.services.review import (
     SECONDS_CAP,
     NothingToUndo,
@@ -34,7 +35,6 @@ from curation.services.review import (
 )
 
 GRID_MIN, GRID_MAX = 12, 96
-PAGE_ACTION = "review_grid_page"
 
 
 @dataclass
