@@ -262,6 +262,45 @@ def detector_info(names: list[str], method_params: dict | None = None) -> dict[s
     return out
 
 
+# -- many models at once ------------------------------------------------------------------------
+
+
+class ModelListError(ValueError):
+    """A --models item that names no model: the message names the item and the fix."""
+
+
+def model_list(items: Sequence[str], *, registered: Sequence[str] = ()) -> list[str]:
+    """The models a run evaluates, from command-line items (C-OOD's many-model protocol): a name
+    (registered or timm's), a file of names (one a line; blank lines and # comments skipped), or
+    a pattern with * ? [ ] matched against timm's models with pretrained ImageNet weights and the
+    registered names (``timm.list_models(pattern, pretrained=True)``). Order kept, duplicates
+    dropped."""
+    import fnmatch
+
+    out: list[str] = []
+    for item in items:
+        item = item.strip()
+        if not item:
+            continue
+        path = Path(item)
+        if path.suffix in (".txt", ".list", "") and path.is_file():
+            names = [line.split("#", 1)[0].strip() for line in path.read_text(encoding="utf-8").splitlines()]
+            names = [n for n in names if n]
+            if not names:
+                raise ModelListError(f"--models {item}: the file names no model (one timm or registered name a line)")
+        elif any(ch in item for ch in "*?["):
+            import timm
+
+            names = [n for n in registered if fnmatch.fnmatchcase(n, item)] + list(timm.list_models(item, pretrained=True))
+            if not names:
+                raise ModelListError(f"--models {item}: the pattern matches no registered model and no timm model with pretrained "
+                                     "weights (timm.list_models(pattern, pretrained=True)); check the spelling")
+        else:
+            names = [item]
+        out += [n for n in names if n not in out]
+    return out
+
+
 # -- imported outputs --------------------------------------------------------------------------
 
 

@@ -504,3 +504,27 @@ def test_export_page_warns_when_random_networks_separate_the_ood_set(tmp_path, r
     assert 'data-sanity-set="ood"' in html and "separable by random networks" in html
     rows = [r for r in evaluation_csv_rows(run) if r["set"] == "sanity_random_weights"]
     assert rows and rows[0]["auroc"] == 0.8 and "RANDOM WEIGHTS" in rows[0]["name"]
+
+
+def test_models_from_a_file_or_a_pattern_and_the_aupr_convention_reach_results_and_csv(tmp_path, role_groups):
+    """--models takes a file of names (or a timm pattern); --aupr-method openood is named on the
+    results, the page and in the CSV (issue 32)."""
+    from django.core.management.base import CommandError
+
+    export = _world(tmp_path)
+    listing = tmp_path / "models.txt"
+    listing.write_text("# the imported model\ntoy\n", encoding="utf-8")
+    out = io.StringIO()
+    call_command("evaluate", export=export.name, id_test="import:test", id_fit="import:fit", models=str(listing), methods="msp",
+                 aupr_method="openood", stdout=out)
+    run = EvaluationRun.objects.get()
+    assert run.model_names == ["toy"]
+    conv = run.results["models"]["toy"]["conventions"]
+    assert conv["aupr_method"] == "openood" and "OpenOOD" in conv["aupr"]
+    assert "AUPR openood" in out.getvalue()
+    rows = list(csv.DictReader(io.StringIO(_client("res3", "researcher").get(f"/evaluations/{run.pk}/results.csv").content.decode())))
+    assert {r["aupr_method"] for r in rows} == {"openood"}
+    page = _client("res4", "researcher").get(f"/evaluations/{run.pk}/").content.decode()
+    assert 'data-convention="aupr_method">openood' in page
+    with pytest.raises(CommandError, match="matches no registered model and no timm model"):
+        call_command("evaluate", export=export.name, id_test="import:test", id_fit="import:fit", models="nosuchnet*", stdout=io.StringIO())

@@ -165,6 +165,9 @@ class Detector:
     # (input_scores) and under which name the scores are cached (input_key_for); the
     # evaluation computes, caches and hands them over in Outputs.extra[key].
     input_level: ClassVar[bool] = False
+    # The intermediate activations an input-level method reads (e.g. RankFeat: the last block's
+    # map), declared so the docs and `manage.py detectors` name them
+    layers: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def input_key_for(cls, params: dict) -> str:
@@ -215,7 +218,7 @@ PREFERRED_ORDER = ("msp", "maxlogit", "energy", "entropy", "kl_matching", "mahal
                    "react", "ash", "cosine", "mcm", "odin",
                    # output-based newcomers, then feature-based (issue 32)
                    "temperature_scaling", "gen", "gradnorm", "dice", "she", "scale", "ash_p", "ash_b", "vra", "nnguide", "relation",
-                   "fdbd", "nci", "residual", "mahalanobis_pp", "gmm")
+                   "fdbd", "nci", "residual", "mahalanobis_pp", "gmm", "rankfeat")
 
 
 def detector_names() -> list[str]:

@@ -38,8 +38,10 @@ class FDBD(Detector):
         x = data.features.astype(np.float64)
         pred = logits.argmax(axis=1)
         top = logits[np.arange(len(logits)), pred]
-        denom = np.stack([self._denominators(int(c)) for c in pred]) if len(pred) else np.zeros((0, logits.shape[1]))
-        num = (np.abs(logits - top[:, None]) / denom).sum(axis=1)
+        num = np.zeros(len(logits))
+        for c in np.unique(pred):  # one row of denominators per predicted class
+            rows = pred == c
+            num[rows] = (np.abs(logits[rows] - top[rows, None]) / self._denominators(int(c))).sum(axis=1)
         if self.params["normalizer"] == "train-mean":
             return num / np.linalg.norm(x - self.train_mean, axis=1)
         return num / np.linalg.norm(x, axis=1)

@@ -2,6 +2,8 @@ import numpy as np
 
 from . import OPENOOD, Detector, DetectorError, Head, Outputs, Param, register_detector
 
+PCA_SOLVER = "covariance_eigh"
+
 
 @register_detector
 class GMM(Detector):
@@ -11,7 +13,8 @@ class GMM(Detector):
     tied covariance fitted by scikit-learn (random_state 0); OpenOOD's score is
     sum_k w_k exp(-(z - m_k)^T P (z - m_k) / 2), we return its logarithm (the same order, and no
     underflow to 0 far from the means). Defaults: OpenOOD's last layer, 50 dimensions and 50
-    components."""
+    components. The PCA is solved exactly from the covariance (scikit-learn's covariance_eigh:
+    OpenOOD's default solver may be randomized, unseeded, for its shapes)."""
 
     name = "gmm"
     label = "GMM"
@@ -31,7 +34,7 @@ class GMM(Detector):
             raise DetectorError(f"GMM: dim {dim} must be at most the fit set's size and feature dimension ({min(x.shape)})")
         if k > len(x):
             raise DetectorError(f"GMM: {k} components need at least {k} ID fit images (there are {len(x)})")
-        self.transform = PCA(n_components=dim).fit(x).components_.T
+        self.transform = PCA(n_components=dim, svd_solver=PCA_SOLVER).fit(x).components_.T
         gm = GaussianMixture(n_components=k, random_state=0, covariance_type="tied").fit(x @ self.transform)
         self.means, self.precision, self.weights = gm.means_, gm.precisions_, gm.weights_
         return self

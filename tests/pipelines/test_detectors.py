@@ -32,7 +32,11 @@ def _far_ood(rng, n, head):
 
 
 def _with_odin(out, value):
+    """Input-level scores (ODIN, RankFeat) as extraction would leave them, for every such detector."""
     out.extra[odin_key(2.0, 1e-5)] = value
+    for cls in DETECTORS.values():
+        if cls.input_level:
+            out.extra[cls.input_key_for(cls.defaults())] = value
     return out
 
 

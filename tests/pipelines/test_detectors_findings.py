@@ -147,3 +147,79 @@ def test_head_restricted_checks_its_shape_before_returning():
     assert r.bias.tolist() == [2.0, 0.0] and r.weight[0].tolist() == [8.0, 9.0, 10.0, 11.0]
     with pytest.raises(DetectorError, match="indices"):
         good.restricted(np.array([3]))
+
+
+def test_rankfeat_removes_the_rank_one_part_of_the_last_map_as_openood(tmp_path):
+    """RankFeat through the input-level path, on a small network with RANDOM WEIGHTS (the
+    arithmetic is what is checked): OpenOOD's rankfeat_postprocessor (Jingkang50/OpenOOD@3c35632ee91b,
+    the Block 4 branch with SVD), written here: X (C x HW) - s1 u1 v1^T, average pool, fc,
+    T * logsumexp(logits / T)."""
+    import torch
+    from PIL import Image as PILImage
+    from torchvision.transforms import functional as TF
+
+    from pipelines.classifiers import LoadedModel
+    from pipelines.detectors import DETECTORS
+    from pipelines.detectors.rankfeat import rankfeat_key, rankfeat_scores
+
+    class Tiny(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, stride=2), torch.nn.ReLU(), torch.nn.Conv2d(8, 16, 3), torch.nn.ReLU())
+            self.fc = torch.nn.Linear(16, 10)
+
+        def forward_features(self, x):
+            return self.body(x)
+
+        def forward_head(self, f):
+            return self.fc(f.mean(dim=(2, 3)))
+
+        def forward(self, x):
+            return self.forward_head(self.forward_features(x))
+
+    torch.manual_seed(2)
+    net = Tiny().double().eval()
+    mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+    rng = np.random.default_rng(2)
+    paths = []
+    for i in range(3):
+        p = tmp_path / f"{i}.png"
+        PILImage.fromarray(rng.integers(0, 256, (24, 24, 3), dtype=np.uint8)).save(p)
+        paths.append(str(p))
+    lm = LoadedModel(name="tiny", model=net, transform=lambda im: TF.normalize(TF.to_tensor(im).double(), mean, std),
+                     data_config={"input_size": (3, 24, 24), "crop_pct": 1.0, "mean": mean, "std": std}, device="cpu", weights="random",
+                     feature_dim=16, wnids=(), labels=())
+    for T in (1.0, 2.5):
+        got = rankfeat_scores(lm, paths, temperature=T)
+        want = []
+        for p in paths:
+            x = TF.normalize(TF.to_tensor(PILImage.open(p).convert("RGB")).double(), mean, std)[None]
+            with torch.no_grad():
+                feat = net.body(x)
+                B, C, H, W = feat.size()
+                f = feat.view(B, C, H * W)
+                u, s, v = torch.linalg.svd(f, full_matrices=False)
+                f = f - s[:, 0:1].unsqueeze(2) * u[:, :, 0:1].bmm(v[:, 0:1, :])
+                logits = net.fc(torch.flatten(torch.nn.functional.adaptive_avg_pool2d(f.view(B, C, H, W), 1), 1))
+                want.append(float(T * torch.logsumexp(logits / T, dim=1)))
+        np.testing.assert_allclose(got, want, rtol=1e-9)
+        plain = [float(T * torch.logsumexp(net(TF.normalize(TF.to_tensor(PILImage.open(p).convert("RGB")).double(), mean, std)[None]) / T,
+                                           dim=1)) for p in paths]
+        assert np.abs(np.array(got) - plain).max() > 1e-6  # the rank-1 part mattered
+    assert DETECTORS["rankfeat"].input_level and DETECTORS["rankfeat"].layers
+    assert rankfeat_key(1.0) == DETECTORS["rankfeat"].input_key_for({"temperature": 1.0}) == "rankfeat_t1"
+
+
+def test_models_come_from_names_files_and_timm_patterns(tmp_path):
+    from pipelines.evaluation import ModelListError, model_list
+
+    listing = tmp_path / "models.txt"
+    listing.write_text("# C-OOD style list\nefficientnet_lite0\n\nresnet18.a1_in1k  # a timm tag\n", encoding="utf-8")
+    got = model_list([str(listing), "efficientnet_lite0", "efficientnet_lite*"], registered=["efficientnet_lite0"])
+    assert got == ["efficientnet_lite0", "resnet18.a1_in1k", "efficientnet_lite0.ra_in1k"]
+    with pytest.raises(ModelListError, match="matches no registered model"):
+        model_list(["nosuchnet*"])
+    empty = tmp_path / "empty.txt"
+    empty.write_text("# nothing\n", encoding="utf-8")
+    with pytest.raises(ModelListError, match="names no model"):
+        model_list([str(empty)])

@@ -11,7 +11,8 @@ def detectors_table() -> str:
     for name in detector_names():
         cls = DETECTORS[name]
         needs = ", ".join(x for x, on in (("ID fit set", cls.needs_fit), ("last layer", cls.needs_head),
-                                           ("the images (input-level)", cls.input_level)) if on) or "outputs only"
+                                           ("the images (input-level"
+                                           + (f": {'; '.join(cls.layers)}" if cls.layers else "") + ")", cls.input_level)) if on) or "outputs only"
         rows = cls.parameters or (None,)
         head = f"| {cls.label} | `{name}` | {cls.paper} | {cls.reference or '-'} | {needs} |"
         for p in rows:

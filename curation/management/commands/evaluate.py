@@ -59,7 +59,10 @@ class Command(BaseCommand):
         parser.add_argument("--unit-tests", default="", help="an OOD unit-test set (export id, NAME-vN or NAME)")
         parser.add_argument("--id-test", required=True, help="ID test set: source:NAME (an ID reference source) or import:NAME")
         parser.add_argument("--id-fit", required=True, help="ID fit set for detectors with statistics: source:NAME or import:NAME")
-        parser.add_argument("--models", default="", help="comma-separated model names (default: the default model)")
+        parser.add_argument("--models", default="",
+                            help="comma-separated model names, files of names (one a line) or patterns of timm names with "
+                                 "pretrained weights (e.g. 'resnet*'), as C-OOD's many-model runs (default: the default model); "
+                                 "outputs are cached per model, so adding a model to an earlier run's list computes only it")
         parser.add_argument("--methods", default="", help="comma-separated detectors (default: every registered one)")
         for det, p in parameters():  # each detector's own declaration: --knn-k, --odin-temperature, ...
             parser.add_argument(p.flag(det), dest=p.key(det), type=p.kind, default=None, choices=p.choices or None,
@@ -91,6 +94,13 @@ class Command(BaseCommand):
         from django.conf import settings
 
         models, methods = _csv(o["models"], "--models"), _csv(o["methods"], "--methods")  # checked before any look-up
+        from pipelines.classifiers import MODELS
+        from pipelines.evaluation import ModelListError, model_list
+
+        try:  # files of names and timm patterns become names (C-OOD's many-model runs)
+            models = model_list(models, registered=list(MODELS))
+        except ModelListError as exc:
+            raise CommandError(str(exc)) from None
         if not o["fs_x"] and bool(o["export"]) == bool(o["ood"]):
             raise CommandError("give the OOD set with --export NAME (a clean export) or --ood source:NAME@CLASSES, not both")
         export = find_export(o["export"], kind=Export.Kind.DATASET) if o["export"] else None
