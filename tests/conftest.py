@@ -12,6 +12,12 @@ from fixtures.images import broken_files, jpeg_bytes, pattern_image, png_bytes, 
 
 REPO = Path(__file__).resolve().parent.parent
 
+# The fast tests use the smaller offline model (the default where it is installed is
+# efficientnet_lite2): set here for the commands and workers tests start as subprocesses, and
+# in the fixture below for this process, whose settings may be loaded already.
+FAST_MODEL = "efficientnet_lite0"
+os.environ.setdefault("OODC_MODEL", FAST_MODEL)
+
 
 @pytest.fixture(autouse=True)
 def _jobs_finish_in_the_request(settings):
@@ -19,6 +25,7 @@ def _jobs_finish_in_the_request(settings):
     process that check a job's result right after the request run it in the request instead.
     tests/test_web_jobs.py turns the background thread on and checks it."""
     settings.JOBS_IN_BACKGROUND = False
+    settings.DEFAULT_MODEL = os.environ["OODC_MODEL"]
 
 
 @pytest.fixture

@@ -181,3 +181,33 @@ def test_admin_actions_start_jobs_for_curators_only(tmp_path, django_capture_on_
     assert job.source == source and job.config["model"] == settings.DEFAULT_MODEL and job.created_by.username == "curator"
     r = clients["curator"].post("/admin/curation/source/", {"action": "extract", "_selected_action": [source.pk]}, follow=True)
     assert b"already pending" in r.content and Job.objects.filter(kind="extract").count() == 1
+
+
+@SLOW
+@pytest.mark.django_db
+def test_the_model_can_skip_the_classes_the_filter_removed(tmp_path):
+    """--skip-removed-classes: the images of classes the latest class filter run removed are not
+    run through the model; the rest are, and the review queue holds them."""
+    cands = tmp_path / "pool"
+    for pkg, name, wnid in [("skimage", "coffee.png", "n07920052"),  # espresso: an ImageNet-1K class, removed
+                            ("skimage", "astronaut.png", "n09818022"),  # astronaut: a person, removed as an organism
+                            ("skimage", "rocket.jpg", "n04099429"),  # rocket: a hypernym of missile, removed
+                            ("sklearn", "china.jpg", "n03874965")]:  # pagoda: kept or flagged, never removed
+        (cands / wnid).mkdir(parents=True, exist_ok=True)
+        shutil.copy(real_photo(name, pkg), cands / wnid / name)
+    call_command("add_source", "pool", str(cands), stdout=io.StringIO(), stderr=io.StringIO())
+    call_command("filter_classes", candidates="source:pool", id_spec="imagenet-1k", out=str(tmp_path / "f.csv"),
+                 policy="imagenet-ood", stdout=io.StringIO())
+    call_command("run_image_pipeline", sources=["pool"], skip_removed_classes=True, no_dedup=True, stdout=io.StringIO(),
+                 stderr=io.StringIO())
+    from curation.models import ClassDecision
+
+    removed = set(ClassDecision.objects.filter(decision="remove").values_list("candidate_class__folder", flat=True))
+    assert removed == {"n07920052", "n09818022", "n04099429"}
+    extracted = set(ImageEmbedding.objects.values_list("image__relative_path", flat=True))
+    assert extracted == {"n03874965/china.jpg"}
+    job = Job.objects.get(kind="extract")
+    assert job.config["skip_removed_classes"] is True and job.total == 1
+    # without the option the rest is extracted too (a later run fills in only what is missing)
+    call_command("run_image_pipeline", sources=["pool"], no_dedup=True, stdout=io.StringIO(), stderr=io.StringIO())
+    assert ImageEmbedding.objects.count() == 4 and Job.objects.filter(kind="extract").order_by("-pk")[0].total == 3

@@ -9,8 +9,11 @@ from pipelines.decode import DECODERS
 
 
 def add_model_arguments(parser) -> None:
-    parser.add_argument("--model", default="efficientnet_lite0",
-                        help=f"a registered model or any timm name (production choice: {PRODUCTION_MODEL})")
+    from django.conf import settings
+
+    parser.add_argument("--model", default=settings.DEFAULT_MODEL,
+                        help=f"a registered model or any timm name (default {settings.DEFAULT_MODEL}, OODC_MODEL; "
+                             f"production choice: {PRODUCTION_MODEL})")
     parser.add_argument("--weights", help="a checkpoint file for the model (where the hub is unreachable)")
     parser.add_argument("--batch-size", type=int, default=None, help="images per forward pass (default: 256 on a GPU, 32 on the CPU; "
                                                                       "halved on GPU out-of-memory)")

@@ -3,7 +3,7 @@ demo data's answer key, so the demo can end with an export. Never used outside t
 from __future__ import annotations
 
 from collections import Counter
-from typing import Callable
+from typing import Callable, Iterable
 
 from django.contrib.auth.models import User
 
@@ -33,3 +33,23 @@ def demo_reviews_record(*, user: User, answer: Callable[[str], tuple[str, list[s
             decided[decision] += 1
     audit_record(actor=user, action="demo_reviews_recorded", target=user, data=dict(decided))
     return decided
+
+
+def demo_planted_census(*, source_name: str, relative_paths: Iterable[str], export_name: str) -> dict[str, int]:
+    """Where the demo's planted ID objects ended up (a read, for the demo's summary): queued for
+    review or not (their class removed by the filter, or the image dropped as a near-duplicate),
+    recorded as id, still open, and carried by the newest export of ``export_name`` (0 is right)."""
+    from curation.models import Export, ExportMember, Image
+
+    paths = set(relative_paths)
+    images = list(Image.objects.filter(source__name=source_name, relative_path__in=paths).values_list("pk", flat=True))
+    items = ReviewItem.objects.filter(image_id__in=images).exclude(status=ReviewItem.Status.WITHDRAWN)
+    export = Export.objects.filter(name=export_name, status=Export.Status.DONE).order_by("-version").first()
+    return {
+        "planted": len(paths),
+        "ingested": len(images),
+        "queued": items.count(),
+        "recorded_id": items.filter(final_decision="id").count(),
+        "open": items.filter(final_decision="").count(),
+        "in_export": ExportMember.objects.filter(export=export, image_id__in=images).count() if export else 0,
+    }

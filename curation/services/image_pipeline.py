@@ -22,7 +22,8 @@ from django.utils import timezone
 
 from curation.audit import audit_record
 from curation.jobs import JobActive, enqueue_on_commit, run_inline
-from curation.models import ClassVisualSignal, DuplicateOverride, FeatureShard, Image, ImageEmbedding, Job, JobChunk, Source
+from curation.models import ClassDecision, ClassVisualSignal, DuplicateOverride, FeatureShard, Image, ImageEmbedding, Job, JobChunk, Source
+from curation.selectors import class_policy
 from curation.services.bulk import insert_rows
 from curation.services.class_filter import class_filter_refresh_source
 from curation.services.jobs import job_mark_running
@@ -52,7 +53,10 @@ def _checked_model_name(model_name: str) -> None:
 
 
 def extract_start(*, source: Source, model_name: str | None = None, weights: str | None = None, user: User | None = None,
-                  enqueue: bool = True, decoder: str | None = None) -> Job:
+                  enqueue: bool = True, decoder: str | None = None, skip_removed_classes: bool = False) -> Job:
+    """Queue the extraction of a source's images that lack the model's outputs. With
+    ``skip_removed_classes``, images of classes the latest class filter run removed are left out
+    (an ImageNet-21K-sized pool loses most of its classes there: no reason to run the model on them)."""
     from pipelines.decode import DECODERS
 
     model_name = model_name or settings.DEFAULT_MODEL
@@ -70,7 +74,7 @@ def extract_start(*, source: Source, model_name: str | None = None, weights: str
             kind=Job.Kind.EXTRACT, source=source, created_by=user if getattr(user, "pk", None) else None, code_version=code_version(),
             config={"model": model_name, "weights": weights or "", "chunk_size": settings.EXTRACT_CHUNK_SIZE,
                     "batch_size": settings.EXTRACT_BATCH_SIZE, "topk": 5, "feature_store": str(settings.FEATURE_STORE),
-                    "decoder": decoder},
+                    "decoder": decoder, "skip_removed_classes": bool(skip_removed_classes)},
         )
         audit_record(actor=user, action="extract_started", target=job, data={"source": source.name, "model": model_name})
         if enqueue:
@@ -87,7 +91,13 @@ def extract_plan(*, job_id: int) -> list[int]:
         return list(job.chunks.filter(done=False).values_list("index", flat=True))
     model_name = job.config["model"]
     done = ImageEmbedding.objects.filter(model_name=model_name, image__source=job.source).values("image_id")
-    ids = list(Image.objects.filter(source=job.source, status=Image.Status.OK).exclude(pk__in=done).order_by("pk").values_list("pk", flat=True))
+    todo = Image.objects.filter(source=job.source, status=Image.Status.OK).exclude(pk__in=done)
+    if job.config.get("skip_removed_classes"):
+        standing = class_policy(source=job.source)
+        if standing.run is not None:
+            removed = [cid for cid, c in standing.classes.items() if c.verdict == ClassDecision.Decision.REMOVE]
+            todo = todo.exclude(candidate_class_id__in=removed)
+    ids = list(todo.order_by("pk").values_list("pk", flat=True))
     size = max(1, int(job.config.get("chunk_size") or settings.EXTRACT_CHUNK_SIZE))
     with transaction.atomic():
         locked = Job.objects.select_for_update().get(pk=job.pk)

@@ -4,22 +4,23 @@ from pathlib import Path
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.management import call_command
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 from curation import selectors
 from curation.models import EvaluationRun, Source
-from curation.services.demo import demo_reviews_record
+from curation.services.demo import demo_planted_census, demo_reviews_record
 from curation.services.review import review_queue_sync
 from curation.services.users import users_create_demo
-from fixtures.demo import demo_answer, generate_demo, generate_demo_eval
+from fixtures.real_photos import RealPhotosUnavailable, generate_real_demo, read_answer_key, stamp_table
 from pipelines.detectors import detector_names
 
-LEFT_FOR_PEOPLE = {"n09270735"}  # dune  # one class the demo's stand-in leaves for people to review
+LEFT_FOR_PEOPLE = {"n03325941"}  # fedora: one class the demo's stand-in leaves for people to review
 
 # What the demo shortens to finish in about three minutes on two cores (docs/demo.md): each is
 # printed with the command that runs the full version.
-EVAL_TEST_PER_CLASS = 10
-EVAL_FIT_PER_CLASS = 30
+PER_CLASS = 8  # composites per candidate class: a pool of about 1,900 images (--per-class 12: about 2,800)
+EVAL_TEST_PER_CLASS = 6
+EVAL_FIT_PER_CLASS = 10
 DEMO_VIM_DIM = 64  # ViM's rule gives 512 for 1,280-d features, which needs more than 512 fit images
 DEMO_SANITY_SEEDS = 2  # the default is 5 random networks
 DEMO_LEAVES_OUT = {"odin"}  # one backward pass per image: about 3x a forward pass
@@ -41,30 +42,42 @@ class Command(BaseCommand):
         parser.add_argument("--addr", default="127.0.0.1:8000", help="Address for the web app (default 127.0.0.1:8000)")
         parser.add_argument("--no-serve", action="store_true", help="Stop after the summary instead of serving")
         parser.add_argument("--unit-tests", type=int, default=5, help="Images per OOD unit test in the demo's set (default 5)")
+        parser.add_argument("--per-class", type=int, default=PER_CLASS,
+                            help=f"Composites per candidate class (default {PER_CLASS}: a pool of about 1,900 images that keeps the demo "
+                                 "near three minutes on 2 cores)")
 
-    def handle(self, *args, data=None, addr="127.0.0.1:8000", no_serve=False, unit_tests=5, **opts):
+    def handle(self, *args, data=None, addr="127.0.0.1:8000", no_serve=False, unit_tests=5, per_class=PER_CLASS, **opts):
         out = self.stdout
+        if not 1 <= per_class <= 100:
+            raise CommandError(f"--per-class {per_class}: give 1 to 100 composites per class")
         started = time.monotonic()
         root = Path(data or settings.DATA_DIR / "demo")
-        out.write(self.style.MIGRATE_HEADING(f"1/10 Generating demo data in {root}"))
-        paths = generate_demo(root)
+        model_name = settings.DEFAULT_MODEL
+        out.write(self.style.MIGRATE_HEADING(f"1/10 Building the demo data from real photos in {root}"))
+        paths = self._build(root, model_name, per_class)
         out.write(self.style.MIGRATE_HEADING("2/10 ID class set"))
         call_command("set_id_classes", "imagenet-1k", stdout=out)
         out.write(self.style.MIGRATE_HEADING("3/10 Ingesting the sources"))
-        call_command("add_source", "demo-candidates", str(paths.candidates), class_map=str(paths.class_map), stdout=out, stderr=self.stderr, show_broken=30)
+        call_command("add_source", "demo-candidates", str(paths.candidates), stdout=out, stderr=self.stderr, show_broken=30)
         call_command("add_source", "demo-id", str(paths.id_reference), role="id", stdout=out, stderr=self.stderr)
-        out.write(self.style.MIGRATE_HEADING("4/10 WordNet class filter on demo-candidates (preset imagenet-ood)"))
+        out.write(self.style.MIGRATE_HEADING("4/10 WordNet class filter on demo-candidates (ImageNet-OOD's policy, demo_policy.yaml: "
+                                             f"classes of {max(1, per_class - 1)}+ images)"))
         csv_path = root / "class_filter_decisions.csv"
-        call_command("filter_classes", candidates="source:demo-candidates", id_spec="imagenet-1k", out=str(csv_path), stdout=out)
-        out.write(self.style.MIGRATE_HEADING(f"5/10 Predictions, features and near-duplicates ({settings.DEFAULT_MODEL}, offline weights)"))
-        call_command("run_image_pipeline", sources=["demo-candidates", "demo-id"], stdout=out, stderr=self.stderr)
+        call_command("filter_classes", candidates="source:demo-candidates", id_spec="imagenet-1k", out=str(csv_path),
+                     policy=str(root / "demo_policy.yaml"), stdout=out)
+        out.write(self.style.MIGRATE_HEADING(f"5/10 Predictions, features and near-duplicates ({model_name}, offline weights)"))
+        # the model runs on the classes the filter kept or flagged (and the ID reference): the 174
+        # classes it removed are never reviewed, so their images are not worth the model's time
+        call_command("run_image_pipeline", sources=["demo-candidates", "demo-id"], skip_removed_classes=True, stdout=out,
+                     stderr=self.stderr)
         out.write(self.style.MIGRATE_HEADING("6/10 Review queue"))
         report = review_queue_sync(source=Source.objects.get(name="demo-candidates"))
         out.write(f"  {report.summary()}")
         accounts = users_create_demo()
         out.write(self.style.MIGRATE_HEADING("7/10 Demo reviews: annotator2 answers from the demo data's answer key (a stand-in for people)"))
         reviewer = User.objects.get(username="annotator2")
-        decided = demo_reviews_record(user=reviewer, answer=demo_answer, leave_folders=LEFT_FOR_PEOPLE)
+        key = read_answer_key(paths.answer_key)
+        decided = demo_reviews_record(user=reviewer, answer=lambda rel: key.get(rel, ("ood", [])), leave_folders=LEFT_FOR_PEOPLE)
         left = decided.pop("left_for_people", 0)
         out.write("  recorded: " + ", ".join(f"{v} {k}" for k, v in sorted(decided.items()))
                   + f"; {left} image(s) of class folder {', '.join(sorted(LEFT_FOR_PEOPLE))} skipped, left in the queue "
@@ -73,12 +86,13 @@ class Command(BaseCommand):
         out.write(self.style.MIGRATE_HEADING("8/10 Export of the clean images and a small OOD unit-test set"))
         call_command("export", name="demo-clean", sources=["demo-candidates"], stdout=out, stderr=self.stderr)
         call_command("make_unit_tests", name="demo-unit-tests", per_test=unit_tests, stdout=out, stderr=self.stderr)
-        out.write(self.style.MIGRATE_HEADING(f"9/10 Evaluation: OOD detectors with {settings.DEFAULT_MODEL} on demo-clean and the unit tests"))
-        eval_paths = generate_demo_eval(root, test_per_class=EVAL_TEST_PER_CLASS, fit_per_class=EVAL_FIT_PER_CLASS)
-        out.write(f"  ID test and fit sets: {EVAL_TEST_PER_CLASS} and {EVAL_FIT_PER_CLASS} augmented crops per class of "
-                  f"{eval_paths.photos} real photos (scikit-image's camera, coffee, rocket, motorcycle, chelsea)")
-        call_command("add_source", "demo-id-test", str(eval_paths.id_test), role="id", stdout=out, stderr=self.stderr)
-        call_command("add_source", "demo-id-fit", str(eval_paths.id_fit), role="id", stdout=out, stderr=self.stderr)
+        self._planted(key)
+        n_id = len(paths.id_classes)
+        out.write(self.style.MIGRATE_HEADING(f"9/10 Evaluation: OOD detectors with {model_name} on demo-clean and the unit tests"))
+        out.write(f"  ID test and fit sets: {EVAL_TEST_PER_CLASS} and {EVAL_FIT_PER_CLASS} composites per class of the "
+                  f"{n_id} ID classes (other backgrounds, crops and seeds than the ID reference)")
+        call_command("add_source", "demo-id-test", str(paths.id_test), role="id", stdout=out, stderr=self.stderr)
+        call_command("add_source", "demo-id-fit", str(paths.id_fit), role="id", stdout=out, stderr=self.stderr)
         # covariate-shifted copies of the ID test images (ImageNet-C's most severe noise and blur, as
         # ImageNet-OOD's sanity check uses): reported standard, full-spectrum and as a shift
         shifted_dir = root / "demo-id-test-c"
@@ -91,7 +105,7 @@ class Command(BaseCommand):
                      id_fit="source:demo-id-fit", id_shifted=shifted, methods=",".join(methods), vim_dim=DEMO_VIM_DIM,
                      sanity_seeds=DEMO_SANITY_SEEDS, stdout=out, stderr=self.stderr)
         run = EvaluationRun.objects.order_by("-pk").first()
-        self._explain(shifted, unit_tests, photos=eval_paths.photos)
+        self._explain(shifted, unit_tests, n_id=n_id)
         out.write(self.style.MIGRATE_HEADING("10/10 Summary"))
         for row in selectors.source_summaries():
             out.write(
@@ -115,11 +129,54 @@ class Command(BaseCommand):
         # DEBUG stays off; --insecure only lets the development server hand out the static files
         call_command("runserver", addr, use_reloader=False, insecure_serving=True)
 
-    def _explain(self, shifted: list[str], unit_tests: int, *, photos: int) -> None:
+    def _build(self, root: Path, model_name: str, per_class: int):
+        """The demo's data (once per settings and model): ID classes chosen by the model's accuracy
+        on calibration composites, printed per class with its accuracy on the ID test set."""
+        from pipelines.classifiers import ModelUnavailable, load_model, top1_wnids
+        from pipelines.imagenet import imagenet_lemmas, named_list
+
+        out = self.stdout
+        loaded = {}
+
+        def predict(images: list) -> list[str]:
+            if "lm" not in loaded:
+                loaded["lm"] = load_model(model_name, device="cpu")
+            return top1_wnids(loaded["lm"], images)
+
+        id_wnids = set(named_list("imagenet-1k"))
+        try:
+            paths = generate_real_demo(root, predict=predict, model_name=model_name, id_wnids=id_wnids, per_class=per_class,
+                                       id_test=EVAL_TEST_PER_CLASS, id_fit=EVAL_FIT_PER_CLASS, progress=lambda m: out.write(f"  {m}"))
+        except (RealPhotosUnavailable, ModelUnavailable) as exc:
+            raise CommandError(str(exc)) from None
+        sel = paths.selection
+        lemmas = imagenet_lemmas()
+        measured = sel["accuracy"]
+        out.write(f"  {len(stamp_table())} photo cut-outs in {sel['pool_classes']} WordNet classes; {sel['pool_images']} candidate "
+                  f"composites, {sel['planted']} with an ID object planted (answer key: {paths.answer_key.name})")
+        out.write(f"  ID classes: {len(paths.id_classes)} of the {len(measured)} ImageNet-1K classes among the cut-outs, where "
+                  f"{model_name} is right on >= 70% of calibration composites; per class, its accuracy on the ID test set:")
+        cells = [f"{lemmas.get(w, w).split(',')[0][:18]} {100 * sel['test_accuracy'][w]:.0f}%" for w in paths.id_classes]
+        for start in range(0, len(cells), 5):
+            out.write("    " + "  ".join(f"{c:<24}" for c in cells[start:start + 5]).rstrip())
+        left_out = sorted((w for w in measured if w not in paths.id_classes), key=lambda w: -measured[w])
+        if left_out:
+            out.write("  left out (calibration accuracy): " + ", ".join(
+                f"{lemmas.get(w, w).split(',')[0]} {100 * measured[w]:.0f}%" for w in left_out))
+        return paths
+
+    def _planted(self, key: dict) -> None:
+        planted = [rel for rel, (decision, _w) in key.items() if decision == "id"]
+        c = demo_planted_census(source_name="demo-candidates", relative_paths=planted, export_name="demo-clean")
+        self.stdout.write(f"  planted ID objects: {c['planted']}; {c['queued']} reached the review queue (the rest are in classes "
+                          f"the filter removed), {c['recorded_id']} recorded as id by the review, {c['open']} still open, "
+                          f"{c['in_export']} in the export")
+
+    def _explain(self, shifted: list[str], unit_tests: int, *, n_id: int) -> None:
         """What the headline numbers mean, that the data are a demo, and what was shortened."""
         out = self.stdout
-        out.write(self.style.MIGRATE_HEADING(f"What these numbers mean (demo data: {photos} ID classes from {photos} photos, "
-                                             "generated textures as OOD)"))
+        out.write(self.style.MIGRATE_HEADING(f"What these numbers mean (demo data: {n_id} ID classes and the OOD candidates are "
+                                             "real photo cut-outs composited onto real background photos)"))
         for line in (
             "ID accuracy: the share of ID test images whose top-1 prediction is their own class",
             "AUROC: the chance that a random ID image looks more ID to the detector than a random OOD image (50 chance, 100 perfect)",

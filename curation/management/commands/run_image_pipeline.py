@@ -19,11 +19,14 @@ class Command(BaseCommand):
         parser.add_argument("--model", default=None, help=f"default {settings.DEFAULT_MODEL}; production choice: {PRODUCTION_MODEL}")
         parser.add_argument("--weights", help="checkpoint file for the model, where the hub is unreachable")
         parser.add_argument("--no-dedup", action="store_true", help="extract only")
+        parser.add_argument("--skip-removed-classes", action="store_true",
+                            help="leave out the images of classes the latest class filter run removed (run filter_classes first)")
         parser.add_argument("--no-wait", action="store_true", help="queue the extraction jobs and return")
         parser.add_argument("--resume", action="store_true",
                             help="resume a stale extraction or duplicate-search job of these sources and model instead of refusing")
 
-    def handle(self, *args, sources=None, model=None, weights=None, no_dedup=False, no_wait=False, resume=False, **opts):
+    def handle(self, *args, sources=None, model=None, weights=None, no_dedup=False, no_wait=False, resume=False,
+               skip_removed_classes=False, **opts):
         model = model or settings.DEFAULT_MODEL
         qs = Source.objects.order_by("role", "name")
         if sources:
@@ -46,7 +49,8 @@ class Command(BaseCommand):
         jobs = []
         for source in chosen:
             try:
-                job = extract_start(source=source, model_name=model, weights=weights, enqueue=not settings.CELERY_TASK_ALWAYS_EAGER)
+                job = extract_start(source=source, model_name=model, weights=weights, enqueue=not settings.CELERY_TASK_ALWAYS_EAGER,
+                                    skip_removed_classes=skip_removed_classes)
             except JobAlreadyRunning as exc:
                 if not resume:
                     raise CommandError(str(exc)) from None
