@@ -14,6 +14,7 @@ from curation.roles import CURATOR, RESEARCHER
 from labeling_ui.http import attachment
 from labeling_ui.review_views import role_required
 from pipelines import csv_cells
+from pipelines.evaluation import LEADERBOARD_CSV_COLUMNS, leaderboard, leaderboard_rows
 
 
 @require_GET
@@ -81,7 +82,30 @@ def evaluation(request, run_id: int):
                        "subsplits": [subsplits[k] for k in ("hard", "easy") if k in subsplits], "shifted": shifted,
                        "fsx_rows": fsx_rows, "fsx_sources": fsx_sources,
                        "bars": [(row["label"], plots.get("bars", {}).get(row["det"])) for row in ok if plots.get("bars", {}).get(row["det"])]})
-    return render(request, "labeling_ui/evaluation.html", {"run": run, "models": models, "sanity": _sanity_view(res, info)})
+    board = leaderboard(res) if len(res.get("models", {})) > 1 else None
+    if board:
+        for d in board["detectors"]:
+            for x in d["rows"]:
+                x["auroc_pct"], x["fpr_pct"], x["accuracy_pct"] = _pct(x["auroc"]), _pct(x["fpr95"]), _pct(x["accuracy"])
+        for x in board["models"]:
+            x["accuracy_pct"] = _pct(x["accuracy"])
+    return render(request, "labeling_ui/evaluation.html", {"run": run, "models": models, "sanity": _sanity_view(res, info),
+                                                           "board": board})
+
+
+@require_GET
+@role_required(CURATOR, RESEARCHER)
+def evaluation_leaderboard_csv(request, run_id: int):
+    """The models ranked per detector (pipelines.evaluation.leaderboard), as CSV."""
+    run = get_object_or_404(selectors.evaluation_list(), pk=run_id)
+    buf = io.StringIO()
+    writer = csv_cells.DictWriter(buf, fieldnames=LEADERBOARD_CSV_COLUMNS, extrasaction="ignore")
+    writer.writeheader()
+    for row in leaderboard_rows(leaderboard(run.results or {})):
+        writer.writerow(row)
+    response = HttpResponse(buf.getvalue(), content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = attachment(f"evaluation-{run.pk}-leaderboard.csv")
+    return response
 
 
 def _sanity_view(res: dict, info: dict) -> dict | None:

@@ -43,6 +43,7 @@ urlpatterns = [
     path("evaluations/", evaluation_views.evaluations, name="evaluations"),
     path("evaluations/<int:run_id>/", evaluation_views.evaluation, name="evaluation"),
     path("evaluations/<int:run_id>/results.csv", evaluation_views.evaluation_csv, name="evaluation_csv"),
+    path("evaluations/<int:run_id>/leaderboard.csv", evaluation_views.evaluation_leaderboard_csv, name="evaluation_leaderboard_csv"),
     path("evaluations/<int:run_id>/results.json", evaluation_views.evaluation_json, name="evaluation_json"),
     path("evaluations/<int:run_id>/plots/<path:rel>", evaluation_views.evaluation_plot, name="evaluation_plot"),
     path("exports/<int:export_id>/download.<str:fmt>", export_views.download, name="export_download"),

@@ -262,6 +262,42 @@ def detector_info(names: list[str], method_params: dict | None = None) -> dict[s
     return out
 
 
+def leaderboard(results: dict) -> dict:
+    """A run's models compared, as C-OOD compares hundreds (plain data for the page and the CSV):
+    per detector every model's pooled AUROC, FPR@95 (ID positive) and ID accuracy, ranked by AUROC
+    (rank 1 the highest; equal AUROCs share the better rank), with the points of an AUROC vs ID
+    accuracy scatter in a 0..100 box; per model its mean rank over the detectors that ran for it."""
+    info = results.get("detectors", {})
+    per_det: dict[str, list[dict]] = {}
+    accuracy = {m: r.get("id_accuracy") for m, r in results.get("models", {}).items()}
+    for model, r in results.get("models", {}).items():
+        for det, e in r.get("detectors", {}).items():
+            if e.get("status") == "ok":
+                per_det.setdefault(det, []).append({"model": model, "auroc": e["pooled"]["auroc"],
+                                                    "fpr95": e["pooled"]["fpr95_id_positive"], "accuracy": accuracy[model]})
+    detectors, ranks = [], {}
+    for det, rows in per_det.items():
+        rows.sort(key=lambda x: (-x["auroc"], x["model"]))
+        for x in rows:
+            x["rank"] = 1 + sum(1 for y in rows if y["auroc"] > x["auroc"])
+            ranks.setdefault(x["model"], []).append(x["rank"])
+            x["x"] = None if x["accuracy"] is None else round(100 * x["accuracy"], 2)
+            x["y"] = round(100 - 100 * x["auroc"], 2)  # SVG's y grows downwards
+        detectors.append({"det": det, "label": info.get(det, {}).get("label", det), "rows": rows})
+    models = sorted(({"model": m, "accuracy": accuracy[m], "mean_rank": float(np.mean(v)), "detectors": len(v)}
+                     for m, v in ranks.items()), key=lambda x: (x["mean_rank"], x["model"]))
+    return {"detectors": detectors, "models": models}
+
+
+LEADERBOARD_CSV_COLUMNS = ["detector", "rank", "model", "auroc", "fpr95_id_positive", "id_accuracy"]
+
+
+def leaderboard_rows(board: dict) -> list[dict]:
+    """The leaderboard as flat CSV rows (one per detector x model)."""
+    return [{"detector": d["det"], "rank": x["rank"], "model": x["model"], "auroc": x["auroc"], "fpr95_id_positive": x["fpr95"],
+             "id_accuracy": x["accuracy"]} for d in board["detectors"] for x in d["rows"]]
+
+
 # -- many models at once ------------------------------------------------------------------------
 
 

@@ -528,3 +528,33 @@ def test_models_from_a_file_or_a_pattern_and_the_aupr_convention_reach_results_a
     assert 'data-convention="aupr_method">openood' in page
     with pytest.raises(CommandError, match="matches no registered model and no timm model"):
         call_command("evaluate", export=export.name, id_test="import:test", id_fit="import:fit", models="nosuchnet*", stdout=io.StringIO())
+
+
+def test_leaderboard_ranks_models_per_detector_on_the_page_and_in_its_csv(tmp_path, role_groups):
+    """Issue 32: many models at once; the run page ranks them per detector with AUROC against ID
+    accuracy, and leaderboard.csv has the same ranks. (A second model's results are written here
+    from the first's, AUROC lowered: the ranking is what is checked.)"""
+    from pipelines.evaluation import leaderboard
+
+    export = _world(tmp_path)
+    call_command("evaluate", export=export.name, id_test="import:test", id_fit="import:fit", models="toy", methods="msp,energy",
+                 stdout=io.StringIO())
+    run = EvaluationRun.objects.get()
+    res = run.results
+    other = json.loads(json.dumps(res["models"]["toy"]))
+    other["id_accuracy"] = 0.5
+    other["detectors"]["msp"]["pooled"]["auroc"] = res["models"]["toy"]["detectors"]["msp"]["pooled"]["auroc"] - 0.1
+    other["detectors"]["energy"]["pooled"]["auroc"] = res["models"]["toy"]["detectors"]["energy"]["pooled"]["auroc"] + 0.001
+    res["models"]["other"] = other
+    EvaluationRun.objects.filter(pk=run.pk).update(results=res)
+    board = leaderboard(res)
+    msp = next(d for d in board["detectors"] if d["det"] == "msp")
+    assert [(x["model"], x["rank"]) for x in msp["rows"]] == [("toy", 1), ("other", 2)]
+    energy = next(d for d in board["detectors"] if d["det"] == "energy")
+    assert [x["model"] for x in energy["rows"]] == ["other", "toy"]
+    assert [m["mean_rank"] for m in board["models"]] == [1.5, 1.5]
+    page = _client("res5", "researcher").get(f"/evaluations/{run.pk}/").content.decode()
+    assert 'id="leaderboard"' in page and 'data-detector="msp"' in page and "<circle" in page
+    rows = list(csv.DictReader(io.StringIO(_client("res6", "researcher").get(f"/evaluations/{run.pk}/leaderboard.csv").content.decode())))
+    assert [(r["detector"], r["rank"], r["model"]) for r in rows if r["detector"] == "msp"] == [("msp", "1", "toy"), ("msp", "2", "other")]
+    assert _client("ann", "annotator").get(f"/evaluations/{run.pk}/leaderboard.csv").status_code in (302, 403)

@@ -45,6 +45,9 @@ class Outputs:
     logits: np.ndarray  # float32 [n, C]
     labels: np.ndarray | None = None  # int [n] class index (fit / ID test sets), -1 where unknown
     extra: dict[str, np.ndarray] = field(default_factory=dict)  # input-level scores, e.g. "odin"
+    # statistics several detectors derive from the same set (class Gaussians, a principal space),
+    # computed once per set by ``shared``; never part of equality or the repr
+    cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self):
         self.features = np.asarray(self.features, dtype=np.float32)
@@ -250,6 +253,17 @@ def get_detector(name: str, **params: Any) -> Detector:
 
 
 # -- shared maths ---------------------------------------------------------------------------------
+
+
+def shared(outputs: Outputs, key: tuple, compute: Any, *keep_alive: Any) -> Any:
+    """``compute()`` once per (set, key): detectors fitted on the same set share what they derive
+    from it (Mahalanobis and Relative Mahalanobis their class Gaussians, ViM and Residual the
+    eigen-decomposition). Objects named in the key by id() are kept alive with the value, so an
+    id is never reused while its entry exists."""
+    hit = outputs.cache.get(key)
+    if hit is None:
+        hit = outputs.cache[key] = (compute(), keep_alive)
+    return hit[0]
 
 
 def logsumexp(x: np.ndarray) -> np.ndarray:

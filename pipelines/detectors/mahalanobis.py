@@ -1,6 +1,6 @@
 import numpy as np
 
-from . import OPENOOD, Detector, Head, Outputs, class_means, register_detector
+from . import OPENOOD, Detector, Head, Outputs, class_means, register_detector, shared
 
 
 def shared_precision(features: np.ndarray, centred: np.ndarray) -> np.ndarray:
@@ -16,7 +16,12 @@ def min_distances(x: np.ndarray, means: np.ndarray, precision: np.ndarray) -> np
 
 
 def class_gaussians(fit: Outputs, what: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(class means, shared precision, labelled fit features): Lee et al.'s tied-covariance model."""
+    """(class means, shared precision, labelled fit features): Lee et al.'s tied-covariance model,
+    computed once per fit set for every detector that uses it."""
+    return shared(fit, ("class_gaussians",), lambda: _class_gaussians(fit, what))
+
+
+def _class_gaussians(fit: Outputs, what: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     classes, means = class_means(fit, what)  # (it checks that the fit set has labels)
     assert fit.labels is not None
     keep = fit.labels >= 0

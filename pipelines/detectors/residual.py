@@ -1,7 +1,7 @@
 import numpy as np
 
 from . import OPENOOD, Detector, DetectorError, Head, Outputs, Param, register_detector, require_head
-from .vim import principal_dim
+from .vim import principal_dim, uncentred_eigh
 
 
 @register_detector
@@ -26,10 +26,8 @@ class Residual(Detector):
         D = int(self.params["dim"] or principal_dim(d))
         if not 0 < D < d:
             raise DetectorError(f"Residual: principal dimension {D} must be between 1 and the feature dimension {d} - 1")
-        self.u = -np.linalg.pinv(head.weight) @ head.bias
-        x = fit.features.astype(np.float64) - self.u
-        eigval, eigvec = np.linalg.eigh(x.T @ x / len(x))
-        self.space = np.ascontiguousarray(eigvec[:, np.argsort(eigval)[::-1][D:]])
+        self.u, _, eigvec = uncentred_eigh(fit, head)
+        self.space = np.ascontiguousarray(eigvec[:, D:])
         return self
 
     def score(self, data: Outputs) -> np.ndarray:

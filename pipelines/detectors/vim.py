@@ -1,6 +1,19 @@
 import numpy as np
 
-from . import OPENOOD, Detector, DetectorError, Head, Outputs, Param, logsumexp, register_detector, require_head
+from . import OPENOOD, Detector, DetectorError, Head, Outputs, Param, logsumexp, register_detector, require_head, shared
+
+
+def uncentred_eigh(fit: Outputs, head: Head) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(u = -pinv(W) b, eigenvalues descending, their eigenvectors) of the uncentred covariance of
+    the fit features offset by u: ViM's and Residual's principal space, computed once per fit set
+    and last layer."""
+    def compute():
+        u = -np.linalg.pinv(head.weight) @ head.bias
+        x = fit.features.astype(np.float64) - u
+        eigval, eigvec = np.linalg.eigh(x.T @ x / len(x))
+        order = np.argsort(eigval)[::-1]
+        return u, eigval[order], np.ascontiguousarray(eigvec[:, order])
+    return shared(fit, ("uncentred_eigh", id(head)), compute, head)
 
 
 def principal_dim(d: int) -> int:
@@ -39,11 +52,9 @@ class ViM(Detector):
         if len(fit) <= D:
             raise DetectorError(f"ViM: the ID fit set has {len(fit)} images but the principal space has D={D} dimensions "
                                 f"(the paper's rule for {d}-d features); it needs more fit images than D")
-        self.u = -np.linalg.pinv(head.weight) @ head.bias
+        self.u, _, eigvec = uncentred_eigh(fit, head)
         x = fit.features.astype(np.float64) - self.u
-        eigval, eigvec = np.linalg.eigh(x.T @ x / len(x))
-        order = np.argsort(eigval)[::-1]
-        self.residual_space = np.ascontiguousarray(eigvec[:, order[D:]])
+        self.residual_space = np.ascontiguousarray(eigvec[:, D:])
         residual = np.linalg.norm(x @ self.residual_space, axis=1)
         self.alpha = float(fit.logits.astype(np.float64).max(axis=1).sum() / max(residual.sum(), 1e-12))
         self.head, self.dim = head, D

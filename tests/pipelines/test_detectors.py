@@ -279,3 +279,21 @@ def test_odin_steps_epsilon_in_pixel_space_as_the_reference(tmp_path):
         old.append(torch.softmax(net((x3 - m) / s) / T, dim=1).max().item())
     np.testing.assert_allclose(got, ref, rtol=1e-6)  # the scores leave the model in float32
     assert np.abs(np.array(got) - np.array(old)).max() > 1e-4
+
+
+def test_detectors_on_one_fit_set_share_what_they_derive_from_it():
+    """Mahalanobis and Relative Mahalanobis fit the class Gaussians once; ViM and Residual the
+    eigen-decomposition once (issue 32's benchmark: each was computed again per detector)."""
+    head, fit, test, _ = _gaussian_case(2)
+    maha = get_detector("mahalanobis").fit(fit, head)
+    rel = get_detector("relative_mahalanobis").fit(fit, head)
+    assert rel.means is maha.means and rel.precision is maha.precision
+    vim = get_detector("vim", dim=5).fit(fit, head)
+    res = get_detector("residual", dim=5).fit(fit, head)
+    assert vim.u is res.u
+    np.testing.assert_array_equal(vim.residual_space, res.space)
+    # another set, or another last layer, is computed afresh
+    other = Outputs(features=fit.features, logits=fit.logits, labels=fit.labels)
+    assert get_detector("mahalanobis").fit(other, head).means is not maha.means
+    head2 = Head(weight=head.weight * 2, bias=head.bias)
+    assert get_detector("vim", dim=5).fit(fit, head2).u is not vim.u
