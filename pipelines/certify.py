@@ -462,10 +462,14 @@ class Certificate:
     full_found: int  # ID images found in strata reviewed in full
     full_open: int  # images of those strata not decided yet (counted as ID until they are)
     remainder_size: int  # images nobody reviewed (sampled strata, outside the sample)
+    # images of the sampled strata decided outside the sample (the queue served them anyway): if
+    # the strata hold at most U ID images, the ones nobody decided hold at most U minus every ID
+    # image found, sample or not
+    outside_found: int = 0
 
     @property
     def remainder_bound(self) -> int:
-        return self.bound.remainder + self.full_open
+        return max(0, self.bound.remainder - self.outside_found) + self.full_open
 
     @property
     def remainder_share(self) -> float:
@@ -476,8 +480,8 @@ class Certificate:
         """Stratified point estimate of the remainder's ID share."""
         N, t, s = self.bound.sizes, self.bound.reviewed, self.bound.found
         rate = np.where(t > 0, s / np.maximum(t, 1), 1.0)
-        ids = float(np.sum(rate * (N - t)))
-        return ids / self.remainder_size if self.remainder_size else 0.0
+        ids = float(np.sum(rate * (N - t))) - self.outside_found
+        return max(0.0, ids) / self.remainder_size if self.remainder_size else 0.0
 
     @property
     def certified(self) -> bool:
@@ -486,10 +490,12 @@ class Certificate:
 
 def certificate(*, sizes: Counts, reviewed: Counts, found: Counts, alpha: float, target: float,
                 full_found: int = 0, full_open: int = 0, prior: Prior = "shared",
-                covariate: Sequence[float] | FloatArray | None = None) -> Certificate:
+                covariate: Sequence[float] | FloatArray | None = None, outside_reviewed: int = 0,
+                outside_found: int = 0) -> Certificate:
     b = stratified_upper(sizes, reviewed, found, alpha, prior=prior, covariate=covariate)
-    rem = int(np.sum(np.asarray(sizes) - np.asarray(reviewed)))
-    return Certificate(alpha=alpha, target=target, bound=b, full_found=full_found, full_open=full_open, remainder_size=rem)
+    rem = int(np.sum(np.asarray(sizes) - np.asarray(reviewed))) - outside_reviewed
+    return Certificate(alpha=alpha, target=target, bound=b, full_found=full_found, full_open=full_open, remainder_size=rem,
+                       outside_found=outside_found)
 
 
 def reviews_expected(*, sizes: Sequence[int], rates: Sequence[float], weights: Sequence[float], reviewed: Sequence[int],

@@ -2,6 +2,7 @@
 and a reason, and re-runs update rows in place (unique constraints make them idempotent).
 
 One module per stage (same app label, ``curation``); every model is importable from here."""
+from curation.models.certification import CertificationPlan, CertificationUnit
 from curation.models.class_filter import ClassDecision, ClassFilterRun, ClassOverride
 from curation.models.evaluation import EvalFeatureSet, EvaluationRun
 from curation.models.exports import Export, ExportMember
@@ -15,6 +16,8 @@ __all__ = [
     "Assignment",
     "AuditLog",
     "CandidateClass",
+    "CertificationPlan",
+    "CertificationUnit",
     "ClassDecision",
     "ClassFilterRun",
     "ClassOverride",

@@ -43,6 +43,7 @@ from curation.models import (
     SynsetText,
 )
 from curation.selectors import Scope, annotator_scope, class_policy, not_seen_by
+from curation.services.certification import certification_serving, certification_tick, certification_withheld
 from pipelines.review_order import class_runs
 
 SECONDS_CAP = 300.0  # a longer gap is a break, not work on the image
@@ -312,8 +313,12 @@ def _lease_regular(user, scope: Scope, exclude: list[int], now) -> Assignment | 
         with transaction.atomic():
             qs = (ReviewItem.objects.filter(scope.q(), status=ReviewItem.Status.OPEN)
                   .alias(slots=F("done") + F("leased")).filter(slots__lt=F("required"))
-                  .filter(not_seen_by(user)).exclude(pk__in=exclude).order_by("priority", "id"))
-            item_id = qs.select_for_update(skip_locked=True, of=("self",)).values_list("id", flat=True).first()
+                  .filter(not_seen_by(user)).exclude(pk__in=exclude).exclude(certification_withheld()))
+            item_id = None
+            for ordered in (certification_serving(qs), qs.order_by("priority", "id")):  # a certification's sample first
+                item_id = ordered.select_for_update(skip_locked=True, of=("self",)).values_list("id", flat=True).first()
+                if item_id is not None:
+                    break
             if item_id is None:
                 return None
             # the guard also holds where row locks do not exist (SQLite serialises writers)
@@ -365,6 +370,7 @@ def review_next(*, user: User, want: int | None = None, rng: random.Random | Non
     they already hold come back (a closed browser loses nothing); new ones fill the rest."""
     want = want or settings.REVIEW_PREFETCH
     review_reclaim_expired()
+    certification_tick()
     now = timezone.now()
     held = list(Assignment.objects.filter(annotator=user, state=Assignment.State.LEASED, expires_at__gt=now)
                 .order_by("leased_at", "id")[:want])

@@ -1,0 +1,356 @@
+"""Certification plans (issue 37; docs/review.md, "Review in full or certify"): make a plan over
+a source's undecided images, serve its sample in the review queue, compute the bound, and stop
+serving once the target is met. The statistics are in pipelines/certify.py.
+
+What counts against the pool: a final ``id`` decision, and ``unclear`` unless the plan says
+otherwise. The bound uses the longest prefix of the plan's serving order whose images all have
+final decisions (a conflict waits for adjudication), so it is the same martingale the proof
+follows, however fast reviews come in.
+"""
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.db import transaction
+from django.db.models import Q, QuerySet
+from django.utils import timezone
+
+from curation.audit import audit_record
+from curation.models import CertificationPlan, CertificationUnit, ImageEmbedding, Review, ReviewItem, Source
+from curation.version import code_version
+from pipelines import certify as C
+
+OPEN = (CertificationPlan.Status.PILOT, CertificationPlan.Status.SAMPLING)
+
+
+class CertificationError(ValueError):
+    """A request the certification refuses; the message says why and what to do."""
+
+
+def certification_plan_create(*, source: Source, score: str = CertificationPlan.Score.NEAREST_ID, n_strata: int = 10,
+                              full_top: float = 0.0, confidence: float = 0.95, target: float = 0.005, seed: int | None = None,
+                              pilot: int = 30, minimum_share: float = 0.02, unclear_is_id: bool = True,
+                              model_name: str | None = None, user: User | None = None) -> CertificationPlan:
+    """Split the source's undecided queue images into score strata, draw a seeded random order
+    per stratum and queue the pilot (the first ``pilot`` draws of every sampled stratum), then the
+    stratum reviewed in full, if any."""
+    if score not in CertificationPlan.Score.values:
+        raise CertificationError(f"unknown score {score!r}: use one of {', '.join(CertificationPlan.Score.values)}")
+    if not 0.5 <= confidence < 1:
+        raise CertificationError(f"confidence must be at least 0.5 and below 1, not {confidence}")
+    if not 0 < target < 1:
+        raise CertificationError(f"the target share must be between 0 and 1, not {target}")
+    if pilot < 1:
+        raise CertificationError(f"the pilot needs at least one review per stratum, not {pilot}")
+    if not 0 <= minimum_share <= 0.5:
+        raise CertificationError(f"the minimum share per stratum must be between 0 and 0.5, not {minimum_share}")
+    if CertificationPlan.objects.filter(source=source, status__in=OPEN).exists():
+        raise CertificationError(f"{source.name} already has an open certification plan: close it first (`certify close --source {source.name}`)")
+    model_name = model_name or settings.DEFAULT_MODEL
+    items = list(ReviewItem.objects.filter(source=source, status=ReviewItem.Status.OPEN, is_gold=False)
+                 .order_by("id").values_list("id", "image_id"))
+    if not items:
+        raise CertificationError(f"{source.name} has no undecided images in its review queue: build the queue first "
+                                 f"(`python manage.py review_queue --source {source.name}` or the review dashboard)")
+    scores = dict(ImageEmbedding.objects.filter(image_id__in=[i for _x, i in items], model_name=model_name)
+                  .exclude(**{f"{score}__isnull": True}).values_list("image_id", score))
+    missing = sum(1 for _x, i in items if i not in scores)
+    if missing:
+        raise CertificationError(f"{missing} queued images of {source.name} have no {score} from {model_name}: "
+                                 f"run `python manage.py run_image_pipeline --sources {source.name}` first")
+    try:
+        st = C.stratify([scores[i] for _x, i in items], n_strata, full_top=full_top)
+    except C.CertifyError as e:
+        raise CertificationError(str(e)) from None
+    seed = int(seed if seed is not None else secrets.randbits(48))
+    H = len(st.full)
+    cov = C.stratum_covariate([scores[i] for _x, i in items], st.labels, H)
+    item_ids = np.array([x for x, _i in items], dtype=np.int64)
+    members = [item_ids[st.labels == h] for h in range(H)]
+    orders = [members[h][C.draw_order(len(members[h]), seed=seed, stratum=h)] for h in range(H)]
+    sampled = [h for h in range(H) if not st.full[h]]
+    first = C.interleave([min(pilot, len(orders[h])) if h in sampled else 0 for h in range(H)])
+    serve: dict[int, int] = {}
+    pos = [0] * H
+    for k, h in enumerate(first):
+        serve[int(orders[h][pos[h]])] = k
+        pos[h] += 1
+    k = len(serve)
+    for h in range(H):
+        if st.full[h]:
+            for it in orders[h]:
+                serve[int(it)] = k
+                k += 1
+    with transaction.atomic():
+        plan = CertificationPlan.objects.create(
+            source=source, model_name=model_name, score=score, n_strata=n_strata, full_top=full_top, confidence=confidence,
+            target=target, seed=seed, pilot=pilot, minimum_share=minimum_share, unclear_is_id=unclear_is_id,
+            code_version=f"{C.CODE_VERSION} {code_version()}", created_by=user if getattr(user, "pk", None) else None,
+            strata=[{"size": int(len(members[h])), "edge": float(st.edges[h]), "full": bool(st.full[h]), "covariate": float(cov[h])}
+                    for h in range(H)])
+        CertificationUnit.objects.bulk_create(
+            [CertificationUnit(plan=plan, item_id=int(it), stratum=h, draw=d, serve=serve.get(int(it)))
+             for h in range(H) for d, it in enumerate(orders[h])], batch_size=5000)
+        audit_record(actor=user, action="certification_planned", target=plan,
+                     data={"source": source.name, "images": len(items), "strata": [s["size"] for s in plan.strata],
+                           "score": score, "seed": seed, "target": target, "confidence": confidence, "pilot": pilot})
+    certification_cache_clear()
+    return plan
+
+
+def certification_close(*, plan: CertificationPlan, user: User | None = None) -> CertificationPlan:
+    if plan.status not in OPEN:
+        raise CertificationError(f"plan {plan.pk} is {plan.status}, not open")
+    plan.status = CertificationPlan.Status.CLOSED
+    plan.save(update_fields=["status"])
+    audit_record(actor=user, action="certification_closed", target=plan, data={"source": plan.source.name})
+    certification_cache_clear()
+    return plan
+
+
+# -- the bound ------------------------------------------------------------------------------------
+
+@dataclass
+class Standing:
+    plan: CertificationPlan
+    sizes: list[int]
+    full: list[bool]
+    reviewed: list[int]  # per stratum: decided images in the serving order's decided prefix
+    found: list[int]
+    served: int  # units with a serving position
+    decided_prefix: int
+    waiting: int  # units in the serving order after the prefix that have no final decision yet
+    cert: C.Certificate
+    history: list[tuple[int, float]] = field(default_factory=list)  # (reviews, bound on the remainder's share)
+    expected: int | None = None
+    gold_miss_rate: float | None = None
+    gold_reviews: int = 0
+
+    @property
+    def bound_share(self) -> float:
+        return self.cert.remainder_share
+
+
+def _counts_against(plan: CertificationPlan) -> tuple[str, ...]:
+    return ("id", "unclear") if plan.unclear_is_id else ("id",)
+
+
+def _served_rows(plan: CertificationPlan) -> list[tuple[int, int, str, str]]:
+    """(stratum, serve, item status, final decision) in serving order."""
+    return list(CertificationUnit.objects.filter(plan=plan, serve__isnull=False).order_by("serve")
+                .values_list("stratum", "serve", "item__status", "item__final_decision"))
+
+
+def certification_standing(*, plan: CertificationPlan, history_points: int = 40) -> Standing:
+    sizes = [int(s["size"]) for s in plan.strata]
+    full = [bool(s["full"]) for s in plan.strata]
+    cov = [float(s["covariate"]) for s in plan.strata]
+    H = len(sizes)
+    against = _counts_against(plan)
+    rows = _served_rows(plan)
+    final = set(ReviewItem.FINAL)
+    labels: list[int] = []
+    xs: list[int] = []
+    prefix = 0
+    stop_at: int | None = None  # serving position of the first undecided sampled image
+    for stratum, serve, status, decision in rows:
+        if full[stratum]:
+            continue  # reviewed in full: counted exactly below, never part of the sample
+        if status == ReviewItem.Status.WITHDRAWN:  # left the pool before its decision: counted as ID (conservative)
+            labels.append(stratum)
+            xs.append(1)
+        elif status in final:
+            labels.append(stratum)
+            xs.append(1 if decision in against else 0)
+        else:
+            stop_at = serve
+            break
+        prefix += 1
+    sampled_rows = [r for r in rows if not full[r[0]]]
+    waiting = sum(1 for _s, _v, status, _d in sampled_rows[prefix:] if status not in final and status != ReviewItem.Status.WITHDRAWN)
+    # strata reviewed in full: their decided images count exactly, the open ones as ID
+    full_found = full_open = 0
+    for h in range(H):
+        if full[h]:
+            st = list(CertificationUnit.objects.filter(plan=plan, stratum=h).values_list("item__status", "item__final_decision"))
+            full_found += sum(1 for s, d in st if s in final and d in against)
+            full_open += sum(1 for s, _d in st if s not in final)
+    # decided images of the sampled strata that are not in the decided prefix (served by the
+    # ordinary queue, or later in the serving order): they leave the remainder
+    outside = list(CertificationUnit.objects.filter(plan=plan, item__status__in=list(final)).exclude(stratum__in=[h for h in range(H) if full[h]])
+                   .values_list("serve", "item__final_decision"))
+    outside = [(v, d) for v, d in outside if v is None or (stop_at is not None and v >= stop_at)]
+    outside_reviewed = len(outside)
+    outside_found = sum(1 for _v, d in outside if d in against)
+    lab = np.array([h for h in labels if not full[h]], dtype=np.int64)
+    xv = np.array([x for h, x in zip(labels, xs) if not full[h]], dtype=np.int64)
+    samp = [h for h in range(H) if not full[h]]
+    remap = {h: j for j, h in enumerate(samp)}
+    lab_s = np.array([remap[h] for h in lab], dtype=np.int64)
+    sz = np.array([sizes[h] for h in samp], dtype=np.int64)
+    cv = np.array([cov[h] for h in samp])
+    alpha = 1 - plan.confidence
+
+    def cert_at(n: int) -> C.Certificate:
+        t = np.bincount(lab_s[:n], minlength=len(samp))
+        s = np.bincount(lab_s[:n], weights=xv[:n], minlength=len(samp)).astype(np.int64)
+        return C.certificate(sizes=sz, reviewed=t, found=s, alpha=alpha, target=plan.target, full_found=full_found,
+                             full_open=full_open, covariate=cv, prior=plan.prior,  # type: ignore[arg-type]
+                             outside_reviewed=outside_reviewed if n == len(lab_s) else 0,
+                             outside_found=outside_found if n == len(lab_s) else 0)
+
+    cert = cert_at(len(lab_s))
+    reviewed = [0] * H
+    found = [0] * H
+    for j, h in enumerate(samp):
+        reviewed[h], found[h] = int(cert.bound.reviewed[j]), int(cert.bound.found[j])
+    for h in range(H):
+        if full[h]:
+            reviewed[h] = sizes[h] - (full_open if sum(full) == 1 else 0)
+    history = []
+    if len(lab_s):
+        pts = sorted({int(x) for x in np.unique(np.geomspace(1, len(lab_s), min(history_points, len(lab_s))).astype(int))} | {len(lab_s)})
+        history = [(n, cert_at(n).remainder_share) for n in pts]
+    sd = Standing(plan=plan, sizes=sizes, full=full, reviewed=reviewed, found=found, served=len(sampled_rows), decided_prefix=prefix,
+                  waiting=waiting, cert=cert, history=history)
+    if plan.status in OPEN and not cert.certified and len(lab_s):
+        t = cert.bound.reviewed
+        rates = C.fitted_rates(t, cert.bound.found, cv)
+        w = _weights(plan, sz, rates)
+        sd.expected = C.reviews_expected(sizes=sz, rates=rates, weights=w, reviewed=t, alpha=alpha, target=plan.target,
+                                         covariate=cv) if cert.full_open == 0 else None
+    g = Review.objects.filter(item__source=plan.source, is_gold=True, gold_correct__isnull=False)
+    gold_ids = g.filter(item__final_decision__in=against)
+    n_gold = gold_ids.count()
+    if n_gold:
+        sd.gold_reviews = n_gold
+        sd.gold_miss_rate = gold_ids.filter(gold_correct=False).count() / n_gold
+    return sd
+
+
+def _weights(plan: CertificationPlan, sizes: np.ndarray, rates: np.ndarray) -> np.ndarray:
+    w = sizes * np.sqrt(rates * (1 - rates))
+    w = w / w.sum() if w.sum() > 0 else np.ones(len(sizes)) / len(sizes)
+    w = np.maximum(w, plan.minimum_share)
+    return w / w.sum()
+
+
+def certification_refresh(*, plan: CertificationPlan, user: User | None = None) -> Standing:
+    """Bring an open plan forward: once the pilot is decided, queue the main sample in Neyman
+    proportions; once the bound meets the target, mark the plan certified (audited) so the queue
+    stops serving its sample."""
+    sd = certification_standing(plan=plan)
+    if plan.status not in OPEN:
+        return sd
+    if sd.cert.certified:
+        with transaction.atomic():
+            p = CertificationPlan.objects.select_for_update().get(pk=plan.pk)
+            if p.status in OPEN:
+                p.status, p.certified_at = CertificationPlan.Status.CERTIFIED, timezone.now()
+                p.certificate = certificate_record(sd)
+                p.save(update_fields=["status", "certified_at", "certificate"])
+                audit_record(actor=user, action="certification_certified", target=p, data=p.certificate)
+                plan.status, plan.certificate, plan.certified_at = p.status, p.certificate, p.certified_at
+        certification_cache_clear()
+        return sd
+    if plan.status == CertificationPlan.Status.PILOT and sd.waiting == 0 and sd.decided_prefix == sd.served:
+        _allocate(plan, sd)
+        sd = certification_standing(plan=plan)
+    return sd
+
+
+def _allocate(plan: CertificationPlan, sd: Standing) -> None:
+    samp = [h for h in range(len(sd.sizes)) if not sd.full[h]]
+    sz = np.array([sd.sizes[h] for h in samp], dtype=np.int64)
+    cv = np.array([plan.strata[h]["covariate"] for h in samp])
+    t = np.array([sd.reviewed[h] for h in samp])
+    rates = C.fitted_rates(t, [sd.found[h] for h in samp], cv)
+    w = _weights(plan, sz, rates)
+    need = sd.expected
+    room = int((sz - t).sum())
+    total = room if need is None else min(room, int(need * 1.5) + 10)
+    counts = np.minimum(sz - t, np.ceil(w * total).astype(np.int64))
+    order = C.interleave(counts.tolist())
+    with transaction.atomic():
+        p = CertificationPlan.objects.select_for_update().get(pk=plan.pk)
+        if p.status != CertificationPlan.Status.PILOT:
+            return
+        start = CertificationUnit.objects.filter(plan=p, serve__isnull=False).order_by("-serve").values_list("serve", flat=True).first()
+        k = (start or 0) + 1
+        nxt = {h: int(t[j]) for j, h in enumerate(samp)}
+        updates = []
+        by_key = {(u.stratum, u.draw): u for u in CertificationUnit.objects.filter(plan=p, serve__isnull=True, stratum__in=samp)
+                  .only("id", "stratum", "draw")}
+        for j in order:
+            h = samp[int(j)]
+            u = by_key.get((h, nxt[h]))
+            nxt[h] += 1
+            if u is None:
+                continue
+            u.serve = k
+            k += 1
+            updates.append(u)
+        CertificationUnit.objects.bulk_update(updates, ["serve"], batch_size=5000)
+        p.status, p.allocation = CertificationPlan.Status.SAMPLING, [round(float(x), 5) for x in w]
+        p.save(update_fields=["status", "allocation"])
+        audit_record(actor=None, action="certification_allocated", target=p,
+                     data={"queued": len(updates), "shares": p.allocation, "pilot_found": [sd.found[h] for h in samp]})
+        plan.status, plan.allocation = p.status, p.allocation
+
+
+def certificate_record(sd: Standing) -> dict:
+    """What an export's manifest carries."""
+    plan, c = sd.plan, sd.cert
+    return {
+        "method": f"confidence sequence for sampling without replacement (Waudby-Smith & Ramdas 2020), strata combined by "
+                  f"an intersection-union test, prior {plan.prior}",
+        "confidence": plan.confidence, "target": plan.target, "counts_as_id": list(_counts_against(plan)),
+        "score": plan.score, "model": plan.model_name, "seed": plan.seed, "plan": plan.pk,
+        "strata": [{"size": sd.sizes[h], "reviewed": sd.reviewed[h], "id_found": sd.found[h], "full": sd.full[h],
+                    "edge": plan.strata[h]["edge"]} for h in range(len(sd.sizes))],
+        "split_of_bound": [int(x) for x in c.bound.split],
+        "reviews_used": int(sum(c.bound.reviewed)), "remainder_images": c.remainder_size,
+        "remainder_id_bound": c.remainder_bound, "remainder_id_share_bound": round(c.remainder_share, 6),
+        "remainder_id_share_estimate": round(c.estimate, 6),
+        "gold_miss_rate": sd.gold_miss_rate, "code_version": plan.code_version,
+    }
+
+
+# -- the queue ------------------------------------------------------------------------------------
+
+_lock = threading.Lock()
+_last_tick = 0.0
+
+
+def certification_cache_clear() -> None:
+    global _last_tick
+    _last_tick = 0.0
+
+
+def certification_tick() -> None:
+    """Refresh open plans at most every few seconds per process (called when the queue leases)."""
+    global _last_tick
+    now = time.monotonic()
+    with _lock:
+        if now - _last_tick < settings.REVIEW_RECLAIM_EVERY:
+            return
+        _last_tick = now
+    for plan in CertificationPlan.objects.filter(status__in=OPEN).select_related("source"):
+        certification_refresh(plan=plan)
+
+
+def certification_serving(qs: QuerySet) -> QuerySet:
+    """The open plans' sampled images among ``qs``, in serving order (the queue serves these first)."""
+    return (qs.filter(certification_units__plan__status__in=OPEN, certification_units__serve__isnull=False)
+            .order_by("certification_units__serve", "id"))
+
+
+def certification_withheld() -> Q:
+    """Images a met certificate admits: the queue no longer serves them."""
+    return Q(certification_units__plan__status=CertificationPlan.Status.CERTIFIED)

@@ -1,0 +1,131 @@
+"""Certification plans on the test database (issue 37): the plan and its replayable draw, blind
+serving of the sample first, the move from pilot to Neyman sample, the bound, stopping when
+certified (audited), and the command."""
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from curation.models import AuditLog, CertificationPlan, CertificationUnit, ReviewItem
+from curation.roles import ANNOTATOR
+from curation.services.certification import (
+    CertificationError,
+    certification_cache_clear,
+    certification_plan_create,
+    certification_refresh,
+)
+from curation.services.review import review_cache_clear, review_next, review_submit
+from curation.services.users import user_create_with_role
+from pipelines import certify as C
+from tests.review_data import FAKE_TOP5, queue_with_rows
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _fresh(settings):
+    settings.REVIEW_RECLAIM_EVERY = 0  # refresh plans on every lease
+    review_cache_clear()
+    certification_cache_clear()
+    yield
+    review_cache_clear()
+
+
+def _annotator(name="ann"):
+    return user_create_with_role(username=name, password="pw-" + name, role=ANNOTATOR)[0]
+
+
+def _decide(user, id_items=frozenset(), limit=10_000):
+    """Review what the queue serves; images in ``id_items`` get `id`. Returns the served item ids."""
+    served = []
+    for _ in range(limit):
+        held = review_next(user=user, want=1)
+        if not held:
+            break
+        a = held[0]
+        if a.item_id in id_items:
+            review_submit(user=user, assignment_id=a.pk, decision="id", wnids=[FAKE_TOP5[0][0]])
+        else:
+            review_submit(user=user, assignment_id=a.pk, decision="ood")
+        served.append(a.item_id)
+    return served
+
+
+def test_plan_draw_replays_and_the_sample_is_served_first_then_stops_when_certified(tmp_path):
+    source = queue_with_rows(tmp_path, n=60)
+    plan = certification_plan_create(source=source, n_strata=3, pilot=4, target=0.3, confidence=0.9, seed=11)
+    units = list(CertificationUnit.objects.filter(plan=plan).values_list("item_id", "stratum", "draw", "serve"))
+    assert len(units) == 60 and [s["size"] for s in plan.strata] == [20, 20, 20]
+    # the draw replays from the seed: stratum h's order is pipelines.certify.draw_order(seed, h)
+    for h in range(3):
+        members = sorted(i for i, s, _d, _v in units if s == h)
+        by_draw = [i for i, s, d, _v in sorted(units, key=lambda u: u[2]) if s == h]
+        assert by_draw == [members[j] for j in C.draw_order(20, seed=11, stratum=h)]
+    pilot = [i for i, _s, _d, v in sorted(units, key=lambda u: (u[3] is None, u[3])) if v is not None]
+    assert len(pilot) == 12
+    # the most ID-like stratum holds some ID images; the annotator cannot tell sample from queue
+    id_items = {i for i, s, d, _v in units if s == 2 and d < 2}  # the top stratum's first two draws
+    ann = _annotator()
+    served = _decide(ann, id_items, limit=12)
+    assert served == pilot
+    sd = certification_refresh(plan=plan)
+    plan.refresh_from_db()
+    assert plan.status == CertificationPlan.Status.SAMPLING
+    assert AuditLog.objects.filter(action="certification_allocated").exists()
+    assert sd.decided_prefix == 12 and sum(sd.reviewed) == 12
+    bound_after_pilot = sd.cert.remainder_share
+    served += _decide(ann, id_items)
+    plan.refresh_from_db()
+    assert plan.status == CertificationPlan.Status.CERTIFIED, plan.status
+    assert AuditLog.objects.filter(action="certification_certified", target_id=str(plan.pk)).exists()
+    cert = plan.certificate
+    assert cert["remainder_id_share_bound"] <= 0.3 < bound_after_pilot
+    assert cert["seed"] == 11 and len(cert["strata"]) == 3 and cert["reviews_used"] == sum(s["reviewed"] for s in cert["strata"])
+    # the certified remainder is not served any more: nothing of the source is left to review
+    assert review_next(user=_annotator("other"), want=1) == []
+    left = ReviewItem.objects.filter(source=source, status=ReviewItem.Status.OPEN).count()
+    assert left == cert["remainder_images"] > 0
+    # the bound the page shows is the pipeline's, from the decided prefix of the serving order
+    sizes = [s["size"] for s in cert["strata"]]
+    direct = C.stratified_upper(sizes, [s["reviewed"] for s in cert["strata"]], [s["id_found"] for s in cert["strata"]], 0.1,
+                                covariate=[s["covariate"] for s in plan.strata])
+    assert cert["remainder_id_bound"] == direct.remainder
+
+
+def test_a_conflict_holds_the_bound_until_adjudicated(tmp_path):
+    source = queue_with_rows(tmp_path, n=30)
+    from curation.services.review import review_settings_save
+
+    review_settings_save(source=source, reviews_required=2)
+    plan = certification_plan_create(source=source, n_strata=2, pilot=3, target=0.3, seed=5)
+    a, b = _annotator("a"), _annotator("b")
+    first = review_next(user=a, want=1)[0]
+    review_submit(user=a, assignment_id=first.pk, decision="ood")
+    held = review_next(user=b, want=1)[0]
+    assert held.item_id == first.item_id  # the same sample image gets its second review next
+    review_submit(user=b, assignment_id=held.pk, decision="id", wnids=[FAKE_TOP5[0][0]])
+    sd = certification_refresh(plan=plan)
+    assert sd.decided_prefix == 0 and sum(sd.reviewed) == 0  # a conflict: nothing counts past it
+
+
+def test_refusals_name_the_fix(tmp_path):
+    source = queue_with_rows(tmp_path, n=12)
+    with pytest.raises(CertificationError, match="target"):
+        certification_plan_create(source=source, target=0)
+    certification_plan_create(source=source, n_strata=2, pilot=2)
+    with pytest.raises(CertificationError, match="close it first"):
+        certification_plan_create(source=source)
+    with pytest.raises(CommandError, match="unknown source"):
+        call_command("certify", "status", "--source", "nope", stdout=io.StringIO())
+    out = io.StringIO()
+    call_command("certify", "status", "--source", source.name, stdout=out)
+    assert "stratum 0" in out.getvalue() and "bound" in out.getvalue()
+    call_command("certify", "close", "--source", source.name, stdout=io.StringIO())
+    out = io.StringIO()
+    call_command("certify", "plan", "--source", source.name, "--strata", "2", "--pilot", "2", "--seed", "3", stdout=out)
+    assert "seed 3" in out.getvalue()
+    assert np.isfinite(CertificationPlan.objects.filter(source=source).count())
