@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import browse_views, evaluation_views, export_views, grid_views, map_views, review_views, similar_views, views
+from . import browse_views, certify_views, evaluation_views, export_views, grid_views, map_views, review_views, similar_views, views
 
 app_name = "labeling_ui"
 urlpatterns = [
@@ -26,6 +26,8 @@ urlpatterns = [
     path("curate/adjudicate/", review_views.adjudicate, name="adjudicate"),
     path("curate/classes/", review_views.classes, name="review_classes"),
     path("curate/contamination/<int:source_id>/", export_views.contamination, name="contamination"),
+    path("curate/certify/<int:source_id>/", certify_views.certify, name="certify"),
+    path("curate/certify/<int:source_id>/close", certify_views.certify_close, name="certify_close"),
     # looking at the data
     path("curate/images/", browse_views.images, name="images"),
     path("curate/images/action", browse_views.images_action, name="images_action"),

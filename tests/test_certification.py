@@ -129,3 +129,29 @@ def test_refusals_name_the_fix(tmp_path):
     call_command("certify", "plan", "--source", source.name, "--strata", "2", "--pilot", "2", "--seed", "3", stdout=out)
     assert "seed 3" in out.getvalue()
     assert np.isfinite(CertificationPlan.objects.filter(source=source).count())
+
+
+def test_the_page_plans_shows_the_bound_and_keeps_roles(tmp_path):
+    from django.test import Client
+
+    from curation.roles import CURATOR
+
+    source = queue_with_rows(tmp_path, n=20)
+    cur = user_create_with_role(username="cur", password="pw-cur", role=CURATOR)[0]
+    c = Client()
+    c.force_login(cur)
+    url = f"/curate/certify/{source.pk}/"
+    assert c.get(url).status_code == 200
+    assert c.post(url, {"strata": "x"}).status_code == 400
+    assert c.post(url, {"target": "-1"}).status_code == 400
+    r = c.post(url, {"strata": "2", "pilot": "3", "target": "20", "confidence": "0.9"})
+    assert r.status_code == 302
+    page = c.get(url).content.decode()
+    assert "<svg" in page and "Plan " in page and 'id="cert-strata"' in page
+    ann = _annotator()
+    a = Client()
+    a.force_login(ann)
+    assert a.get(url).status_code == 403
+    assert a.post(f"{url}close").status_code == 403
+    assert c.post(f"{url}close").status_code == 302
+    assert CertificationPlan.objects.get(source=source).status == CertificationPlan.Status.CLOSED

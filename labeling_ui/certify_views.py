@@ -1,0 +1,99 @@
+"""The certification page (issue 37): plan a certification of a source's unreviewed images,
+watch the bound fall with every review, and close the plan. The statistics are in
+pipelines/certify.py, the work in curation/services/certification.py."""
+from __future__ import annotations
+
+import io
+
+from django.contrib import messages
+from django.http import HttpResponseBadRequest
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_http_methods, require_POST
+
+from curation.models import CertificationPlan, Source
+from curation.roles import CURATOR, RESEARCHER
+from curation.services.certification import (
+    CertificationError,
+    certification_close,
+    certification_plan_create,
+    certification_refresh,
+)
+from labeling_ui.review_views import request_roles, role_required
+
+
+def bound_plot_svg(history: list[tuple[int, float]], target: float) -> str:
+    """The bound on the remainder's ID share after each number of reviews, with the target."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.2, 2.6))
+    if history:
+        xs, ys = zip(*history)
+        ax.step(xs, [100 * y for y in ys], where="post", color="#1f77b4", label="bound (upper, anytime-valid)")
+    ax.axhline(100 * target, color="#d62728", linestyle="--", label=f"target {100 * target:.2f}%")
+    ax.set_xlabel("reviews of the sample (decided, in serving order)")
+    ax.set_ylabel("ID share of the remainder, %")
+    ax.set_ylim(bottom=0)
+    ax.legend(loc="upper right", fontsize=8)
+    ax.grid(alpha=0.3)
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight")
+    plt.close(fig)
+    svg = buf.getvalue()
+    return svg[svg.find("<svg"):]
+
+
+def _number(request, name: str, default: str, lo: float, hi: float) -> float:
+    raw = request.POST.get(name, default)
+    try:
+        v = float(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be a number, not {raw[:20]!r}") from None
+    if not lo <= v <= hi:
+        raise ValueError(f"{name} must be between {lo} and {hi}, not {v}")
+    return v
+
+
+@require_http_methods(["GET", "POST"])
+@role_required(CURATOR, RESEARCHER)
+def certify(request, source_id: int):
+    source = get_object_or_404(Source, pk=source_id, role=Source.Role.CANDIDATE)
+    if request.method == "POST":
+        if CURATOR not in request_roles(request):
+            return render(request, "labeling_ui/certify.html", {"source": source, "error": "planning needs the curator role"}, status=403)
+        try:
+            plan = certification_plan_create(
+                source=source, n_strata=int(_number(request, "strata", "10", 1, 100)),
+                full_top=_number(request, "full_top", "0", 0, 0.5), confidence=_number(request, "confidence", "0.95", 0.5, 0.999),
+                target=_number(request, "target", "0.5", 0.001, 99) / 100, pilot=int(_number(request, "pilot", "30", 1, 10_000)),
+                score=request.POST.get("score", CertificationPlan.Score.NEAREST_ID), user=request.user)
+        except (ValueError, CertificationError) as exc:
+            return HttpResponseBadRequest(f"{exc}\n", content_type="text/plain; charset=utf-8")
+        messages.success(request, f"Plan {plan.pk}: the pilot is in the review queue.")
+        return redirect("labeling_ui:certify", source_id=source.pk)
+    plan = CertificationPlan.objects.filter(source=source).order_by("-created_at").first()
+    ctx = {"source": source, "plan": plan, "scores": CertificationPlan.Score.choices, "is_curator": CURATOR in request_roles(request)}
+    if plan is not None:
+        sd = certification_refresh(plan=plan, user=request.user)
+        ctx.update(sd=sd, pct={"target": 100 * plan.target, "bound": 100 * sd.cert.remainder_share, "estimate": 100 * sd.cert.estimate},
+                   plot=bound_plot_svg(sd.history, plan.target),
+                   strata=[{"h": h, "size": sd.sizes[h], "reviewed": sd.reviewed[h], "found": sd.found[h], "full": sd.full[h],
+                            "bound": int(sd.cert.bound.split[h]) if not sd.full[h] and h < len(sd.cert.bound.split) else None}
+                           for h in range(len(sd.sizes))])
+    return render(request, "labeling_ui/certify.html", ctx)
+
+
+@require_POST
+@role_required(CURATOR)
+def certify_close(request, source_id: int):
+    source = get_object_or_404(Source, pk=source_id, role=Source.Role.CANDIDATE)
+    plan = CertificationPlan.objects.filter(source=source).order_by("-created_at").first()
+    if plan is None:
+        return HttpResponseBadRequest("no plan to close\n", content_type="text/plain; charset=utf-8")
+    try:
+        certification_close(plan=plan, user=request.user)
+    except CertificationError as exc:
+        return HttpResponseBadRequest(f"{exc}\n", content_type="text/plain; charset=utf-8")
+    return redirect("labeling_ui:certify", source_id=source.pk)
