@@ -23,7 +23,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .detectors import DETECTORS, Detector, DetectorError, Head, Outputs, get_detector
+from .detectors import DETECTORS, Detector, DetectorError, Head, Outputs, get_detector, params_of
 from .metrics import (
     AUPR_METHODS,
     FPR_METHODS,
@@ -137,6 +137,18 @@ def restrict_classes(outputs: Outputs, keep: np.ndarray) -> Outputs:
         remap[keep] = np.arange(len(keep))
         labels = np.where(outputs.labels >= 0, remap[np.clip(outputs.labels, 0, None)], -1)
     return Outputs(features=outputs.features, logits=outputs.logits[:, keep], labels=labels, extra=outputs.extra)
+
+
+def restrict_inputs(inputs: "EvalInputs", keep: np.ndarray) -> "EvalInputs":
+    """Every set of an evaluation restricted to the classes ``keep`` (``restrict_classes``), and the
+    last layer with them: a semantic split's classifier deciding among the ID half alone."""
+    def r(o: Outputs | None) -> Outputs | None:
+        return restrict_classes(o, keep) if o is not None else None
+    return EvalInputs(fit=restrict_classes(inputs.fit, keep), id_test=restrict_classes(inputs.id_test, keep),
+                      ood=restrict_classes(inputs.ood, keep), ood_groups=inputs.ood_groups, unit_tests=r(inputs.unit_tests),
+                      unit_groups=inputs.unit_groups, head=inputs.head.restricted(keep) if inputs.head is not None else None,
+                      ood_subsplits=inputs.ood_subsplits, id_shifted={k: restrict_classes(o, keep) for k, o in inputs.id_shifted.items()},
+                      ood_shifted={k: restrict_classes(o, keep) for k, o in inputs.ood_shifted.items()})
 
 
 def clean(value: Any) -> Any:
@@ -254,7 +266,7 @@ def detector_info(names: list[str], method_params: dict | None = None) -> dict[s
     for n in names:
         if n not in DETECTORS:
             continue
-        used = {**DETECTORS[n].defaults(), **(method_params or {}).get(n, {})}
+        used = params_of(n, method_params)
         settings = ", ".join(f"{p.name}={p.format(used[p.name])}" if used.get(p.name) is not None else f"{p.name}: {p.describe()}"
                              for p in DETECTORS[n].parameters)
         out[n] = {"label": DETECTORS[n].label, "paper": DETECTORS[n].paper, "settings": settings,
@@ -275,7 +287,8 @@ def leaderboard(results: dict) -> dict:
             if e.get("status") == "ok":
                 per_det.setdefault(det, []).append({"model": model, "auroc": e["pooled"]["auroc"],
                                                     "fpr95": e["pooled"]["fpr95_id_positive"], "accuracy": accuracy[model]})
-    detectors, ranks = [], {}
+    detectors: list[dict] = []
+    ranks: dict[str, list[int]] = {}
     for det, rows in per_det.items():
         rows.sort(key=lambda x: (-x["auroc"], x["model"]))
         for x in rows:

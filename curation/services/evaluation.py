@@ -374,13 +374,13 @@ def _cached(model_name: str, s: dict, decoder: str) -> EvalFeatureSet | None:
 def _input_keys(run_config: dict) -> dict[str, str]:
     """Cache name -> detector, for the run's input-level detectors (ODIN): the scores they
     need computed from the images while extracting (Detector.input_level)."""
-    from pipelines.detectors import DETECTORS
+    from pipelines.detectors import DETECTORS, params_of
 
     keys = {}
     for name in run_config["methods"]:
         cls = DETECTORS.get(name)
         if cls is not None and cls.input_level:
-            keys[cls.input_key_for({**cls.defaults(), **run_config["method_params"].get(name, {})})] = name
+            keys[cls.input_key_for(params_of(name, run_config["method_params"]))] = name
     return keys
 
 
@@ -497,11 +497,11 @@ def evaluation_process_chunk(*, job_id: int, index: int, progress: Callable[[int
                       "keys": np.array([it.key for it in ok], dtype=str), "wnids": np.array([it.wnid for it in ok], dtype=str),
                       "groups": np.array([it.group for it in ok], dtype=str), "errors": np.array(errors, dtype=str)}
         else:  # an input-level detector's scores, under its cache name
-            from pipelines.detectors import DETECTORS
+            from pipelines.detectors import DETECTORS, params_of
 
             name = _input_keys(cfg)[p["what"]]
             cls = DETECTORS[name]
-            scores = cls.input_scores(lm, paths, {**cls.defaults(), **cfg["method_params"].get(name, {})},
+            scores = cls.input_scores(lm, paths, params_of(name, cfg["method_params"]),
                                       batch_size=min(int(cfg["batch_size"] or 0) or 32, 64), max_pixels=settings.MAX_IMAGE_PIXELS,
                                       progress=progress, decoder=decoder)
             arrays = {"scores": scores, "keys": np.array([it.key for it in items if it.path], dtype=str)}
@@ -653,25 +653,20 @@ def evaluation_finalize(*, job_id: int, progress: Callable[[str], None] | None =
                    for role, row in rows.items() if role.startswith(SHIFTED_PREFIX)}
         ood_shifted = {role.removeprefix(OOD_SHIFTED_PREFIX): load_outputs(row, extras=extras)[0]
                        for role, row in rows.items() if role.startswith(OOD_SHIFTED_PREFIX)}
-        head = _head(model, rows["id_fit"])
+        inputs = EvalInputs(fit=fit, id_test=test, ood=ood, ood_groups=ood_groups, unit_tests=unit, unit_groups=unit_groups,
+                            head=_head(model, rows["id_fit"]), ood_subsplits=_subsplits(sets["ood"], ood_groups),
+                            id_shifted=shifted, ood_shifted=ood_shifted)
         restriction = cfg.get("restrict_logits")
         if restriction:
             from pipelines.classifiers import imagenet_1k_classes
-            from pipelines.evaluation import restrict_classes
+            from pipelines.evaluation import restrict_inputs
 
             index = {w: i for i, w in enumerate(imagenet_1k_classes()[0])}
-            keep = np.array([index[w] for w in restriction["wnids"]], dtype=np.int64)
-            fit, test, ood = (restrict_classes(o, keep) for o in (fit, test, ood))
-            unit = restrict_classes(unit, keep) if unit is not None else None
-            shifted = {k: restrict_classes(o, keep) for k, o in shifted.items()}
-            ood_shifted = {k: restrict_classes(o, keep) for k, o in ood_shifted.items()}
-            head = head.restricted(keep) if head is not None else None
-        window = int(cfg.get("severity_window") or test.logits.shape[1])
+            inputs = restrict_inputs(inputs, np.array([index[w] for w in restriction["wnids"]], dtype=np.int64))
+        head = inputs.head
+        window = int(cfg.get("severity_window") or inputs.id_test.logits.shape[1])
         methods = [(m, cfg["method_params"].get(m, {})) for m in cfg["methods"]]
-        r = evaluate_model(EvalInputs(fit=fit, id_test=test, ood=ood, ood_groups=ood_groups, unit_tests=unit,
-                                      unit_groups=unit_groups, head=head, ood_subsplits=_subsplits(sets["ood"], ood_groups),
-                                      id_shifted=shifted, ood_shifted=ood_shifted),
-                           methods, severity_window=window, seed=int(cfg.get("seed", 0)), progress=progress,
+        r = evaluate_model(inputs, methods, severity_window=window, seed=int(cfg.get("seed", 0)), progress=progress,
                            conventions=Conventions(**cfg.get("conventions", {})))
         if restriction:
             r["restricted_logits"] = {
@@ -728,63 +723,13 @@ def _sanity(cfg: dict, sets: dict[str, ImageSet], progress) -> dict:
     except (ModelUnavailable, OSError, RuntimeError) as exc:
         return {"status": "failed", "note": f"{type(exc).__name__}: {exc}"}
     result["status"] = "done"
-    result["low_level"] = {role: _low_level([it.path for it in items]) for role, items in paths.items()}
-    result["differs"] = {role: _differences(result["low_level"]["id_test"], result["low_level"][role])
-                         for role in others}
+    from pipelines.low_level import differences, low_level_statistics
+
+    result["low_level"] = {role: low_level_statistics([it.path for it in items]) for role, items in paths.items()}
+    result["differs"] = {role: differences(result["low_level"]["id_test"], result["low_level"][role]) for role in others}
     if skipped:
         result["notes"].append(f"not checked (imported outputs, no images): {', '.join(skipped)}")
     return result
-
-
-LOW_LEVEL = {"megapixels": "resolution (megapixels)", "jpeg_share": "share of JPEG files",
-             "jpeg_quality": "JPEG quality (estimated from the quantisation tables)",
-             "bytes_per_pixel": "file bytes per pixel (compression)", "colourfulness": "colourfulness (Hasler & Süsstrunk)"}
-
-
-def _low_level(paths: list[str]) -> dict:
-    """Cheap statistics of a set's sampled files: header size and format, file size, colourfulness."""
-    from PIL import Image as PILImage
-
-    from pipelines.sanity import colourfulness_of, jpeg_quality
-
-    mp, jpeg, quality, bpp, colour = [], [], [], [], []
-    for p in paths:
-        try:
-            with PILImage.open(p) as im:  # one open per file: header, quantisation tables, then a thumbnail
-                w, h, fmt = im.width, im.height, im.format
-                q = jpeg_quality(getattr(im, "quantization", None)) if fmt == "JPEG" else None
-                c = colourfulness_of(im)
-            size = os.path.getsize(p)
-        except OSError:
-            continue
-        mp.append(w * h / 1e6)
-        jpeg.append(fmt == "JPEG")
-        if q is not None:
-            quality.append(q)
-        bpp.append(size / max(w * h, 1))
-        colour.append(c)
-    mean = lambda v: float(np.mean(v)) if v else None  # noqa: E731
-    return {"n": len(mp), "megapixels": mean(mp), "jpeg_share": mean(jpeg), "jpeg_quality": mean(quality),
-            "bytes_per_pixel": mean(bpp), "colourfulness": mean(colour)}
-
-
-def _differences(a: dict, b: dict, *, ratio: float = 1.25) -> list[str]:
-    """The statistics in which two sets differ by more than ``ratio`` (or, for the JPEG share,
-    by more than 0.25), in words."""
-    out = []
-    for key, words in LOW_LEVEL.items():
-        x, y = a.get(key), b.get(key)
-        if x is None or y is None:
-            continue
-        if key == "jpeg_share":
-            if abs(x - y) > 0.25:
-                out.append(f"{words}: ID {x:.0%} vs {y:.0%}")
-        elif key == "jpeg_quality":
-            if abs(x - y) > 10:
-                out.append(f"{words}: ID {x:.0f} vs {y:.0f}")
-        elif min(x, y) > 0 and max(x, y) / min(x, y) > ratio:
-            out.append(f"{words}: ID {x:.3g} vs {y:.3g}")
-    return out
 
 
 def _subsplits(ood_set: ImageSet, groups: np.ndarray) -> np.ndarray | None:

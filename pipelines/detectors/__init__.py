@@ -246,6 +246,12 @@ def method_params(settings: dict) -> dict[str, dict]:
     return out
 
 
+def params_of(name: str, method_params: dict | None = None) -> dict:
+    """A detector's parameters for a run: its declared defaults, overridden by the run's own
+    (``method_params``: detector name -> {parameter: value}). The one place the two are merged."""
+    return {**DETECTORS[name].defaults(), **(method_params or {}).get(name, {})}
+
+
 def get_detector(name: str, **params: Any) -> Detector:
     if name not in DETECTORS:
         raise DetectorError(f"unknown detector {name!r}; registered: {', '.join(DETECTORS)}")
