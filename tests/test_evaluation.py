@@ -558,3 +558,21 @@ def test_leaderboard_ranks_models_per_detector_on_the_page_and_in_its_csv(tmp_pa
     rows = list(csv.DictReader(io.StringIO(_client("res6", "researcher").get(f"/evaluations/{run.pk}/leaderboard.csv").content.decode())))
     assert [(r["detector"], r["rank"], r["model"]) for r in rows if r["detector"] == "msp"] == [("msp", "1", "toy"), ("msp", "2", "other")]
     assert _client("ann", "annotator").get(f"/evaluations/{run.pk}/leaderboard.csv").status_code in (302, 403)
+
+
+def test_admin_choices_are_the_pipelines_constants():
+    """The admin form offers exactly the conventions, protocols and decoders the pipelines define
+    (as the evaluate command's choices), and each detector's named conventions (issue 32)."""
+    from curation.admin.evaluation import EvaluationCreateForm
+    from pipelines.decode import DECODERS
+    from pipelines.detectors.ash import TIE_RULES
+    from pipelines.detectors.odin import GRADIENTS
+    from pipelines.metrics import AUPR_METHODS, FPR_METHODS, OAA_CONVENTIONS
+    from pipelines.severity import PROTOCOLS
+
+    form = EvaluationCreateForm()
+    values = {name: [c for c, _ in form.fields[name].choices] for name in
+              ("fpr_method", "aupr_method", "oaa_convention", "severity_protocol", "decoder", "ash_ties", "odin_gradient")}
+    assert values == {"fpr_method": list(FPR_METHODS), "aupr_method": list(AUPR_METHODS), "oaa_convention": list(OAA_CONVENTIONS),
+                      "severity_protocol": list(PROTOCOLS), "decoder": ["", *DECODERS], "ash_ties": list(TIE_RULES),
+                      "odin_gradient": list(GRADIENTS)}

@@ -14,6 +14,28 @@ from curation.models import (
     Source,
 )
 from curation.services.evaluation import EvaluationError, evaluation_create
+from pipelines.decode import DECODERS
+from pipelines.metrics import AUPR_METHODS, FPR_METHODS, OAA_CONVENTIONS
+from pipelines.severity import PROTOCOLS
+
+# Words for the pipelines' named conventions; the choices themselves are the pipelines' constants
+# (as the evaluate command's), so a new one appears here without an edit
+CHOICE_WORDS = {
+    "exact": "exact order statistic (default)",
+    "ninco-interpolated": "NINCO's code: np.quantile (linear interpolation)",
+    "average-precision": "average precision, as NINCO (default)",
+    "openood": "OpenOOD v1.5: trapezoid under scikit-learn's PR curve",
+    "paper": "paper: rejected OOD count as correct (default)",
+    "code": "authors' code: every rejected wrong prediction counts",
+    "c-ood": "C-OOD: 200 images per class, 150 estimate / 50 test (default)",
+    "small-data": "small-data variant: any class with >= 2 images (not C-OOD's)",
+    "pil": "pil: Pillow and timm's transform",
+    "torchvision": "torchvision: tensor decode and resize (nvJPEG on GPU workers)",
+}
+
+
+def _choices(values) -> list[tuple[str, str]]:
+    return [(v, CHOICE_WORDS.get(v, v)) for v in values]
 
 
 def _id_set_choices():
@@ -34,34 +56,27 @@ class EvaluationCreateForm(forms.Form):
     other_models = forms.CharField(required=False, help_text="More timm model names, comma separated (their weights must be reachable)")
     methods = forms.MultipleChoiceField(widget=forms.CheckboxSelectMultiple, help_text="Detectors (higher score = more ID)")
     seed = forms.IntegerField(initial=0, help_text="Seed of C-OOD's estimation/test split")
-    fpr_method = forms.ChoiceField(choices=[("exact", "exact order statistic (default)"),
-                                            ("ninco-interpolated", "NINCO's code: np.quantile (linear interpolation)")],
-                                   required=False, initial="exact", help_text="FPR@95 (ID positive) threshold")
-    aupr_method = forms.ChoiceField(choices=[("average-precision", "average precision, as NINCO (default)"),
-                                             ("openood", "OpenOOD v1.5: trapezoid under scikit-learn's PR curve")],
-                                    required=False, initial="average-precision", help_text="AUPR-In / AUPR-Out")
-    oaa_convention = forms.ChoiceField(choices=[("paper", "paper: rejected OOD count as correct (default)"),
-                                                ("code", "authors' code: every rejected wrong prediction counts")],
-                                       required=False, initial="paper", help_text="Outlier-aware accuracy (mOAA)")
-    severity_protocol = forms.ChoiceField(choices=[("c-ood", "C-OOD: 200 images per class, 150 estimate / 50 test (default)"),
-                                                   ("small-data", "small-data variant: any class with >= 2 images (not C-OOD's)")],
-                                          required=False, initial="c-ood", help_text="C-OOD severity levels")
+    fpr_method = forms.ChoiceField(required=False, initial=FPR_METHODS[0], help_text="FPR@95 (ID positive) threshold")
+    aupr_method = forms.ChoiceField(required=False, initial=AUPR_METHODS[0], help_text="AUPR-In / AUPR-Out")
+    oaa_convention = forms.ChoiceField(required=False, initial=OAA_CONVENTIONS[0], help_text="Outlier-aware accuracy (mOAA)")
+    severity_protocol = forms.ChoiceField(required=False, initial=PROTOCOLS[0], help_text="C-OOD severity levels")
     id_shifted = forms.MultipleChoiceField(required=False, widget=forms.CheckboxSelectMultiple,
                                            help_text="Optional: covariate-shifted copies of ID classes (ImageNet-V2/-R/-C, or made "
                                                      "with make_covariate_shift), reported standard, full-spectrum and as a shift")
     sanity_seeds = forms.IntegerField(min_value=0, max_value=20, initial=5, required=False,
                                       help_text="Random-weight sanity check (ImageNet-OOD): random networks to run, 0 = off. "
                                                 "RANDOM WEIGHTS, for the check only")
-    decoder = forms.ChoiceField(choices=[("", "the deployment's default (OODC_DECODER)"),
-                                         ("pil", "pil: Pillow and timm's transform"),
-                                         ("torchvision", "torchvision: tensor decode and resize (nvJPEG on GPU workers)")],
-                                required=False, initial="", help_text="How images become model inputs, for every set of the run")
+    decoder = forms.ChoiceField(required=False, initial="", help_text="How images become model inputs, for every set of the run")
 
     def __init__(self, *args, **kwargs):
         from pipelines.classifiers import MODELS
         from pipelines.detectors import DETECTORS, detector_names, parameters
 
         super().__init__(*args, **kwargs)
+        for name, values in (("fpr_method", FPR_METHODS), ("aupr_method", AUPR_METHODS), ("oaa_convention", OAA_CONVENTIONS),
+                             ("severity_protocol", PROTOCOLS)):
+            self.fields[name].choices = _choices(values)
+        self.fields["decoder"].choices = [("", "the deployment's default (OODC_DECODER)")] + _choices(DECODERS)
         sets = _id_set_choices()
         self.fields["id_test"].choices = self.fields["id_fit"].choices = [("", "---------")] + sets
         self.fields["id_shifted"].choices = sets
