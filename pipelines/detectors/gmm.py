@@ -30,10 +30,14 @@ class GMM(Detector):
 
         x = fit.features.astype(np.float64)
         dim, k = int(self.params["dim"]), int(self.params["components"])
-        if dim > min(x.shape):
-            raise DetectorError(f"GMM: dim {dim} must be at most the fit set's size and feature dimension ({min(x.shape)})")
-        if k > len(x):
-            raise DetectorError(f"GMM: {k} components need at least {k} ID fit images (there are {len(x)})")
+        if len(x) < 20:
+            raise DetectorError(f"GMM: the ID fit set has {len(x)} images; a mixture needs at least 20")
+        if dim > min(x.shape) - 1:
+            self.notes.append(f"GMM: dim={dim} is more than the fit set and features allow; used dim={min(x.shape) - 1}")
+            dim = min(x.shape) - 1
+        if k > len(x) // 10:  # at least 10 fit images per component, as KNN lowers K to the fit set
+            self.notes.append(f"GMM: {k} components for {len(x)} ID fit images; used {len(x) // 10} (10 images per component)")
+            k = len(x) // 10
         self.transform = PCA(n_components=dim, svd_solver=PCA_SOLVER).fit(x).components_.T
         gm = GaussianMixture(n_components=k, random_state=0, covariance_type="tied").fit(x @ self.transform)
         self.means, self.precision, self.weights = gm.means_, gm.precisions_, gm.weights_

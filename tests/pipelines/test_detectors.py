@@ -297,3 +297,12 @@ def test_detectors_on_one_fit_set_share_what_they_derive_from_it():
     assert get_detector("mahalanobis").fit(other, head).means is not maha.means
     head2 = Head(weight=head.weight * 2, bias=head.bias)
     assert get_detector("vim", dim=5).fit(fit, head2).u is not vim.u
+
+
+def test_gmm_lowers_its_components_to_what_a_small_fit_set_supports_and_says_so():
+    rng = np.random.default_rng(6)
+    fit = Outputs(features=np.abs(rng.normal(size=(120, 64))), logits=rng.normal(size=(120, 5)), labels=rng.integers(0, 5, 120))
+    det = get_detector("gmm").fit(fit)
+    assert det.means.shape == (12, 50) and any("used 12" in n for n in det.notes)
+    with pytest.raises(DetectorError, match="at least 20"):
+        get_detector("gmm").fit(Outputs(features=fit.features[:10], logits=fit.logits[:10], labels=fit.labels[:10]))
