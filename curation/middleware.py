@@ -16,16 +16,43 @@ class ServerTimingMiddleware:
         return response
 
 
-class PathIdMiddleware:
-    """The one rule for integers in paths (``pipelines.numbers``), for every route: a ``<int:...>``
-    value beyond a 64-bit integer names no row, so the answer is 404, before any view hands it to
-    the database (which refuses it: "bigint out of range"). New routes get the check unasked."""
+class RequestRulesMiddleware:
+    """Rules every route gets without asking (so a new route has them too):
+
+    - an integer in the path (``<int:...>``) beyond a 64-bit integer names no row: 404, before any
+      view hands it to the database, which refuses it ("bigint out of range"); the one integer
+      rule is ``pipelines.numbers``;
+    - a NUL character in the path, the query, a form or a JSON body is refused with 400: no text
+      the toolkit keeps may hold one, and PostgreSQL refuses it in any string ("A string literal
+      cannot contain NUL")."""
 
     def __init__(self, get_response):
         self.get_response = get_response
 
     def __call__(self, request):
+        from django.http import HttpResponseBadRequest
+
+        if self._has_nul(request):
+            return HttpResponseBadRequest("the request holds a NUL character (\\x00), which no name, note or number may contain\n",
+                                          content_type="text/plain; charset=utf-8")
         return self.get_response(request)
+
+    @staticmethod
+    def _has_nul(request) -> bool:
+        if "\x00" in request.path:
+            return True
+        for key, values in request.GET.lists():
+            if "\x00" in key or any("\x00" in v for v in values):
+                return True
+        ctype = request.content_type or ""
+        if request.method == "POST" and ctype in ("application/x-www-form-urlencoded", "multipart/form-data"):
+            for key, values in request.POST.lists():
+                if "\x00" in key or any("\x00" in v for v in values):
+                    return True
+        elif request.method == "POST" and ctype == "application/json":
+            body = request.body
+            return b"\x00" in body or b"\\u0000" in body
+        return False
 
     def process_view(self, request, view_func, view_args, view_kwargs):
         from django.http import Http404

@@ -112,7 +112,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    "curation.middleware.PathIdMiddleware",  # path ids past 2**63 - 1: 404 (pipelines/numbers.py)
+    "curation.middleware.RequestRulesMiddleware",  # path ids past 2**63 - 1: 404; NUL anywhere: 400
 ]
 
 ROOT_URLCONF = "curation.urls"

@@ -36,29 +36,9 @@ RETRY_AFTER_S = 15
 
 
 def _is_outage(exc: BaseException | None) -> bool:
-    """An exception that says a service is down (the database, the broker), not a bug: the
-    request may succeed when it is back."""
-    from django.db import InterfaceError, OperationalError
+    from curation.outages import is_outage
 
-    kinds: list[type] = [OperationalError, InterfaceError]
-    try:
-        import redis
-
-        kinds += [redis.exceptions.ConnectionError, redis.exceptions.TimeoutError]
-    except ImportError:  # pragma: no cover
-        pass
-    try:
-        import kombu.exceptions
-
-        kinds.append(kombu.exceptions.OperationalError)
-    except ImportError:  # pragma: no cover
-        pass
-    seen = 0
-    while exc is not None and seen < 10:  # the cause chain: Celery wraps Redis' errors
-        if isinstance(exc, tuple(kinds)):
-            return True
-        exc, seen = exc.__cause__ or exc.__context__, seen + 1
-    return False
+    return is_outage(exc)
 
 
 def server_error(request, *args, **kwargs):

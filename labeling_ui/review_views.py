@@ -72,6 +72,7 @@ def role_required(*roles, api: bool = False):
                 raise PermissionDenied(f"this page is for the {' or '.join(roles)} role")
             return view(request, *args, **kwargs)
 
+        wrapped.roles = roles  # read by the route fuzzer (tests/test_route_fuzz.py) to check the role rules
         return wrapped
 
     return deco

@@ -149,3 +149,93 @@ def test_admin_resume_needs_the_role_whose_work_the_job_is(client, role_groups, 
     r = client.post("/admin/curation/job/", {"action": "resume_jobs", "_selected_action": [job.pk]}, follow=True)
     assert r.status_code == 200 and "needs the" not in r.content.decode()
     assert AuditLog.objects.filter(action="job_resumed", target_id=str(job.pk)).exists()
+
+
+@pytest.mark.parametrize("error,status", [("db", 503), ("redis", 503), ("kombu", 503), ("bug", 500)])
+def test_an_outage_of_the_database_or_redis_is_a_503_with_retry_after(error, status):
+    """A page whose database or broker is restarting answers 503 with Retry-After (the review
+    screen and browsers retry), in JSON on the API; a bug is still the 500 it is."""
+    import sys
+    import types
+
+    import kombu.exceptions
+    import redis
+    from django.db import OperationalError
+    from django.test import Client, override_settings
+    from django.urls import path
+
+    def view(request):
+        if error == "db":
+            raise OperationalError("connection to server at \"127.0.0.1\", port 5432 failed: Connection refused")
+        if error == "redis":
+            raise redis.exceptions.ConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+        if error == "kombu":
+            try:
+                raise redis.exceptions.ConnectionError("refused")
+            except redis.exceptions.ConnectionError as exc:
+                raise kombu.exceptions.OperationalError("broker") from exc
+        raise ZeroDivisionError("a bug")
+
+    module = types.ModuleType(f"tests.outage_urls_{error}")
+    module.urlpatterns = [path("api/x", view), path("page/", view)]
+    module.handler500 = "labeling_ui.http.server_error"
+    sys.modules[module.__name__] = module
+    client = Client(raise_request_exception=False)
+    with override_settings(ROOT_URLCONF=module.__name__):
+        api, page = client.get("/api/x"), client.get("/page/")
+    assert api.status_code == page.status_code == status
+    if status == 503:
+        assert api["Retry-After"] == page["Retry-After"] == "15"
+        assert api.json()["retry_after"] == 15 and "try again" in api.json()["error"]
+        assert "try again in 15 s" in page.content.decode()
+
+
+@pytest.mark.parametrize("outage", [True, False])
+def test_a_job_step_hit_by_an_outage_is_not_failed(monkeypatch, outage):
+    """PostgreSQL or Redis restarting under a job: the step raises, but the job is not marked
+    failed (the worker's task retries it when the service is back, or it is resumed once
+    stale); a real error still fails the job."""
+    from django.db import OperationalError
+
+    from curation.jobs import runner
+    from curation.jobs.protocol import JobKind
+
+    failed = []
+
+    def plan(job_id):
+        raise OperationalError("server closed the connection unexpectedly") if outage else ValueError("a bug")
+
+    kind = JobKind(kind="ingest", label="ingest", plan=plan, process=lambda *a, **k: True, finalize=lambda job_id: None,
+                   fail=lambda job_id, error: failed.append(error), queue=lambda step: "cpu")
+    monkeypatch.setattr(runner, "kind_of", lambda name: kind)
+    job = Job.objects.create(kind="ingest", status=Job.Status.RUNNING)
+    with pytest.raises(OperationalError if outage else ValueError):
+        runner.run_step(job_id=job.pk, step="plan", queue_next=False)
+    assert bool(failed) is not outage
+
+
+def test_the_worker_task_retries_a_step_hit_by_an_outage(monkeypatch):
+    from celery.exceptions import Retry
+    from django.db import OperationalError
+
+    from curation import tasks
+    from curation.jobs import runner
+
+    def down(**kwargs):
+        raise OperationalError("could not connect to server: Connection refused")
+
+    monkeypatch.setattr(runner, "run_step", down)
+    task = tasks.TASKS[("ingest", "chunk")]
+    with pytest.raises(Retry):
+        task.apply(args=(1, 0), throw=True)
+
+
+@pytest.mark.parametrize("url,query", [("/curate/images/", {"source": "a\x00b"}), ("/curate/duplicates/", {"source": "\x00"}),
+                                       ("/curate/images/", {"model": "x\x00"})])
+def test_a_nul_character_anywhere_is_400_not_500(client, role_groups, url, query):
+    """Found by the route fuzzer: PostgreSQL refuses NUL in any string ("A string literal cannot
+    contain NUL"), so a NUL in a query, form or JSON body was a 500."""
+    client.force_login(user("cur", "curator", staff=True))
+    assert client.get(url, query).status_code == 400
+    assert client.post("/curate/images/action", {"action": "exclude", "ids": "1", "reason": "a\x00"}).status_code == 400
+    assert client.post("/api/review/submit", '{"note": "\\u0000"}', content_type="application/json").status_code == 400

@@ -14,6 +14,7 @@ from django.utils import timezone
 from curation.jobs.heartbeat import Heartbeat, claim_chunk, is_stale, new_owner, release_chunk, silent_for
 from curation.jobs.protocol import JobKind, Progress, kind_of, task_name
 from curation.models import Job, JobChunk
+from curation.outages import is_outage
 
 log = logging.getLogger("curation.jobs")
 
@@ -136,6 +137,9 @@ def run_step(*, job_id: int, step: str, index: int | None = None, queue_next: bo
                 return kind.finalize(job_id)
         raise ValueError(f"unknown step {step!r}")
     except Exception as exc:
+        if is_outage(exc):  # the database or broker is restarting: the work is not wrong; retried or resumed, not failed
+            log.warning("job #%s (%s) %s step hit an outage: %s: %s", job_id, kind.kind, step, type(exc).__name__, exc)
+            raise
         kind.fail(job_id, exc)
         raise
 

@@ -383,7 +383,12 @@ def export_fail(*, export_id: int, error: BaseException | str) -> None:
     from pipelines.export import clear_partial
 
     job_fail(job_id=export.job_id, error=error)
-    clear_partial(_export_dir(export)[1])  # a failed export leaves no half-written folder
+    tmp = _export_dir(export)[1]
+    clear_partial(tmp)  # a failed export leaves no half-written folder
+    try:
+        tmp.parent.rmdir()  # nor the name's folder, when this was its first version (only an empty folder is removed)
+    except OSError:
+        pass
     Export.objects.filter(pk=export_id).update(status=Export.Status.FAILED, finished_at=timezone.now(),
                                                message=Job.objects.get(pk=export.job_id).message)
 
