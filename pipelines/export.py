@@ -200,6 +200,12 @@ def hash_tree(root: Path, *, known: dict[str, str] | None = None) -> dict[str, s
     return {rel: known.get(rel) or sha256_file(root / rel) for rel in sorted(hash_tree_names(root))}
 
 
+def write_readme(root: Path, lines: Sequence[str]) -> None:
+    """``README.md``: what a reader of the export should know first (a certificate's sentence)."""
+    with open(root / "README.md", "x", encoding="utf-8") as fh:
+        fh.write("\n\n".join(lines) + "\n")
+
+
 def write_manifest(root: Path, manifest: dict) -> str:
     """Write ``manifest.json`` (sorted keys, UTF-8) and return its own sha256."""
     data = json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False).encode("utf-8") + b"\n"

@@ -155,3 +155,42 @@ def test_the_page_plans_shows_the_bound_and_keeps_roles(tmp_path):
     assert a.post(f"{url}close").status_code == 403
     assert c.post(f"{url}close").status_code == 302
     assert CertificationPlan.objects.get(source=source).status == CertificationPlan.Status.CLOSED
+
+
+def test_a_certified_export_says_what_the_certificate_admitted(tmp_path, settings):
+    import csv
+    import json
+    from pathlib import Path
+
+    from curation.services.exports import ExportRequestError, export_create, export_path, export_run_inline
+
+    from tests.test_exports import random_features
+
+    settings.EXPORT_ROOT = tmp_path / "exports"
+    settings.FEATURE_STORE = tmp_path / "features"
+    source = queue_with_rows(tmp_path, n=40)
+    random_features(source)
+    with pytest.raises(ExportRequestError, match="no met certificate"):
+        export_create(name="cert", sources=[source], include_certified=True, enqueue=False)
+    plan = certification_plan_create(source=source, n_strata=2, pilot=3, target=0.35, confidence=0.9, seed=2)
+    _decide(_annotator())
+    plan.refresh_from_db()
+    assert plan.status == CertificationPlan.Status.CERTIFIED
+    reviewed = ReviewItem.objects.filter(source=source, status__in=ReviewItem.FINAL).count()
+    plain = export_run_inline(export=export_create(name="plain", sources=[source], enqueue=False))
+    assert plain.counts["images"] == reviewed and "certified" not in plain.counts
+    e = export_run_inline(export=export_create(name="cert", sources=[source], include_certified=True, enqueue=False))
+    root = Path(export_path(e))
+    manifest = json.loads((root / "manifest.json").read_text())
+    cert = manifest["certification"]
+    assert cert["admitted_by_certificate"] == 40 - reviewed > 0 and cert["admitted_by_review"] == reviewed
+    c = cert["certificates"][source.name]
+    assert c["seed"] == 2 and c["confidence"] == 0.9 and c["target"] == 0.35 and c["remainder_id_share_bound"] <= 0.35
+    assert {"size", "reviewed", "id_found"} <= set(c["strata"][0]) and c["code_version"]
+    rows = list(csv.DictReader((root / "decisions.csv").open()))
+    by = {r["image_id"]: r["admitted_by"] for r in rows}
+    assert sorted(by.values()).count("certificate") == 40 - reviewed and sorted(by.values()).count("review") == reviewed
+    readme = (root / "README.md").read_text()
+    assert f"{40 - reviewed} of the 40 images were admitted by a certificate" in readme and "95%" not in readme
+    assert "README.md" in manifest["files"]
+    assert cert["sentence"] in e.counts["certified"]["sentence"]

@@ -322,6 +322,15 @@ def certificate_record(sd: Standing) -> dict:
     }
 
 
+def certified_plans(*, sources) -> dict[str, CertificationPlan]:
+    """Source name -> its latest certified plan (certificates are read, never recomputed, here)."""
+    out: dict[str, CertificationPlan] = {}
+    for plan in (CertificationPlan.objects.filter(source__in=list(sources), status=CertificationPlan.Status.CERTIFIED)
+                 .select_related("source").order_by("certified_at")):
+        out[plan.source.name] = plan
+    return out
+
+
 # -- the queue ------------------------------------------------------------------------------------
 
 _lock = threading.Lock()

@@ -91,7 +91,8 @@ def _create(*, name: str, kind: str, split: str, config: dict, user, enqueue: bo
 
 def export_create(*, name: str, sources: list[Source], wnids: list[str] | None = None, min_per_class: int = 1,
                   layouts: list[str] | None = None, split: str = "test", link: bool = True, override_leakage: str = "",
-                  model_name: str | None = None, difficulty: str | None = None, user: User | None = None, enqueue: bool = True) -> Export:
+                  model_name: str | None = None, difficulty: str | None = None, user: User | None = None, enqueue: bool = True,
+                  include_certified: bool = False) -> Export:
     """Ask for a clean-set export of ``sources`` (all their classes, or those in ``wnids``).
     ``difficulty`` (``median``, ``quantile:Q`` or a threshold) also writes easy/hard sub-splits
     by semantic similarity to the closest ID class (pipelines.semantic)."""
@@ -124,6 +125,14 @@ def export_create(*, name: str, sources: list[Source], wnids: list[str] | None =
               "id_dup_threshold": settings.ID_DUP_THRESHOLD, "max_pixel_diff": settings.NEAR_DUP_MAX_PIXEL_DIFF}
     if difficulty is not None:
         config["difficulty"] = difficulty
+    if include_certified:  # unreviewed images a met certificate admits (docs/review.md, "Review in full or certify")
+        from curation.services.certification import certified_plans
+
+        missing = [s.name for s in sources if s.name not in certified_plans(sources=sources)]
+        if missing:
+            raise ExportRequestError(f"--include-certified: {', '.join(missing)} has no met certificate; plan one with "
+                                     f"`python manage.py certify plan --source {missing[0]}` and review its sample")
+        config["include_certified"] = True
     return _create(name=name, kind=Export.Kind.DATASET, split=split, config=config, user=user, enqueue=enqueue, override=override_leakage.strip())
 
 
@@ -157,6 +166,8 @@ class Selection:
     class_filter: dict = field(default_factory=dict)
     review_policy: dict = field(default_factory=dict)
     duplicate_overrides: list = field(default_factory=list)  # a curator's corrections of the duplicate search
+    certified: set = field(default_factory=set)  # review items admitted by a certificate, not a review
+    certificates: dict = field(default_factory=dict)  # source name -> the certificate that admitted them
 
 
 def _class_filter_info(run) -> dict:
@@ -175,6 +186,13 @@ def export_select(*, config: dict) -> Selection:
     sources = list(Source.objects.filter(name__in=config["sources"]))
     wnids = set(config.get("wnids") or [])
     by_class: dict[int, list[ReviewItem]] = defaultdict(list)
+    admitted: set[int] = set()
+    if config.get("include_certified"):
+        from curation.services.certification import certified_plans
+
+        for name, plan in certified_plans(sources=sources).items():
+            sel.certificates[name] = plan.certificate
+            admitted |= set(plan.units.filter(item__status=ReviewItem.Status.OPEN).values_list("item_id", flat=True))
     for source in sources:
         policy = class_policy(source=source)  # the one class-eligibility policy, as the review queue uses it
         info = _class_filter_info(policy.run)
@@ -205,7 +223,9 @@ def export_select(*, config: dict) -> Selection:
         for item in items:
             reason = ""
             cc = item.candidate_class
-            if item.status not in ReviewItem.FINAL:
+            if item.status not in ReviewItem.FINAL and item.pk in admitted:
+                sel.certified.add(item.pk)  # unreviewed, admitted by the certificate; the other checks still apply
+            elif item.status not in ReviewItem.FINAL:
                 reason = f"review_{item.status}"
             elif item.final_decision != ReviewDecision.OOD:
                 reason = f"final_{item.final_decision}"
@@ -437,13 +457,14 @@ def _decisions_rows(sel: Selection, placed_by_image: dict, model_name: str):
             e.nearest_id_image_id if e and e.nearest_id_image_id else "",
             round(e.nearest_id_similarity, 4) if e and e.nearest_id_similarity is not None else "",
             "yes" if files else "no", reason, files.get("ninco", ""), files.get("imagenet-ood", ""), files.get("openood", ""),
+            ("certificate" if it.pk in sel.certified else "review") if files else "",
         ]
 
 
 DECISION_COLUMNS = [
     "image_id", "source", "source_path", "sha256", "ood_wnid", "ood_class", "final_label", "final_id_wnids", "review_status",
     "adjudicated_by", "final_note", "reviews", "top5", "duplicate_group", "duplicate_drop_reason", "nearest_id_image",
-    "nearest_id_similarity", "exported", "excluded_reason", "ninco_file", "imagenet_ood_file", "openood_file",
+    "nearest_id_similarity", "exported", "excluded_reason", "ninco_file", "imagenet_ood_file", "openood_file", "admitted_by",
 ]
 
 
@@ -508,6 +529,15 @@ def export_execute(*, export_id: int, progress: Progress | None = None, on_total
     if difficulty_info:
         counts["difficulty"] = {**difficulty_info["counts"], "rule": difficulty_info["rule"], "cut": difficulty_info["cut"],
                                 "classes": difficulty_info["classes"]}
+    certification = None
+    if sel.certificates:
+        by_certificate = {it.image_id for it in sel.items if it.pk in sel.certified}
+        n_cert = sum(1 for p in good if p.item.image_id in by_certificate)
+        sentence = certificate_sentence(sel.certificates, n_cert, len(good))
+        certification = {"admitted_by_certificate": n_cert, "admitted_by_review": len(good) - n_cert, "certificates": sel.certificates,
+                         "sentence": sentence}
+        counts["certified"] = {"images": n_cert, "sentence": sentence}  # the export page states it
+        px.write_readme(tmp, [sentence])
     known = {rel: p.item.sha256 for p in good for rel in p.files.values()}
     files = px.hash_tree(tmp, known=known)
     manifest = {
@@ -518,6 +548,7 @@ def export_execute(*, export_id: int, progress: Progress | None = None, on_total
         "leakage": {**{k: v for k, v in leak.items() if k != "violations"}, "violations": leak["violations"]},
         "contamination": {s: _contamination_summary(s) for s in cfg["sources"]},
         **({"difficulty": difficulty_info} if difficulty_info else {}),
+        **({"certification": certification} if certification else {}),
         "layouts": {"ninco": "ninco/<class name>/<file> + ninco/metadata.csv", "imagenet-ood": "imagenet-ood/<wnid>/<file> + imagenet-ood/file_list.txt",
                     "openood": "openood/images/<wnid>/<file> + openood/imglist.txt ('<path> -1')"},
         "files": files,
@@ -533,6 +564,16 @@ def export_execute(*, export_id: int, progress: Progress | None = None, on_total
                + (f"; leakage overridden: {export.leakage_override}" if leak["violations"] else ""))
         return _finish(export, status=Export.Status.DONE, message=msg, path=str(final.relative_to(settings.EXPORT_ROOT)),
                        manifest_sha256=digest, counts=counts, leakage=leak)
+
+
+def certificate_sentence(certificates: dict, admitted: int, total: int) -> str:
+    """The one sentence a paper can quote about the images no one reviewed."""
+    parts = []
+    for name, c in sorted(certificates.items()):
+        parts.append(f"{name}: at most {100 * c['remainder_id_share_bound']:.2f}% of its {c['remainder_images']} unreviewed images "
+                     f"show an ID object ({100 * c['confidence']:.0f}% confidence, anytime-valid bound from {c['reviews_used']} reviews "
+                     f"of a score-stratified random sample, seed {c['seed']})")
+    return (f"{admitted} of the {total} images were admitted by a certificate rather than a review; " + "; ".join(parts) + ".")
 
 
 def _difficulty(sel: Selection, good: list, spec_text: str | None) -> tuple[dict | None, dict | None]:

@@ -39,12 +39,14 @@ class Command(BaseCommand):
         parser.add_argument("--difficulty-split", nargs="?", const="median", default=None, metavar="SPEC",
                             help="also write easy/hard sub-splits of the OOD classes by semantic similarity to the closest ID "
                                  f"class: {DIFFICULTY_HELP}")
+        parser.add_argument("--include-certified", action="store_true",
+                            help="also export the unreviewed images a met certification admits (`certify`; off by default)")
         parser.add_argument("--queue", action="store_true", help="run on the Celery workers and wait, instead of in this process")
         parser.add_argument("--resume", action="store_true",
                             help="resume the unfinished (stale) export NAME instead of starting a new version")
 
     def handle(self, *args, name, sources, classes, classes_file, min_per_class, layouts, split, copy, override_leakage, queue,
-               resume=False, difficulty_split=None, **opts):
+               resume=False, difficulty_split=None, include_certified=False, **opts):
         if resume:
             return resume_export(self, name=name, kind=Export.Kind.DATASET)
         if not sources:
@@ -61,7 +63,8 @@ class Command(BaseCommand):
         try:
             export = export_create(name=name, sources=[found[s] for s in sources], wnids=read_wnids(classes, classes_file),
                                    min_per_class=min_per_class, layouts=layouts, split=split, link=not copy,
-                                   override_leakage=override_leakage, difficulty=difficulty_split, enqueue=queue)
+                                   override_leakage=override_leakage, difficulty=difficulty_split, enqueue=queue,
+                                   include_certified=include_certified)
         except ExportRequestError as exc:
             raise CommandError(str(exc)) from None
         self.stdout.write(f"export {export.label} (#{export.pk}) requested")
