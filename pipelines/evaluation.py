@@ -297,6 +297,10 @@ def leaderboard(results: dict) -> dict:
             x["x"] = None if x["accuracy"] is None else round(100 * x["accuracy"], 2)
             x["y"] = round(100 - 100 * x["auroc"], 2)  # SVG's y grows downwards
         detectors.append({"det": det, "label": info.get(det, {}).get("label", det), "rows": rows})
+    from .detectors import detector_names
+
+    order = {n: i for i, n in enumerate(detector_names())}
+    detectors.sort(key=lambda d: (order.get(d["det"], len(order)), d["det"]))  # the tables' order, not the stored dict's
     models = sorted(({"model": m, "accuracy": accuracy[m], "mean_rank": float(np.mean(v)), "detectors": len(v)}
                      for m, v in ranks.items()), key=lambda x: (x["mean_rank"], x["model"]))
     return {"detectors": detectors, "models": models}
