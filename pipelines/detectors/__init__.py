@@ -221,7 +221,7 @@ PREFERRED_ORDER = ("msp", "maxlogit", "energy", "entropy", "kl_matching", "mahal
                    "react", "ash", "cosine", "mcm", "odin",
                    # output-based newcomers, then feature-based (issue 32)
                    "temperature_scaling", "gen", "gradnorm", "dice", "she", "scale", "ash_p", "ash_b", "vra", "nnguide", "relation",
-                   "fdbd", "nci", "residual", "mahalanobis_pp", "gmm", "rankfeat")
+                   "fdbd", "nci", "residual", "mahalanobis_pp", "gmm", "pnml", "rankfeat")
 
 
 def detector_names() -> list[str]:

@@ -7,7 +7,8 @@ The references, read at these commits (issue 32):
 - OpenOOD v1.5: Jingkang50/OpenOOD@3c35632ee91b54b09d1f085d04f94744cece7d0b (openood/postprocessors/*,
   openood/networks/ash_net.py, scale_net.py, openood/evaluators/metrics.py);
 - pytorch-ood: kkirchheim/pytorch-ood@d04767360a382d2ea1678d5a571cae66b73e5206 (src/pytorch_ood/detector/*);
-- NINCO's appendix C (Bitterwolf et al., ICML 2023) for the cosine detector, which no library has.
+- NINCO's appendix C (Bitterwolf et al., ICML 2023) for the cosine detector, which no library has;
+- pNML: the authors' kobybibas/pnml_ood_detection@0533589204b0e71a5af151d46cb1e1c61aa0bcbc (src/score_utils.py).
 Where a reference's arithmetic is undefined (pytorch-ood's p * log(p) at p = 0 is NaN), the limit is
 taken (0) and the comment says so.
 
@@ -347,6 +348,28 @@ def ref_gmm(fit, data, head, det=None):
     return top + np.log((det.weights[None, :] * np.exp(terms - top[:, None])).sum(axis=1))
 
 
+def ref_pnml(fit, data, head):
+    # kobybibas/pnml_ood_detection@0533589204b0e71a5af151d46cb1e1c61aa0bcbc src/score_utils.py: add_bias_term,
+    # transform_features (normalise all but the bias column), calc_projection_matrices, calc_regret_on_set;
+    # score = -regret; where p = 0 the reference's genie is 0/0, its limit 0 is taken
+    def feats(o):
+        x = np.hstack((np.ones((len(o.features), 1)), f64(o.features)))
+        x[:, 1:] = x[:, 1:] / np.linalg.norm(x[:, 1:], axis=1, keepdims=True)
+        return x
+    xt = feats(fit)
+    p = xt.T @ xt
+    p_parallel = np.linalg.pinv(p)
+    p_bot = np.eye(p.shape[0]) - p_parallel @ p
+    q = feats(data)
+    x_par = np.array([x @ p_parallel @ x.T for x in q])
+    x_bot = np.array([x @ p_bot @ x.T for x in q])
+    g = np.repeat(np.expand_dims(np.maximum(x_bot, x_par / (1 + x_par)), -1), C, axis=1)
+    probs = sm(f64(data.logits))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        genie = np.where(probs > 0, probs / (probs + (1 - probs) * (probs ** g)), 0.0)
+    return -np.log(genie.sum(axis=1)) / np.log(C)
+
+
 REFERENCES = {
     "msp": ({}, ref_msp), "maxlogit": ({}, ref_maxlogit), "energy": ({}, ref_energy), "entropy": ({}, ref_entropy),
     "kl_matching": ({}, ref_kl_matching), "mahalanobis": ({}, ref_mahalanobis), "mahalanobis_pp": ({}, ref_mahalanobis_pp),
@@ -355,6 +378,7 @@ REFERENCES = {
     "scale": ({}, ref_scale), "cosine": ({}, ref_cosine), "mcm": ({}, ref_mcm), "gen": ({}, ref_gen),
     "gradnorm": ({}, ref_gradnorm), "dice": ({}, ref_dice), "she": ({}, ref_she), "nnguide": ({}, ref_nnguide),
     "relation": ({}, ref_relation), "fdbd": ({}, ref_fdbd), "nci": ({}, ref_nci), "vra": ({}, ref_vra),
+    "pnml": ({}, ref_pnml),
 }
 NEEDS_THE_DETECTOR = {"temperature_scaling": ref_temperature_scaling, "gmm": ref_gmm}
 
