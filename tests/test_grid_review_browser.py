@@ -93,8 +93,21 @@ def test_grid_review_by_keys_marks_page_submit_undo_and_gold(pool, live_server, 
     assert page.inner_text("#ood-gloss").strip()
     assert "tabby" in page.inner_text("#closest").lower()
     assert page.locator("#top5 li").count() == 5
+    page.wait_for_function("[...document.querySelectorAll('#tiles .tile img')].every((i) => i.complete && i.naturalWidth > 0)")
     page.screenshot(path=str(SHOTS / f"grid-review-48-{w}x{h}.png"))
 
+    # the most tiles a page holds: 96 still fit the window without scrolling
+    for n in (60, 77, 96):
+        page.keyboard.press("+")
+        page.wait_for_function(f"document.querySelectorAll('#tiles .tile').length === {n} && "
+                               "!document.querySelector('#grid-review').classList.contains('saving')")
+    _fits(page)
+    assert page.locator("#tiles .tile").first.bounding_box()["width"] >= 70
+    page.wait_for_function("[...document.querySelectorAll('#tiles .tile img')].every((i) => i.complete && i.naturalWidth > 0)")
+    page.screenshot(path=str(SHOTS / f"grid-review-96-{w}x{h}.png"))
+    for n in (77, 60, 48):
+        page.keyboard.press("-")
+        page.wait_for_function(f"document.querySelectorAll('#tiles .tile').length === {n}")
     # fewer, larger tiles: 48 -> 35 -> 24 (the leases beyond the page stay held for the next one)
     page.keyboard.press("-")
     page.wait_for_function("document.querySelectorAll('#tiles .tile').length === 35")
@@ -134,6 +147,7 @@ def test_grid_review_by_keys_marks_page_submit_undo_and_gold(pool, live_server, 
     page.keyboard.press("u")
     assert page.is_hidden("#tile-view")
     assert _tiles(page)[cur]["mark"] == "unclear"
+    page.wait_for_function("[...document.querySelectorAll('#tiles .tile img')].every((i) => i.complete && i.naturalWidth > 0)")
     page.screenshot(path=str(SHOTS / f"grid-review-marked-{w}x{h}.png"))
 
     expected = {t["image"]: "ood" for t in tiles}

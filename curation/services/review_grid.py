@@ -110,15 +110,20 @@ def _lease_gold_of_class(user: User, scope: _ClassScope, places: list[int], excl
 
 
 def _pick_class(user: User, base: Q, now) -> int | None | bool:
-    """The class the page shows: that of the annotator's oldest live lease, else that of the
-    most urgent open image they could get. ``False`` when nothing is left."""
-    held = _held(user, now).order_by("leased_at", "id").values_list("item__candidate_class_id", flat=True).first()
-    if held is not None or _held(user, now).exists():
-        return held
-    row = (ReviewItem.objects.filter(base, status=ReviewItem.Status.OPEN).alias(slots=F("done") + F("leased"))
-           .filter(slots__lt=F("required")).filter(not_seen_by(user)).order_by("priority", "id")
-           .values_list("candidate_class_id", flat=True)[:1])
-    row = list(row)
+    """The class the page shows: that of the annotator's oldest live lease; else the class of
+    their last page while it still has images for them (one class at a time, to its end, though
+    the queue itself serves classes in turns); else that of the most urgent open image they could
+    get. ``False`` when nothing is left."""
+    held = list(_held(user, now).order_by("leased_at", "id").values_list("item__candidate_class_id", flat=True)[:1])
+    if held:
+        return held[0]
+    waiting = (ReviewItem.objects.filter(base, status=ReviewItem.Status.OPEN).alias(slots=F("done") + F("leased"))
+               .filter(slots__lt=F("required")).filter(not_seen_by(user)))
+    last = list(Assignment.objects.filter(annotator=user, state__in=[Assignment.State.DONE, Assignment.State.SKIPPED])
+                .order_by("-finished_at", "-id").values_list("item__candidate_class_id", flat=True)[:1])
+    if last and waiting.filter(candidate_class_id=last[0]).exists():
+        return last[0]
+    row = list(waiting.order_by("priority", "id").values_list("candidate_class_id", flat=True)[:1])
     return row[0] if row else False
 
 
@@ -251,10 +256,22 @@ def review_grid_submit(*, user: User, marks: Sequence[dict], seconds: float | No
                     item.leased = max(item.leased - 1, 0)
                 if item.status == ReviewItem.Status.OPEN and item.done >= item.required:
                     _finalize(item, earlier.get(item.pk, []) + [(decision, wnids)])
+                    item.decided_at = now  # the page's moment (rows alike are then updated together)
                 touched_items[item.pk] = item
         Review.objects.bulk_create(reviews)
-        Assignment.objects.bulk_update(touched_a, ["state", "finished_at"])
-        ReviewItem.objects.bulk_update(list(touched_items.values()), ["done", "leased", "status", "final_decision", "final_wnids", "decided_at"])
+        # rows that end with the same values are updated together: a page is a few UPDATEs (Django's
+        # bulk_update builds a CASE per row and field, most of a page's time)
+        by_state: dict[str, list[int]] = {}
+        for a in touched_a:
+            by_state.setdefault(a.state, []).append(a.pk)
+        for state, pks in by_state.items():
+            Assignment.objects.filter(pk__in=pks).update(state=state, finished_at=now)
+        same: dict[tuple, list[int]] = {}
+        for it in touched_items.values():
+            same.setdefault((it.done, it.leased, it.status, it.final_decision, tuple(it.final_wnids), it.decided_at), []).append(it.pk)
+        for (done, leased, status, final, wnids_, decided_at), pks in same.items():
+            ReviewItem.objects.filter(pk__in=pks).update(done=done, leased=leased, status=status, final_decision=final,
+                                                          final_wnids=list(wnids_), decided_at=decided_at)
         for r in reviews:  # one audit entry per decision, as the single-image screen writes
             audits.append(AuditLog(actor=user, action="review_decided", target_type=Review._meta.label_lower, target_id=str(r.pk),
                                    data={"image": r.item.image_id, "decision": r.decision, "wnids": r.id_wnids, "note": r.note,
