@@ -26,7 +26,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .detectors import DetectorError, Head, Outputs, get_detector
+from .detectors import DETECTORS, DetectorError, Head, Outputs, get_detector
 from .metrics import ood_metrics
 
 THRESHOLD = 0.10
@@ -92,7 +92,10 @@ def random_weight_check(sets: SanitySets, detectors: list[tuple[str, dict]], *, 
 
     runs: dict[str, dict[str, list[float]]] = {}
     notes: list[str] = [f"{name}: skipped, {why}" for name, _ in detectors if name in SKIP for why in [SKIP[name]]]
-    usable = [(n, p) for n, p in detectors if n not in SKIP]
+    notes += [f"{name}: skipped, input-level (computed from the trained model while extracting)" for name, _ in detectors
+              if name not in SKIP and name in DETECTORS and DETECTORS[name].input_level]
+    # input-level methods (ODIN, RankFeat) are computed from the trained model while extracting
+    usable = [(n, p) for n, p in detectors if n not in SKIP and not (n in DETECTORS and DETECTORS[n].input_level)]
     errors: dict[str, str] = {}
     for seed in range(seeds):
         lm = random_weight_model(arch, seed, device)

@@ -125,23 +125,24 @@ def ref_kl_matching(fit, data, head):
     return np.array(out)
 
 
-def ref_mahalanobis(fit, data, head):
+def ref_mahalanobis(fit, data, head, x=None, q=None):
     # OpenOOD mds_postprocessor.py: class means; EmpiricalCovariance of the class-centred features; its precision;
     # score = max_c -(x - mu_c) P (x - mu_c)
-    x, y = f64(fit.features), fit.labels
+    x, y = (f64(fit.features) if x is None else x), fit.labels
     mus = {c: x[y == c].mean(axis=0) for c in sorted(set(y.tolist()))}
     centred = np.stack([xi - mus[yi] for xi, yi in zip(x, y)])
     centred_c = centred - centred.mean(axis=0)  # EmpiricalCovariance(assume_centered=False) subtracts the mean
     prec = np.linalg.pinv(centred_c.T @ centred_c / len(x))
-    return np.array([max(-(xi - m) @ prec @ (xi - m) for m in mus.values()) for xi in f64(data.features)])
+    q = f64(data.features) if q is None else q
+    return np.array([max(-(xi - m) @ prec @ (xi - m) for m in mus.values()) for xi in q])
 
 
 def ref_mahalanobis_pp(fit, data, head):
-    # Mahalanobis++ (Mueller & Hein, ICML 2025): features divided by their L2 norm, then Mahalanobis as above
-    def n(o):
-        x = f64(o.features)
-        return Outputs(features=x / np.sqrt((x ** 2).sum(axis=1, keepdims=True)), logits=o.logits, labels=o.labels)
-    return ref_mahalanobis(n(fit), n(data), head)
+    # Mahalanobis++ (Mueller & Hein, ICML 2025): features divided by their L2 norm (in float64), then Mahalanobis as above
+    def n(a):
+        a = f64(a)
+        return a / np.sqrt((a ** 2).sum(axis=1, keepdims=True))
+    return ref_mahalanobis(fit, data, head, x=n(fit.features), q=n(data.features))
 
 
 def ref_relative_mahalanobis(fit, data, head):

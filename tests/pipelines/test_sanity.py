@@ -36,7 +36,7 @@ def check(tmp_path_factory):
         blurred.append(str(q))
     return random_weight_check(SanitySets(id_test=id_test, fit=fit, fit_labels=[-1] * len(fit),
                                           others={"blurred ID": blurred, "random split of ID": split}),
-                               [("msp", {}), ("maxlogit", {}), ("energy", {}), ("knn", {"k": 5}), ("react", {}), ("odin", {})],
+                               [("msp", {}), ("maxlogit", {}), ("energy", {}), ("knn", {"k": 5}), ("react", {}), ("odin", {}), ("rankfeat", {})],
                                seeds=2)
 
 
@@ -50,7 +50,8 @@ def test_blurred_id_images_are_separable_by_random_networks_a_random_split_is_no
 
 def test_results_say_random_weights_and_what_was_skipped(check):
     assert check["weights"].startswith(RANDOM_LABEL) and check["seeds"] == 2 and check["threshold"] == 0.1
-    assert any("odin: skipped" in n for n in check["notes"])
+    assert any("odin: skipped" in n for n in check["notes"]) and any("rankfeat: skipped" in n for n in check["notes"])
+    assert "rankfeat" not in check.get("errors", {})
     lm = random_weight_model("resnet18", seed=3)
     assert "RANDOM WEIGHTS" in lm.name and lm.weights == "random: Kaiming normal, seed 3"
     w1 = random_weight_model("resnet18", seed=3).model.fc.weight.detach().numpy()
