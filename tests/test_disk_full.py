@@ -127,3 +127,23 @@ def test_feature_extraction_on_a_full_disk_fails_with_one_line_and_leaves_no_sha
     assert job.status == "failed" and "No space left on device" in job.message
     assert [f for f in files_under(store) if Path(store / f).is_file()] == []  # no shard, no temporary file
     assert not FeatureShard.objects.exists() and not ImageEmbedding.objects.filter(image__source__name="fpool").exists()
+
+
+def test_a_unit_test_export_on_a_full_disk_fails_with_one_line_and_leaves_nothing(tmp_path, monkeypatch, role_groups):
+    from tests.review_data import id_sets
+
+    id_sets(tmp_path, {"dref": (1, 64)})
+    root = Path(settings.EXPORT_ROOT)
+    args = ("make_unit_tests", "--per-test", "1", "--workers", "1", "--name")
+    with monkeypatch.context() as m:
+        counter = DiskFull(m, [root])
+        status, _ = run(*args, "ucount")
+    assert status == 0 and counter.count >= 17  # an image per test, its list, the manifest
+    before = files_under(root)
+    for k in range(1, counter.count + 1, 3):  # every third write site: the same code paths, a third of the time
+        with monkeypatch.context() as m:
+            DiskFull(m, [root], fail_at=k)
+            status, message = run(*args, f"ufull{k}")
+        assert status == 1 and "No space left on device" in message and "\n" not in message.strip(), (k, message)
+        assert Export.objects.get(name=f"ufull{k}").status == "failed"
+        assert files_under(root) == before, f"write {k}: left {set(files_under(root)) - set(before)}"
