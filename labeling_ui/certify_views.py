@@ -28,10 +28,10 @@ def bound_plot_svg(history: list[tuple[int, float]], target: float) -> str:
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.2, 2.6))
+    fig, ax = plt.subplots(figsize=(10, 2.6))
     if history:
         xs, ys = zip(*history)
-        ax.step(xs, [100 * y for y in ys], where="post", color="#1f77b4", label="bound (upper, anytime-valid)")
+        ax.plot(xs, [100 * y for y in ys], marker=".", color="#1f77b4", label="bound (upper, anytime-valid)")
     ax.axhline(100 * target, color="#d62728", linestyle="--", label=f"target {100 * target:.2f}%")
     ax.set_xlabel("reviews of the sample (decided, in serving order)")
     ax.set_ylabel("ID share of the remainder, %")
@@ -77,11 +77,23 @@ def certify(request, source_id: int):
     ctx = {"source": source, "plan": plan, "scores": CertificationPlan.Score.choices, "is_curator": CURATOR in request_roles(request)}
     if plan is not None:
         sd = certification_refresh(plan=plan, user=request.user)
-        ctx.update(sd=sd, pct={"target": 100 * plan.target, "bound": 100 * sd.cert.remainder_share, "estimate": 100 * sd.cert.estimate},
-                   plot=bound_plot_svg(sd.history, plan.target),
-                   strata=[{"h": h, "size": sd.sizes[h], "reviewed": sd.reviewed[h], "found": sd.found[h], "full": sd.full[h],
-                            "bound": int(sd.cert.bound.split[h]) if not sd.full[h] and h < len(sd.cert.bound.split) else None}
-                           for h in range(len(sd.sizes))])
+        # once certified, the certificate as it was met (reviews of images leased before then may still come in)
+        certified = plan.status == CertificationPlan.Status.CERTIFIED
+        share = plan.certificate["remainder_id_share_bound"] if certified else sd.cert.remainder_share
+        history = [(n, b) for n, b in sd.history if not certified or n <= plan.certificate["reviews_used"]]
+        strata = [{"h": h, "size": sd.sizes[h], "reviewed": sd.reviewed[h], "found": sd.found[h], "full": sd.full[h],
+                   "bound": int(sd.cert.bound.split[h]) if not sd.full[h] and h < len(sd.cert.bound.split) else None}
+                  for h in range(len(sd.sizes))]
+        if certified:  # the certificate as it was met
+            c = plan.certificate
+            history.append((c["reviews_used"], share))
+            split = iter(c["split_of_bound"])
+            strata = [{"h": h, "size": r["size"], "reviewed": r["reviewed"], "found": r["id_found"], "full": r["full"],
+                       "bound": None if r["full"] else next(split, None)} for h, r in enumerate(c["strata"])]
+        estimate = plan.certificate["remainder_id_share_estimate"] if certified else sd.cert.estimate
+        ctx.update(sd=sd, bound_share=share, pct={"target": 100 * plan.target, "bound": 100 * share, "estimate": 100 * estimate},
+                   plot=bound_plot_svg(history, plan.target),
+                   strata=strata)
     return render(request, "labeling_ui/certify.html", ctx)
 
 

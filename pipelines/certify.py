@@ -513,7 +513,7 @@ def reviews_expected(*, sizes: Sequence[int], rates: Sequence[float], weights: S
     limit = room if limit is None else min(limit, room)
 
     def ok(extra: int) -> bool:
-        t = np.minimum(N, t0 + np.round(w * extra).astype(np.int64))
+        t = np.minimum(N, t0 + np.ceil(w * extra).astype(np.int64))
         s = np.minimum(t, np.round(p * t).astype(np.int64))
         c = certificate(sizes=N, reviewed=t, found=s, alpha=alpha, target=target, prior=prior, covariate=covariate)
         return c.certified

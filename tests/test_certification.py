@@ -163,7 +163,6 @@ def test_a_certified_export_says_what_the_certificate_admitted(tmp_path, setting
     from pathlib import Path
 
     from curation.services.exports import ExportRequestError, export_create, export_path, export_run_inline
-
     from tests.test_exports import random_features
 
     settings.EXPORT_ROOT = tmp_path / "exports"
