@@ -40,6 +40,7 @@ def evaluation(request, run_id: int):
         for det, e in r["detectors"].items():
             label = info.get(det, {}).get("label", det)
             row = {"det": det, "label": label, "paper": info.get(det, {}).get("paper", ""), "e": e,
+                   "reference": info.get(det, {}).get("reference", ""),
                    "settings": info.get(det, {}).get("settings", "")}
             if e["status"] == "ok":
                 row.update(auroc=_pct(e["pooled"]["auroc"]), fpr_id=_pct(e["pooled"]["fpr95_id_positive"]),
