@@ -133,11 +133,15 @@ class GridLease:
     class_id: int | None  # the page's class (None: images without a class folder, or nothing left)
 
 
-def review_grid_next(*, user: User, size: int, rng: random.Random | None = None) -> GridLease:
+def review_grid_next(*, user: User, size: int, prefetch: int = 0, rng: random.Random | None = None) -> GridLease:
     """A page of one class for grid review: the annotator's live leases of that class first
     (oldest first: a closed browser or an undone page comes back), then new leases of the same
-    class up to ``size``; gold tiles at the source's gold rate, from the same class."""
+    class up to ``size`` (plus ``prefetch`` more, the next page, as the single-image screen
+    holds the next image); gold tiles at the source's gold rate, from the same class."""
     size = grid_size(size)
+    if not 0 <= prefetch <= GRID_MAX:
+        raise ReviewError(f"prefetch must be between 0 and {GRID_MAX} tiles, not {prefetch}")
+    size += prefetch  # the page after this one, leased too: its thumbnails load while this page is decided
     review_reclaim_expired()
     now = timezone.now()
     scope = annotator_scope(user)

@@ -101,6 +101,7 @@
     showProgress();
     shownAt = performance.now();
     root.dataset.page = String(pages);
+    for (const id of data.prefetch || []) new Image().src = imageUrl(id, "thumb");  // the next page, loading meanwhile
   }
 
   function moveTo(i) {
