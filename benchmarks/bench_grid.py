@@ -132,8 +132,10 @@ def part_db(args) -> None:
             if not out.exists():
                 shutil.copyfile(thumb, out)
 
+    run = int(time.time())  # fresh annotators on every run (--reuse keeps the earlier ones' work)
+
     def client_for(name):
-        user = user_create_with_role(username=name, password="bench-pw-12345", role=ANNOTATOR)[0]
+        user = user_create_with_role(username=f"{name}-{run}", password="bench-pw-12345", role=ANNOTATOR)[0]
         c = Client()
         c.force_login(user)
         return c
