@@ -45,6 +45,7 @@ class Client(threading.Thread):
         self.fetch: list[tuple[float, float, int]] = []  # (server ms, client ms, decisions served)
         self.submit: list[tuple[float, float, int]] = []  # (server ms, client ms, decisions carried)
         self.decided: list[int] = []  # assignment ids acknowledged
+        self.reconnects = 0
         self.errors: list[str] = []
 
     def request(self, conn, method, path, body=None):
@@ -52,8 +53,17 @@ class Client(threading.Thread):
         if body is not None:
             headers.update({"Content-Type": "application/json", "X-CSRFToken": self.csrf, "Referer": f"http://127.0.0.1:{self.port}/"})
         t0 = time.perf_counter()
-        conn.request(method, path, body=json.dumps(body) if body is not None else None, headers=headers)
-        r = conn.getresponse()
+        try:
+            conn.request(method, path, body=json.dumps(body) if body is not None else None, headers=headers)
+            r = conn.getresponse()
+        except (BrokenPipeError, ConnectionResetError, http.client.RemoteDisconnected):
+            # the server closed the idle keep-alive connection while the person looked: a new one, as a browser does
+            # (a submit sent again is safe: the same assignment is answered as a replay)
+            conn.close()
+            t0 = time.perf_counter()
+            conn.request(method, path, body=json.dumps(body) if body is not None else None, headers=headers)
+            r = conn.getresponse()
+            self.reconnects += 1
         data = r.read()
         elapsed = (time.perf_counter() - t0) * 1000
         server = float(r.getheader("Server-Timing", "app;dur=nan").split("dur=")[1])
@@ -140,7 +150,7 @@ def main() -> int:
 
     port = free_port()
     gunicorn = subprocess.Popen([str(Path(sys.executable).parent / "gunicorn"), "curation.wsgi", "-w", str(args.workers),
-                                 "--threads", str(args.threads), "-b", f"127.0.0.1:{port}", "--log-level", "warning"],
+                                 "--threads", str(args.threads), "--keep-alive", "30", "-b", f"127.0.0.1:{port}", "--log-level", "warning"],
                                 cwd=REPO, env=env, start_new_session=True)
     try:
         for _ in range(150):
@@ -183,13 +193,14 @@ def main() -> int:
         group = [c for c in clients if c.mode == mode]
         if not group:
             continue
-        for what in ("fetch", "submit"):
+        for what in ("fetch", "submit"):  # fetch: the first page (cold, all clients at once); later ones come with each submit
             rows = [x for c in group for x in getattr(c, what)]
             server, client = [r[0] for r in rows], [r[1] for r in rows]
             per_decision = [r[1] / r[2] for r in rows if r[2]]
             print(f"  {mode:<6} {what:<6} n={len(rows):>6}  per request: server p50 {pct(server, 50):6.1f} p95 {pct(server, 95):6.1f} "
                   f"p99 {pct(server, 99):6.1f} ms | client p50 {pct(client, 50):6.1f} p95 {pct(client, 95):6.1f} ms  "
                   f"| per decision (client) p95 {pct(per_decision, 95):6.1f} ms")
+    print(f"  reconnects after an idle keep-alive was closed: {sum(c.reconnects for c in clients)}")
     print(f"  decisions: {len(decided):,} acknowledged ({len(decided) / wall:.1f}/s); {reviews:,} review rows; counters {done_sum:,}")
     print(f"  lost: {lost}   recorded twice (image, annotator): {dup_pairs}   images over their required reviews: {over}   "
           f"client errors: {len(errors)} {errors[:3]}")
