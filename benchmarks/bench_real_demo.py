@@ -1,6 +1,7 @@
 """The demo's real-photo data as a benchmark: ID accuracy of each offline model, detector AUROCs on
 the clean export, and how many of the planted ID objects each detector and the similarity-to-ID
-ranking (the duplicate search's nearest ID image) put in the top 5% of the candidate pool.
+ranking (the duplicate search's nearest ID image) put in the top 5% of the candidate pool (the
+images of the classes the class filter kept or flagged: the ones the review can meet).
 
 Run after the demo, on its data folder (it runs the demo first when there is none)::
 
@@ -81,7 +82,10 @@ def main() -> None:
         return [(str(Path(src.path) / i.relative_path), i.relative_path, i.candidate_class.wnid if i.candidate_class else "")
                 for i in rows]
 
-    fit, test, pool = files("demo-id-fit"), files("demo-id-test"), files("demo-candidates")
+    # the pool: the candidates the demo ran the model on (the classes the filter kept or flagged)
+    extracted = ImageEmbedding.objects.filter(image__source__name="demo-candidates", model_name=settings.DEFAULT_MODEL, ok=True)
+    fit, test = files("demo-id-fit"), files("demo-id-test")
+    pool = files("demo-candidates", pk__in=extracted.values("image_id"))
     export_ids = set(ExportMember.objects.filter(export__name="demo-clean", export__status="done").values_list("image_id", flat=True))
     clean = files("demo-candidates", pk__in=export_ids)
     print(f"demo data in {demo}: ID fit {len(fit)}, ID test {len(test)} in {len({w for _p, _r, w in test})} classes, "

@@ -36,20 +36,26 @@ def demo_reviews_record(*, user: User, answer: Callable[[str], tuple[str, list[s
 
 
 def demo_planted_census(*, source_name: str, relative_paths: Iterable[str], export_name: str) -> dict[str, int]:
-    """Where the demo's planted ID objects ended up (a read, for the demo's summary): queued for
-    review or not (their class removed by the filter, or the image dropped as a near-duplicate),
-    recorded as id, still open, and carried by the newest export of ``export_name`` (0 is right)."""
-    from curation.models import Export, ExportMember, Image
+    """Where the demo's planted ID objects ended up (a read, for the demo's summary): in classes the
+    filter removed, in classes waiting for a curator (flagged), queued for review (then recorded as
+    id or still open), dropped as near-duplicates, and carried by the newest export of
+    ``export_name`` (0 is right)."""
+    from curation.models import Export, ExportMember, Image, Source
+    from curation.selectors import class_policy
 
+    source = Source.objects.get(name=source_name)
+    policy = class_policy(source=source)
     paths = set(relative_paths)
-    images = list(Image.objects.filter(source__name=source_name, relative_path__in=paths).values_list("pk", flat=True))
-    items = ReviewItem.objects.filter(image_id__in=images).exclude(status=ReviewItem.Status.WITHDRAWN)
+    images = dict(Image.objects.filter(source=source, relative_path__in=paths).values_list("pk", "candidate_class_id"))
+    verdicts = Counter(policy.of(c).verdict for c in images.values())
+    items = ReviewItem.objects.filter(image_id__in=list(images)).exclude(status=ReviewItem.Status.WITHDRAWN)
     export = Export.objects.filter(name=export_name, status=Export.Status.DONE).order_by("-version").first()
     return {
         "planted": len(paths),
-        "ingested": len(images),
+        "class_removed": verdicts["remove"],
+        "class_flagged": verdicts["flag"],
         "queued": items.count(),
         "recorded_id": items.filter(final_decision="id").count(),
         "open": items.filter(final_decision="").count(),
-        "in_export": ExportMember.objects.filter(export=export, image_id__in=images).count() if export else 0,
+        "in_export": ExportMember.objects.filter(export=export, image_id__in=list(images)).count() if export else 0,
     }

@@ -43,7 +43,7 @@ from curation.models import (
     SynsetText,
 )
 from curation.selectors import Scope, annotator_scope, class_policy, not_seen_by
-from curation.services.certification import certification_serving, certification_tick, certification_withheld
+from curation.services.certification import certification_lease_orders, certification_quiet, certification_tick
 from pipelines.review_order import class_runs
 
 SECONDS_CAP = 300.0  # a longer gap is a break, not work on the image
@@ -139,7 +139,13 @@ def review_queue_sync(*, source: Source, model_name: str | None = None, user: Us
             continue
         e = emb.get(image_id)
         if e is None:
-            report.excluded["not_extracted"] += 1
+            # the class's verdict first: a removed class's images may never be extracted (run_image_pipeline
+            # --skip-removed-classes), and "not extracted" would hide why
+            standing = policy.of(class_id)
+            if not standing.reviewable:
+                report.excluded[{"remove": "class_removed", "flag": "class_flagged"}.get(standing.verdict, "class_not_in_filter_run")] += 1
+            else:
+                report.excluded["not_extracted"] += 1
             continue
         if not e["ok"]:
             report.excluded["decode_failed"] += 1
@@ -313,9 +319,9 @@ def _lease_regular(user, scope: Scope, exclude: list[int], now) -> Assignment | 
         with transaction.atomic():
             qs = (ReviewItem.objects.filter(scope.q(), status=ReviewItem.Status.OPEN)
                   .alias(slots=F("done") + F("leased")).filter(slots__lt=F("required"))
-                  .filter(not_seen_by(user)).exclude(pk__in=exclude).exclude(certification_withheld()))
+                  .filter(not_seen_by(user)).exclude(pk__in=exclude))
             item_id = None
-            for ordered in (certification_serving(qs), qs.order_by("priority", "id")):  # a certification's sample first
+            for ordered in certification_lease_orders(qs):  # a certification's sample first
                 item_id = ordered.select_for_update(skip_locked=True, of=("self",)).values_list("id", flat=True).first()
                 if item_id is not None:
                     break
@@ -363,6 +369,7 @@ def review_cache_clear() -> None:
     _gold_cache, _last_reclaim = (-1e9, {}), 0.0
     _id_wnids_cache.clear()
     review_reads_cache_clear()
+    certification_quiet()
 
 
 def review_next(*, user: User, want: int | None = None, rng: random.Random | None = None) -> list[Assignment]:
