@@ -18,7 +18,7 @@ import numpy as np
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from curation.audit import audit_record
@@ -334,32 +334,49 @@ def certified_plans(*, sources) -> dict[str, CertificationPlan]:
 # -- the queue ------------------------------------------------------------------------------------
 
 _lock = threading.Lock()
-_last_tick = 0.0
+_last_tick = float("-inf")
+_serving = False  # some plan is open: its sample goes first
+_withholding = False  # some plan is certified: its remainder is not served
 
 
 def certification_cache_clear() -> None:
+    """The next lease in this process looks at the plans again (after a plan changed here)."""
     global _last_tick
-    _last_tick = 0.0
+    _last_tick = float("-inf")
+
+
+def certification_quiet() -> None:
+    """Forget what this process knew of the plans and look again only after the usual interval
+    (review_cache_clear: a lease right after it costs no extra query)."""
+    global _last_tick, _serving, _withholding
+    _last_tick, _serving, _withholding = time.monotonic(), False, False
 
 
 def certification_tick() -> None:
-    """Refresh open plans at most every few seconds per process (called when the queue leases)."""
-    global _last_tick
+    """At most every REVIEW_RECLAIM_EVERY seconds per process (called when the queue leases):
+    move open plans on (allocate after the pilot, certify when the target is met) and note
+    which plans the queue must honour."""
+    global _last_tick, _serving, _withholding
     now = time.monotonic()
     with _lock:
         if now - _last_tick < settings.REVIEW_RECLAIM_EVERY:
             return
         _last_tick = now
-    for plan in CertificationPlan.objects.filter(status__in=OPEN).select_related("source"):
-        certification_refresh(plan=plan)
+    plans = list(CertificationPlan.objects.filter(status__in=(*OPEN, CertificationPlan.Status.CERTIFIED)).select_related("source"))
+    for plan in plans:
+        if plan.status in OPEN:
+            certification_refresh(plan=plan)
+    _serving = any(p.status in OPEN for p in plans)
+    _withholding = any(p.status == CertificationPlan.Status.CERTIFIED for p in plans)
 
 
-def certification_serving(qs: QuerySet) -> QuerySet:
-    """The open plans' sampled images among ``qs``, in serving order (the queue serves these first)."""
-    return (qs.filter(certification_units__plan__status__in=OPEN, certification_units__serve__isnull=False)
-            .order_by("certification_units__serve", "id"))
-
-
-def certification_withheld() -> Q:
-    """Images a met certificate admits: the queue no longer serves them."""
-    return Q(certification_units__plan__status=CertificationPlan.Status.CERTIFIED)
+def certification_lease_orders(qs: QuerySet) -> list[QuerySet]:
+    """The orders the queue tries, first to last: an open plan's sample in serving order, then
+    the queue's own order; a certified plan's remainder left out of both."""
+    if _withholding:
+        qs = qs.exclude(certification_units__plan__status=CertificationPlan.Status.CERTIFIED)
+    orders = [qs.order_by("priority", "id")]
+    if _serving:
+        orders.insert(0, qs.filter(certification_units__plan__status__in=OPEN, certification_units__serve__isnull=False)
+                      .order_by("certification_units__serve", "id"))
+    return orders
