@@ -576,3 +576,35 @@ def test_admin_choices_are_the_pipelines_constants():
     assert values == {"fpr_method": list(FPR_METHODS), "aupr_method": list(AUPR_METHODS), "oaa_convention": list(OAA_CONVENTIONS),
                       "severity_protocol": list(PROTOCOLS), "decoder": ["", *DECODERS], "ash_ties": list(TIE_RULES),
                       "odin_gradient": list(GRADIENTS)}
+
+
+def test_per_layer_outputs_are_planned_for_the_fit_set_too_and_loaded_with_their_widths(tmp_path):
+    """The Mahalanobis ensemble needs its layers' pooled maps for the ID fit set as well (input_fit):
+    the plan schedules them there, and cached per-layer rows come back with their widths."""
+    from curation.services.evaluation import evaluation_plan, load_outputs, resolve_set
+    from pipelines.detectors.mds_ensemble import mds_key
+
+    src = _id_source(tmp_path, "idtest")
+    _id_source(tmp_path, "idfit")
+    export = _world(tmp_path)
+    run = evaluation_create(export=export, id_test=f"source:{src.name}", id_fit="source:idfit", models=["toy"],
+                            methods=["mds_ensemble", "odin"], enqueue=False)
+    evaluation_plan(job_id=run.job_id)
+    whats = {(c.payload["role"], c.payload["what"]) for c in run.job.chunks.all()}
+    key = mds_key(3)
+    assert {("id_fit", key), ("id_test", key), ("id_fit", "features")} <= whats
+    assert ("id_fit", "odin-px_t2_e1e-05") not in whats  # ODIN's scores are not needed for the fit set
+    # a cached set with per-layer rows (one key missing from them) loads as rows, NaN where missing, with the widths
+    t = resolve_set(f"source:{src.name}", role="test")
+    folder = cache_dir("toy2", t.key, t.version)
+    folder.mkdir(parents=True)
+    keys = np.array(["a", "b", "c"])
+    np.savez(folder / "outputs.npz", features=np.zeros((3, 4), np.float32), logits=np.zeros((3, 2), np.float32), keys=keys,
+             wnids=np.array(["", "", ""]), groups=np.array(["", "", ""]))
+    np.savez(folder / f"{key}.npz", scores=np.array([[1.0, 2, 3], [4, 5, 6]]), keys=np.array(["c", "a"]), widths=np.array([1, 2]))
+    root = cache_dir("toy2", t.key, t.version).parents[2]
+    row = EvalFeatureSet.objects.create(model_name="toy2", dataset=t.key, version=t.version, path=str((folder / "outputs.npz").relative_to(root)),
+                                        images=3, feature_dim=4, extras={key: str((folder / f"{key}.npz").relative_to(root))})
+    out, _, _, _ = load_outputs(row, extras=[key])
+    np.testing.assert_array_equal(out.extra[key][[0, 2]], [[4, 5, 6], [1, 2, 3]])
+    assert np.isnan(out.extra[key][1]).all() and out.extra[f"{key}:widths"].tolist() == [1, 2]

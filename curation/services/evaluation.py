@@ -371,15 +371,16 @@ def _cached(model_name: str, s: dict, decoder: str) -> EvalFeatureSet | None:
     return EvalFeatureSet.objects.filter(model_name=model_name, dataset=s["key"], version=s["version"], decoder=decoder).first()
 
 
-def _input_keys(run_config: dict) -> dict[str, str]:
+def _input_keys(run_config: dict, *, fit_only: bool = False) -> dict[str, str]:
     """Cache name -> detector, for the run's input-level detectors (ODIN): the scores they
-    need computed from the images while extracting (Detector.input_level)."""
+    need computed from the images while extracting (Detector.input_level); with ``fit_only`` those
+    the ID fit set needs too (Detector.input_fit)."""
     from pipelines.detectors import DETECTORS, params_of
 
     keys = {}
     for name in run_config["methods"]:
         cls = DETECTORS.get(name)
-        if cls is not None and cls.input_level:
+        if cls is not None and cls.input_level and (cls.input_fit or not fit_only):
             keys[cls.input_key_for(params_of(name, run_config["method_params"]))] = name
     return keys
 
@@ -412,6 +413,7 @@ def evaluation_plan(*, job_id: int) -> list[int]:
         return list(job.chunks.filter(done=False).values_list("index", flat=True))
     cfg = job.config
     input_keys = _input_keys(cfg)
+    fit_keys = _input_keys(cfg, fit_only=True)  # input-level arrays the ID fit set needs too (per-layer statistics)
     payloads = []
     for model in cfg["models"]:
         for role, entry in cfg["sets"].items():
@@ -421,8 +423,7 @@ def evaluation_plan(*, job_id: int) -> list[int]:
             cached = _cached(model, entry, _decoder(cfg))
             n = None
             wanted = [] if cached else ["features"]
-            if role != "id_fit":
-                wanted += [key for key in input_keys if cached is None or key not in cached.extras]
+            wanted += [key for key in input_keys if (role != "id_fit" or key in fit_keys) and (cached is None or key not in cached.extras)]
             if wanted:
                 n = len(set_items(s))
             for what in wanted:
@@ -504,7 +505,8 @@ def evaluation_process_chunk(*, job_id: int, index: int, progress: Callable[[int
             scores = cls.input_scores(lm, paths, params_of(name, cfg["method_params"]),
                                       batch_size=min(int(cfg["batch_size"] or 0) or 32, 64), max_pixels=settings.MAX_IMAGE_PIXELS,
                                       progress=progress, decoder=decoder)
-            arrays = {"scores": scores, "keys": np.array([it.key for it in items if it.path], dtype=str)}
+            arrays = {**(scores if isinstance(scores, dict) else {"scores": scores}),  # per-layer arrays come with their widths
+                      "keys": np.array([it.key for it in items if it.path], dtype=str)}
         atomic_write(part, lambda fh: np.savez(fh, **arrays), root=settings.EVAL_ROOT)
     with transaction.atomic():
         locked = JobChunk.objects.select_for_update().get(pk=chunk.pk)
@@ -544,11 +546,14 @@ def _assemble(model: str, entry: dict, what: str, user, decoder: str) -> EvalFea
     row = _cached(model, entry, decoder)
     if what in row.extras or not parts:
         return row  # nothing computed (no readable image): the detector reports the scores missing
-    loaded = [dict(np.load(p, allow_pickle=False)) for p in parts]
+    loaded = [d for d in (dict(np.load(p, allow_pickle=False)) for p in parts) if len(d["keys"])]
+    if not loaded:
+        return row
     scores = np.concatenate([d["scores"] for d in loaded])
     keys = np.concatenate([d["keys"] for d in loaded])
+    extra_arrays = {"widths": loaded[0]["widths"]} if "widths" in loaded[0] else {}
     out = folder / f"{what}.npz"
-    atomic_write(out, lambda fh: np.savez(fh, scores=scores, keys=keys), root=settings.EVAL_ROOT)
+    atomic_write(out, lambda fh: np.savez(fh, scores=scores, keys=keys, **extra_arrays), root=settings.EVAL_ROOT)
     with transaction.atomic():
         locked = EvalFeatureSet.objects.select_for_update().get(pk=row.pk)
         locked.extras = {**locked.extras, what: str(out.relative_to(settings.EVAL_ROOT))}
@@ -573,8 +578,14 @@ def load_outputs(row: EvalFeatureSet, *, extras: Sequence[str] = ()) -> tuple[An
     for key in extras:
         if key in row.extras:
             e = np.load(Path(settings.EVAL_ROOT) / row.extras[key], allow_pickle=False)
-            by_key = dict(zip(e["keys"].tolist(), e["scores"].tolist()))
-            extra[key] = np.array([by_key.get(k, np.nan) for k in keys.tolist()], dtype=np.float64)
+            scores = np.asarray(e["scores"], dtype=np.float64)
+            at = {k: i for i, k in enumerate(e["keys"].tolist())}
+            where = np.array([at.get(k, -1) for k in keys.tolist()], dtype=np.int64)
+            picked = scores[np.maximum(where, 0)] if len(scores) else np.zeros((len(where), *scores.shape[1:]))
+            missing = (where < 0).reshape((-1,) + (1,) * (scores.ndim - 1))
+            extra[key] = np.where(missing, np.nan, picked)  # one score (ODIN) or one row of layer outputs per image
+            if "widths" in e:
+                extra[f"{key}:widths"] = np.asarray(e["widths"], dtype=np.int64)
     groups = data["groups"] if "groups" in data else np.array([""] * len(keys))
     return Outputs(features=data["features"], logits=data["logits"], labels=labels, extra=extra), keys, wnids, groups
 
@@ -628,6 +639,7 @@ def evaluation_finalize(*, job_id: int, progress: Callable[[str], None] | None =
         raise EvaluationError(f"evaluation #{run.pk}: {job.chunks.filter(done=False).count()} chunk(s) are not computed yet")
     cfg = run.config
     extras = list(_input_keys(cfg))
+    fit_extras = list(_input_keys(cfg, fit_only=True))
     results: dict = {"models": {}, "detectors": detector_info(cfg["methods"], cfg.get("method_params")), "sets": cfg["sets"],
                      "plots": {}}
     sets = {role: _set_of(entry) for role, entry in cfg["sets"].items()}
@@ -638,12 +650,13 @@ def evaluation_finalize(*, job_id: int, progress: Callable[[str], None] | None =
         for role, entry in cfg["sets"].items():
             s = sets[role]
             row = s.obj if s.kind == "import" else _assemble(model, entry, "features", run.created_by, decoder)
-            if role != "id_fit" and s.kind != "import":
+            if s.kind != "import":
                 for key in extras:
-                    row = _assemble(model, entry, key, run.created_by, decoder)
+                    if role != "id_fit" or key in fit_extras:
+                        row = _assemble(model, entry, key, run.created_by, decoder)
             rows[role] = row
         check_one_decoder(rows, decoder)
-        fit, _, _, _ = load_outputs(rows["id_fit"])
+        fit, _, _, _ = load_outputs(rows["id_fit"], extras=fit_extras)
         test, _, _, _ = load_outputs(rows["id_test"], extras=extras)
         ood, ood_keys, _, ood_groups = load_outputs(rows["ood"], extras=extras)
         unit = unit_groups = None

@@ -168,6 +168,9 @@ class Detector:
     # (input_scores) and under which name the scores are cached (input_key_for); the
     # evaluation computes, caches and hands them over in Outputs.extra[key].
     input_level: ClassVar[bool] = False
+    # An input-level method that also needs its arrays for the ID fit set (per-layer statistics to
+    # fit, as the Mahalanobis ensemble); its input_scores may return {"scores": [n, D], "widths": [L]}
+    input_fit: ClassVar[bool] = False
     # The intermediate activations an input-level method reads (e.g. RankFeat: the last block's
     # map), declared so the docs and `manage.py detectors` name them
     layers: ClassVar[tuple[str, ...]] = ()
@@ -221,7 +224,7 @@ PREFERRED_ORDER = ("msp", "maxlogit", "energy", "entropy", "kl_matching", "mahal
                    "react", "ash", "cosine", "mcm", "odin",
                    # output-based newcomers, then feature-based (issue 32)
                    "temperature_scaling", "gen", "gradnorm", "dice", "she", "scale", "ash_p", "ash_b", "vra", "nnguide", "relation",
-                   "fdbd", "nci", "residual", "mahalanobis_pp", "gmm", "pnml", "rankfeat")
+                   "fdbd", "nci", "residual", "mahalanobis_pp", "gmm", "pnml", "rankfeat", "mds_ensemble")
 
 
 def detector_names() -> list[str]:

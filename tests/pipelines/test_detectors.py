@@ -35,8 +35,19 @@ def _with_odin(out, value):
     """Input-level scores (ODIN, RankFeat) as extraction would leave them, for every such detector."""
     out.extra[odin_key(2.0, 1e-5)] = value
     for cls in DETECTORS.values():
-        if cls.input_level:
+        if cls.input_level and not cls.input_fit:
             out.extra[cls.input_key_for(cls.defaults())] = value
+    return _with_layers(out)
+
+
+def _with_layers(out):
+    """Per-layer outputs as extraction leaves them for the Mahalanobis ensemble: here two "layers",
+    the features and a scaled copy (each must see the class structure, as a network's layers do)."""
+    for cls in DETECTORS.values():
+        if cls.input_fit:
+            key = cls.input_key_for(cls.defaults())
+            out.extra[key] = np.hstack([out.features, 2.0 * out.features]).astype(np.float64)
+            out.extra[f"{key}:widths"] = np.array([D, D])
     return out
 
 
@@ -45,6 +56,7 @@ def test_every_registered_detector_meets_the_contract(name):
     rng = np.random.default_rng(0)
     head = _head()
     fit, test, ood = _id(rng, 400, head), _id(rng, 200, head), _far_ood(rng, 150, head)
+    _with_layers(fit)
     _with_odin(test, rng.uniform(0.6, 1.0, 200))
     _with_odin(ood, rng.uniform(0.0, 0.4, 150))
     # KNN: fewer neighbours than the 400 fit images; ASH: this toy's 40 dense activations are

@@ -223,3 +223,82 @@ def test_models_come_from_names_files_and_timm_patterns(tmp_path):
     empty.write_text("# nothing\n", encoding="utf-8")
     with pytest.raises(ModelListError, match="names no model"):
         model_list([str(empty)])
+
+
+def test_mahalanobis_ensemble_over_layers_through_the_input_level_path(tmp_path):
+    """The layers' pooled maps are computed while extracting (timm's forward_intermediates) for the
+    fit set too, and the score is OpenOOD's mds_ensemble (Jingkang50/OpenOOD@3c35632ee91b,
+    feature type mean, alpha 1, noise 0) written here: per layer class means and the precision of
+    the class-centred features, sum over layers of max_c -(x - mu_c) P (x - mu_c). A small network
+    with RANDOM WEIGHTS (the arithmetic is what is checked)."""
+    import torch
+    from PIL import Image as PILImage
+    from torchvision.transforms import functional as TF
+
+    from pipelines.classifiers import LoadedModel
+    from pipelines.detectors import Outputs
+    from pipelines.detectors.mds_ensemble import mds_key, pooled_layers
+
+    class Staged(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.s1 = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, stride=2), torch.nn.ReLU())
+            self.s2 = torch.nn.Sequential(torch.nn.Conv2d(4, 6, 3), torch.nn.ReLU())
+            self.fc = torch.nn.Linear(6, 3)
+
+        def forward_intermediates(self, x, indices=None, intermediates_only=False):
+            a = self.s1(x)
+            b = self.s2(a)
+            return [a, b][-indices:]
+
+        def forward(self, x):
+            return self.fc(self.s2(self.s1(x)).mean(dim=(2, 3)))
+
+    torch.manual_seed(3)
+    net = Staged().double().eval()
+    mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+    rng = np.random.default_rng(3)
+    paths, labels = [], []
+    for i in range(36):
+        p = tmp_path / f"{i}.png"
+        base = np.zeros((20, 20, 3)) + [80 * (i % 3), 60, 200 - 80 * (i % 3)]
+        PILImage.fromarray(np.clip(base + rng.normal(0, 40, (20, 20, 3)), 0, 255).astype(np.uint8)).save(p)
+        paths.append(str(p))
+        labels.append(i % 3)
+    lm = LoadedModel(name="staged", model=net, transform=lambda im: TF.normalize(TF.to_tensor(im).double(), mean, std),
+                     data_config={"input_size": (3, 20, 20), "crop_pct": 1.0, "mean": mean, "std": std}, device="cpu", weights="random",
+                     feature_dim=6, wnids=(), labels=())
+    got = pooled_layers(lm, paths, stages=2, batch_size=8)
+    assert got["widths"].tolist() == [4, 6] and got["scores"].shape == (36, 10)
+    key = mds_key(2)
+
+    def outputs(sl):
+        n = len(range(36)[sl])
+        o = Outputs(features=np.zeros((n, 2)), logits=np.zeros((n, 3)), labels=np.array(labels)[sl])
+        o.extra[key], o.extra[f"{key}:widths"] = got["scores"][sl], got["widths"]
+        return o
+    fit, test = outputs(slice(0, 24)), outputs(slice(24, 36))
+    det = get_detector("mds_ensemble", stages=2).fit(fit)
+    # the reference, from the images: pooled maps of each stage, then OpenOOD's per-layer Gaussian scores summed
+    feats = []
+    for p in paths:
+        x = TF.normalize(TF.to_tensor(PILImage.open(p).convert("RGB")).double(), mean, std)[None]
+        with torch.no_grad():
+            a = net.s1(x)
+            b = net.s2(a)
+        feats.append([a.mean(dim=(2, 3))[0].numpy(), b.mean(dim=(2, 3))[0].numpy()])
+    want = np.zeros(12)
+    for layer in range(2):
+        xf = np.array([f[layer] for f in feats[:24]])
+        y = np.array(labels[:24])
+        mus = [xf[y == c].mean(axis=0) for c in range(3)]
+        centred = np.concatenate([xf[y == c] - mus[c] for c in range(3)])
+        centred = centred - centred.mean(axis=0)  # EmpiricalCovariance(assume_centered=False)
+        prec = np.linalg.pinv(centred.T @ centred / len(centred))
+        xt = np.array([f[layer] for f in feats[24:]])
+        want += np.array([max(-(v - m) @ prec @ (v - m) for m in mus) for v in xt])
+    got_scores = det.score(test)
+    np.testing.assert_allclose(got_scores, want, rtol=1e-9)
+    assert any("no input preprocessing" in n for n in det.notes)
+    with pytest.raises(DetectorError, match="computed while extracting"):
+        get_detector("mds_ensemble", stages=2).fit(Outputs(features=np.zeros((2, 2)), logits=np.zeros((2, 3)), labels=[0, 1]))
