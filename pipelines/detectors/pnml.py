@@ -31,7 +31,7 @@ class PNML(Detector):
             raise DetectorError("pNML: the ID fit set is empty")
         x = pnml_features(fit.features)
         gram = x.T @ x
-        self.p_parallel = np.linalg.pinv(gram)
+        self.p_parallel = np.linalg.pinv(gram, hermitian=True)  # X^T X is symmetric: eigh instead of an SVD
         self.p_bot = np.eye(len(gram)) - self.p_parallel @ gram
         return self
 
