@@ -162,6 +162,8 @@ def test_find_similar_from_the_image_page_and_send_to_the_front(real_pool, live_
     page.click("#find-similar")
     page.wait_for_selector("#grid li.tile")
     assert page.evaluate("document.documentElement.scrollWidth") <= 1366
+    page.evaluate("document.querySelectorAll('img[loading=lazy]').forEach((i) => { i.loading = 'eager'; })")
+    page.wait_for_function("[...document.querySelectorAll('#grid img, #id-grid img')].every((i) => i.complete && i.naturalWidth > 0)")
     page.screenshot(path=str(SHOTS / "find-similar-1366x768.png"), full_page=True)
     shown = [(int(li.get_attribute("data-image")), float(li.get_attribute("data-similarity")))
              for li in page.locator("#grid li.tile").all()]
