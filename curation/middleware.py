@@ -46,6 +46,7 @@ class RequestRulesMiddleware:
                 return True
         ctype = request.content_type or ""
         if request.method == "POST" and ctype in ("application/x-www-form-urlencoded", "multipart/form-data"):
+            request.body  # noqa: B018  (kept, so a view may still read the raw body after the form is parsed from it)
             for key, values in request.POST.lists():
                 if "\x00" in key or any("\x00" in v for v in values):
                     return True

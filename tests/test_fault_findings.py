@@ -239,3 +239,11 @@ def test_a_nul_character_anywhere_is_400_not_500(client, role_groups, url, query
     assert client.get(url, query).status_code == 400
     assert client.post("/curate/images/action", {"action": "exclude", "ids": "1", "reason": "a\x00"}).status_code == 400
     assert client.post("/api/review/submit", '{"note": "\\u0000"}', content_type="application/json").status_code == 400
+
+
+def test_a_form_posted_to_a_json_api_is_400_not_500(client, role_groups):
+    """Found by the route fuzzer once every form was checked for NUL: a multipart form posted to
+    the review API left its raw body unreadable for the view (RawPostDataException: 500)."""
+    client.force_login(user("ann", "annotator"))
+    r = client.post("/api/review/submit", {"assignment": "1", "decision": "ood"})  # multipart, not JSON
+    assert r.status_code == 400 and "not JSON" in r.json()["error"]
