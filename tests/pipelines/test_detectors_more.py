@@ -1,0 +1,180 @@
+"""Detectors added after the first 33 (issue 32), each against its reference code, the reference's
+formula written here in float64 (not calling our helpers), relative difference <= 1e-9 on
+continuous, tied and saturated inputs.
+
+References, read at:
+- AdaSCALE: Jingkang50/OpenOOD@3c35632ee91b54b09d1f085d04f94744cece7d0b,
+  openood/postprocessors/adascale_postprocessor.py (setup, set_hyperparam, get_percentile,
+  postprocess, perturb) and openood/networks/adascale_net.py (forward_threshold, ada_scale);
+  statsmodels' ECDF (right-continuous: the share of fit values <= q).
+"""
+import numpy as np
+import pytest
+import torch
+
+from pipelines.detectors import DETECTORS, DetectorError, Outputs, get_detector
+from tests.pipelines.test_detectors_reference import _case
+
+KINDS = ("continuous", "tied", "saturated")
+
+
+# -- AdaSCALE ---------------------------------------------------------------------------------------
+
+
+def _with_perturbed(o: Outputs, kind: str, seed: int, key: str) -> Outputs:
+    """Penultimate features x (some negative, as pre-ReLU features of a timm model can be) and
+    perturbed features x' cached as the input-level path caches them: [x | x']."""
+    rng = np.random.default_rng(seed)
+    x = o.features.astype(np.float64) - 0.25
+    grid = 4 if kind == "tied" else 64
+    xp = np.round((x + rng.normal(0, 0.4, x.shape) * (1 + (np.arange(len(x)) % 3))[:, None]) * grid) / grid
+    if kind == "saturated":
+        x, xp = x * 300, xp * 300  # activations of hundreds: exp(s) and logits of tens of thousands
+    out = Outputs(features=x, logits=o.logits, labels=o.labels)
+    out.extra[key] = np.hstack([x, xp])
+    out.extra[f"{key}:widths"] = np.array([x.shape[1]] * 2)
+    return out
+
+
+def ref_adascale(fit_x, fit_xp, x, xp, head, *, p_min=75.0, p_max=85.0, k1=5.0, k2=1.0, lmbda=10.0, logit_scaling=False):
+    """OpenOOD's AdaScale postprocessor, in float64 torch as the reference computes it."""
+    t = lambda a: torch.from_numpy(np.asarray(a, dtype=np.float64))  # noqa: E731
+    fit_x, fit_xp, x, xp = t(fit_x), t(fit_xp), t(x), t(xp)
+    d = x.shape[1]
+    k1_, k2_ = int(d * k1 / 100), int(d * k2 / 100)
+
+    def q(f, fp):  # set_hyperparam / get_percentile: Q' = sum relu(x')[topk1(x)] + lambda sum |x - x'|[topk2(x)]
+        shift = (f - fp).abs()
+        a = torch.gather(torch.relu(fp), 1, torch.topk(f, dim=1, k=k1_)[1]).sum(dim=1)
+        b = torch.gather(shift, 1, torch.topk(f, dim=1, k=k2_)[1]).sum(dim=1)
+        return a + lmbda * b
+
+    fit_q = q(fit_x, fit_xp).numpy()
+    qs = q(x, xp).numpy()
+    ecdf = np.array([(fit_q <= v).sum() / len(fit_q) for v in qs])  # statsmodels ECDF
+    percentile = t(p_min + (1 - ecdf) * (p_max - p_min))
+    # ada_scale(relu(feature), percentiles)
+    r = torch.relu(x)
+    ks = d - torch.round(d * percentile / 100.0).to(torch.int)
+    values, _ = torch.topk(r, int(ks.max()), dim=1)
+    mask = torch.arange(int(ks.max()))[None, :] < ks[:, None]
+    scale = r.sum(dim=1, keepdim=True) / (values * mask).sum(dim=1, keepdim=True)
+    w, b = t(head.weight), t(head.bias)
+    if logit_scaling:
+        logits = (x @ w.T + b) * scale ** 2.0
+    else:
+        logits = (x * torch.exp(scale)) @ w.T + b
+    return torch.logsumexp(logits, dim=1).numpy()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("scaling", ["activation", "logit"])
+def test_adascale_equals_openood(kind, scaling):
+    fit0, test0, head = _case(kind, seed=5)
+    key = DETECTORS["adascale"].input_key_for({"o": 0.05})
+    fit, test = _with_perturbed(fit0, kind, 1, key), _with_perturbed(test0, kind, 2, key)
+    fx, fxp = fit.extra[key][:, :fit.features.shape[1]], fit.extra[key][:, fit.features.shape[1]:]
+    tx, txp = test.extra[key][:, :fit.features.shape[1]], test.extra[key][:, fit.features.shape[1]:]
+    for params in ({}, {"p_min": 60.0, "p_max": 95.0, "k1": 50.0, "k2": 25.0, "lmbda": 0.5}):
+        det = get_detector("adascale", scaling=scaling, **params).fit(fit, head)
+        got = det.score(test)
+        want = ref_adascale(fx, fxp, tx, txp, head, logit_scaling=scaling == "logit", **params)
+        assert np.all(np.isfinite(want))
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=0)
+    # the adaptive percentile matters: a fixed one (SCALE at p_max) gives other scores
+    scale = get_detector("scale", percentile=85.0).fit(fit, head).score(test)
+    assert scaling == "logit" or np.abs(got - scale).max() > 1e-6
+
+
+def test_adascale_lowest_index_ties_take_the_first_of_equal_activations():
+    fit0, test0, head = _case("tied", seed=5)
+    key = DETECTORS["adascale"].input_key_for({"o": 0.05})
+    fit, test = _with_perturbed(fit0, "tied", 1, key), _with_perturbed(test0, "tied", 2, key)
+    d = fit.features.shape[1]
+    det = get_detector("adascale", ties="lowest-index", k1=50.0, k2=25.0).fit(fit, head)
+
+    def q(both):  # written here: top-k by a stable sort on -x (lowest index first among equals)
+        x, xp = both[:, :d], both[:, d:]
+        order = np.argsort(-x, axis=1, kind="stable")
+        a = np.take_along_axis(np.maximum(xp, 0), order[:, :int(d * 0.5)], 1).sum(1)
+        b = np.take_along_axis(np.abs(x - xp), order[:, :int(d * 0.25)], 1).sum(1)
+        return a + 10.0 * b
+    np.testing.assert_allclose(det.fit_q, q(fit.extra[key]), rtol=1e-12)
+    assert get_detector("adascale", k1=50.0, k2=25.0).fit(fit, head).score(test).shape == (len(test),)
+
+
+def test_adascale_needs_its_perturbed_features_and_a_sane_range():
+    fit0, _, head = _case("continuous")
+    with pytest.raises(DetectorError, match="computed while extracting"):
+        get_detector("adascale").fit(fit0, head)
+    key = DETECTORS["adascale"].input_key_for({"o": 0.05})
+    fit = _with_perturbed(fit0, "continuous", 1, key)
+    with pytest.raises(DetectorError, match="must not exceed"):
+        get_detector("adascale", p_min=90.0, p_max=80.0).fit(fit, head)
+    with pytest.raises(DetectorError, match="last layer"):
+        get_detector("adascale").fit(fit, None)
+    cls = DETECTORS["adascale"]
+    assert cls.input_level and cls.input_fit and cls.layers and cls.needs_head
+
+
+def test_adascale_perturbs_along_the_top_logit_gradient_as_openood(tmp_path):
+    """The input-level part on a small network with RANDOM WEIGHTS (the arithmetic is what is
+    checked): OpenOOD's postprocess/perturb written here: gradient of the top logit w.r.t. the
+    input, +0.5 sign(grad) on the int(C H W o) values with the smallest |grad|, features again."""
+    from PIL import Image as PILImage
+    from torchvision.transforms import functional as TF
+
+    from pipelines.classifiers import LoadedModel
+    from pipelines.detectors.adascale import perturbed_features
+
+    class Tiny(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, stride=2), torch.nn.ReLU(), torch.nn.Conv2d(8, 16, 3))
+            self.fc = torch.nn.Linear(16, 10)
+
+        def forward_features(self, x):
+            return self.body(x)
+
+        def forward_head(self, f, pre_logits=False):
+            f = f.mean(dim=(2, 3))
+            return f if pre_logits else self.fc(f)
+
+        def get_classifier(self):
+            return self.fc
+
+    torch.manual_seed(4)
+    net = Tiny().double().eval()
+    mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+    rng = np.random.default_rng(4)
+    paths = []
+    for i in range(5):
+        p = tmp_path / f"{i}.png"
+        PILImage.fromarray(rng.integers(0, 256, (20, 20, 3), dtype=np.uint8)).save(p)
+        paths.append(str(p))
+    lm = LoadedModel(name="tiny", model=net, transform=lambda im: TF.normalize(TF.to_tensor(im).double(), mean, std),
+                     data_config={"input_size": (3, 20, 20), "crop_pct": 1.0, "mean": mean, "std": std}, device="cpu", weights="random",
+                     feature_dim=16, wnids=(), labels=())
+    for o in (0.05, 0.5):
+        got = perturbed_features(lm, paths, o=o, batch_size=2)
+        assert got["widths"].tolist() == [16, 16]
+        for i, p in enumerate(paths):
+            data = TF.normalize(TF.to_tensor(PILImage.open(p).convert("RGB")).double(), mean, std)[None].requires_grad_(True)
+            feature = net.body(data).mean(dim=(2, 3))
+            output = net.fc(feature)
+            labels = output.detach().argmax(dim=1)
+            output[torch.arange(len(labels)), labels].backward(torch.ones_like(labels))
+            grad = data.grad.detach()
+            b, c, h, w = data.shape
+            n_pixels = int(c * h * w * o)
+            _, idx = torch.topk(grad.abs().view(b, -1), n_pixels, dim=1, largest=False)
+            mask = torch.zeros_like(grad.abs().view(b, -1), dtype=torch.uint8)
+            mask.scatter_(1, idx, 1)
+            perturbed = data.detach() + grad.sign() * mask.view(b, c, h, w) * 0.5
+            with torch.no_grad():
+                fp = net.body(perturbed).mean(dim=(2, 3))
+            np.testing.assert_allclose(got["scores"][i, :16], feature.detach()[0].numpy(), rtol=1e-9, atol=1e-12)
+            np.testing.assert_allclose(got["scores"][i, 16:], fp[0].numpy(), rtol=1e-9, atol=1e-12)
+            # at o 0.05 only values the stride-2 convolution never reads (gradient 0, sign 0) are chosen
+            moved = np.abs(fp[0].numpy() - feature.detach()[0].numpy()).max()
+            assert (moved > 1e-6) if o == 0.5 else (moved == 0.0)
