@@ -6,6 +6,7 @@ import math
 
 from django.conf import settings
 from django.http import JsonResponse
+from django.http.request import RawPostDataException
 from django.shortcuts import render
 from django.views.decorators.http import require_GET, require_POST
 
@@ -22,7 +23,8 @@ from curation.services.review_grid import (
     review_grid_submit,
     review_grid_undo,
 )
-from labeling_ui.review_views import KEYS, _json_body, role_required
+from labeling_ui.review_views import KEYS, role_required
+from labeling_ui.review_views import _json_body as _review_json_body
 
 DEFAULT_SIZE = 48
 
@@ -46,6 +48,14 @@ def _page(request, size: int, *, prefetch: bool = False) -> dict:
 def _size_from(request, data: dict | None = None):
     raw = (data or {}).get("size", request.GET.get("size", DEFAULT_SIZE))
     return grid_size(raw)
+
+
+def _json_body(request) -> dict:
+    """The request's JSON object; a form or multipart body already read as a form is refused too (4xx, not 500)."""
+    try:
+        return _review_json_body(request)
+    except RawPostDataException:
+        raise ReviewError("the request body must be a JSON object, not a form") from None
 
 
 @role_required(ANNOTATOR)

@@ -4,6 +4,7 @@ features, as a page curators act on with the browser's selection actions; and th
 from __future__ import annotations
 
 from django.http import Http404, JsonResponse
+from django.http.request import RawPostDataException
 from django.shortcuts import render
 from django.views.decorators.http import require_GET, require_POST
 
@@ -13,7 +14,16 @@ from curation.selectors_similar import neighbour_rows
 from curation.services.review import ReviewError
 from curation.services.similar import SimilarError, find_similar, review_similar_to_front
 from labeling_ui.http import object_id
-from labeling_ui.review_views import _json_body, request_roles, role_required
+from labeling_ui.review_views import _json_body as _review_json_body
+from labeling_ui.review_views import request_roles, role_required
+
+
+def _json_body(request) -> dict:
+    """The request's JSON object; a form or multipart body already read as a form is refused too (4xx, not 500)."""
+    try:
+        return _review_json_body(request)
+    except RawPostDataException:
+        raise ReviewError("the request body must be a JSON object, not a form") from None
 
 
 @require_GET
