@@ -178,3 +178,155 @@ def test_adascale_perturbs_along_the_top_logit_gradient_as_openood(tmp_path):
             # at o 0.05 only values the stride-2 convolution never reads (gradient 0, sign 0) are chosen
             moved = np.abs(fp[0].numpy() - feature.detach()[0].numpy()).max()
             assert (moved > 1e-6) if o == 0.5 else (moved == 0.0)
+
+
+# -- Gram matrices -------------------------------------------------------------------------------------
+# Reference: OpenOOD's gram_postprocessor.py (Jingkang50/OpenOOD@3c35632ee91b54b09d1f085d04f94744cece7d0b):
+# G_p, delta, sample_estimator (class mins / maxs on the training part, normalize factor per layer
+# the mean over the held-out part of sum_p delta) and get_deviations (-sum delta / n / max softmax).
+# The held-out draw is ours (a seeded permutation per class, written here), OpenOOD's random.sample.
+
+
+def ref_split(labels):
+    rng = np.random.default_rng(0)
+    val = np.zeros(len(labels), dtype=bool)
+    for c in sorted(set(labels.tolist())):
+        idx = np.flatnonzero(labels == c)
+        val[idx[rng.permutation(len(idx))[:int(0.1 * len(idx))]]] = True
+    return val
+
+
+def ref_gram(fit_layers, labels, test_layers, test_logits, powers):
+    """fit_layers / test_layers: per layer, per power, a float64 tensor [n, channels]."""
+    def delta(mins, maxs, x):
+        dev = (torch.relu(mins - x) / torch.abs(mins + 10 ** -6)).sum(dim=1, keepdim=True)
+        return dev + (torch.relu(x - maxs) / torch.abs(maxs + 10 ** -6)).sum(dim=1, keepdim=True)
+
+    labels = torch.from_numpy(labels)
+    val = torch.from_numpy(ref_split(labels.numpy()))
+    mins, maxs, factors = {}, {}, []
+    for li, layer in enumerate(fit_layers):
+        total = []
+        for c in sorted(set(labels.tolist())):
+            trn, hold = (labels == c) & ~val, (labels == c) & val
+            d = 0
+            for pi, g in enumerate(layer):
+                mins[li, pi, c] = g[trn].min(dim=0, keepdim=True)[0]
+                maxs[li, pi, c] = g[trn].max(dim=0, keepdim=True)[0]
+                d = d + delta(mins[li, pi, c], maxs[li, pi, c], g[hold])
+            total.append(d)
+        factors.append(torch.cat(total).mean())
+    logits = torch.from_numpy(np.asarray(test_logits, dtype=np.float64))
+    confs, preds = torch.softmax(logits, dim=1).max(dim=1)
+    dev = torch.zeros(len(logits), 1, dtype=torch.float64)
+    for li, layer in enumerate(test_layers):
+        for pi, g in enumerate(layer):
+            for c in range(logits.shape[1]):
+                if (preds == c).any():
+                    dev[preds == c] += delta(mins[li, pi, c], maxs[li, pi, c], g[preds == c]) / factors[li]
+    return (-dev / confs[:, None])[:, 0].numpy()
+
+
+def _gram_case(kind, seed=0, powers=3, widths=(4, 6)):
+    fit0, test0, head = _case(kind, seed=seed)
+    rng = np.random.default_rng(seed + 10)
+    key = DETECTORS["gram"].input_key_for({"stages": len(widths), "max_power": powers})
+
+    def vectors(o, shift):
+        n = len(o.features)
+        lab = o.logits.argmax(axis=1)
+        layers = []
+        for w in widths:
+            per = []
+            for p in range(powers):
+                v = rng.normal(0, 1, (n, w)) + lab[:, None] * 0.3 + shift
+                if kind == "tied":
+                    v = np.round(v * 2) / 2
+                if kind == "saturated":
+                    v = v * 1e6
+                per.append(v)
+            layers.append(per)
+        o.extra[key] = np.hstack([np.hstack(per) for per in layers])
+        o.extra[f"{key}:widths"] = np.array([w * powers for w in widths])
+        return layers
+
+    fit = Outputs(features=fit0.features, logits=fit0.logits, labels=fit0.logits.argmax(axis=1))
+    fl = vectors(fit, 0.0)
+    tl = vectors(test0, np.r_[np.zeros(len(test0) // 2), np.full(len(test0) - len(test0) // 2, 1.5)][:, None])
+    return fit, test0, head, fl, tl
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_gram_equals_openood(kind):
+    fit, test, head, fl, tl = _gram_case(kind)
+    det = get_detector("gram", stages=2, max_power=3).fit(fit, head)
+    got = det.score(test)
+    t = lambda layers: [[torch.from_numpy(g) for g in per] for per in layers]  # noqa: E731
+    want = ref_gram(t(fl), fit.labels, t(tl), test.logits, 3)
+    assert np.all(np.isfinite(want)) and np.abs(want).max() > 0
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=0)
+    # the shifted half deviates more (medians: a bound at 0 divides by 1e-6, as OpenOOD's does)
+    assert np.median(got[len(got) // 2:]) < np.median(got[:len(got) // 2])
+
+
+def test_gram_needs_its_vectors_labels_and_held_out_images():
+    fit, test, head, _, _ = _gram_case("continuous")
+    with pytest.raises(DetectorError, match="computed while extracting"):
+        get_detector("gram").fit(fit, head)  # stages 2, max_power 5: another key
+    small = Outputs(features=fit.features[:20], logits=fit.logits[:20], labels=np.arange(20) % 12)
+    small.extra = {k: v[:20] if v.ndim == 2 else v for k, v in fit.extra.items()}
+    with pytest.raises(DetectorError, match="10 or more fit images"):
+        get_detector("gram", stages=2, max_power=3).fit(small, head)
+    nolabels = Outputs(features=fit.features, logits=fit.logits)
+    with pytest.raises(DetectorError, match="class labels"):
+        get_detector("gram", stages=2, max_power=3).fit(nolabels, head)
+
+
+def test_gram_vectors_of_stage_outputs_as_openood(tmp_path):
+    """The input-level part on a small network with RANDOM WEIGHTS: OpenOOD's G_p written here,
+    per stage output (maps and, for a transformer, tokens)."""
+    from PIL import Image as PILImage
+    from torchvision.transforms import functional as TF
+
+    from pipelines.classifiers import LoadedModel
+    from pipelines.detectors.gram import gram_layers
+
+    class Staged(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.s1 = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, stride=2), torch.nn.ReLU())
+            self.s2 = torch.nn.Sequential(torch.nn.Conv2d(4, 6, 3))  # no ReLU: negative values, odd powers keep their sign
+
+        def forward_intermediates(self, x, indices=None, intermediates_only=False):
+            a = self.s1(x)
+            b = self.s2(a)
+            return [a, b][-indices:]
+
+    def G_p(ob, p):  # OpenOOD's G_p
+        temp = ob.detach() ** p
+        temp = temp.reshape(temp.shape[0], temp.shape[1], -1)
+        temp = (torch.matmul(temp, temp.transpose(dim0=2, dim1=1))).sum(dim=2)
+        return (temp.sign() * torch.abs(temp) ** (1 / p)).reshape(temp.shape[0], -1)
+
+    torch.manual_seed(5)
+    net = Staged().double().eval()
+    mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+    rng = np.random.default_rng(5)
+    paths = []
+    for i in range(4):
+        p = tmp_path / f"{i}.png"
+        PILImage.fromarray(rng.integers(0, 256, (16, 16, 3), dtype=np.uint8)).save(p)
+        paths.append(str(p))
+    lm = LoadedModel(name="staged", model=net, transform=lambda im: TF.normalize(TF.to_tensor(im).double(), mean, std),
+                     data_config={"input_size": (3, 16, 16), "crop_pct": 1.0, "mean": mean, "std": std}, device="cpu", weights="random",
+                     feature_dim=6, wnids=(), labels=())
+    got = gram_layers(lm, paths, stages=2, max_power=3, batch_size=3)
+    assert got["widths"].tolist() == [12, 18]
+    for i, p in enumerate(paths):
+        x = TF.normalize(TF.to_tensor(PILImage.open(p).convert("RGB")).double(), mean, std)[None]
+        with torch.no_grad():
+            a = net.s1(x)
+            b = net.s2(a)
+        want = np.concatenate([G_p(m, pw)[0].numpy() for m in (a, b) for pw in (1, 2, 3)])
+        np.testing.assert_allclose(got["scores"][i], want, rtol=1e-9, atol=1e-12)
+    assert (got["scores"][:, 12:18] < 0).any()  # a negative power-1 sum kept its sign
