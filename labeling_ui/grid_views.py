@@ -24,7 +24,7 @@ from curation.services.review_grid import (
     review_grid_undo,
 )
 from labeling_ui.review_views import KEYS, role_required
-from labeling_ui.review_views import _json_body as _review_json_body
+from labeling_ui.review_views import json_body as _review_json_body
 
 DEFAULT_SIZE = 48
 

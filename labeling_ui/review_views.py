@@ -292,3 +292,6 @@ def classes(request):
             messages.error(request, f"could not record it: {exc}")
         return redirect("labeling_ui:review_classes")
     return render(request, "labeling_ui/review_classes.html", {"entries": selectors.flagged_classes()})
+
+
+json_body = _json_body  # the same JSON rule for the grid and find-similar APIs

@@ -14,7 +14,7 @@ from curation.selectors_similar import neighbour_rows
 from curation.services.review import ReviewError
 from curation.services.similar import SimilarError, find_similar, review_similar_to_front
 from labeling_ui.http import object_id
-from labeling_ui.review_views import _json_body as _review_json_body
+from labeling_ui.review_views import json_body as _review_json_body
 from labeling_ui.review_views import request_roles, role_required
 
 

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from curation.audit import audit_record
 from curation.models import Image, ReviewDecision, ReviewItem, Source
-from curation.services.review import ReviewError, _clean_decision, review_queue_refresh_if_built
+from curation.services.review import ReviewError, clean_decision, review_queue_refresh_if_built
 
 MAX_SELECTION = 1000
 
@@ -136,7 +136,7 @@ def images_label(*, image_ids: Iterable[int], decision: str, wnids: Iterable[str
     if decision == ReviewDecision.SKIP:
         raise BrowseActionError("a label needs a decision: ood, id, unclear or not_target (skip is not one)")
     try:
-        decision, clean_wnids, reason = _clean_decision(decision, list(wnids or []), reason)
+        decision, clean_wnids, reason = clean_decision(decision, list(wnids or []), reason)
     except ReviewError as exc:
         msg = str(exc).split(";")[0]
         raise BrowseActionError(msg + ("; give ID class wnids, such as n02123045 (tabby cat)" if "ID class" in msg else "")) from None

@@ -585,3 +585,12 @@ def review_queue_refresh_if_built(*, source: Source, user: User | None = None) -
     if ReviewItem.objects.filter(source=source).exists():
         return review_queue_sync(source=source, user=user)
     return None
+
+
+# -- the rules grid review (curation/services/review_grid.py) applies to a page: the same ones,
+# not a copy of them ---------------------------------------------------------------------------------
+
+clean_decision = _clean_decision
+finalize_item = _finalize
+lease_one = _lease
+gold_rate_of = _gold_rate

@@ -26,10 +26,10 @@ from curation.services.review import (
     SECONDS_CAP,
     NothingToUndo,
     ReviewError,
-    _clean_decision,
-    _finalize,
-    _gold_rate,
-    _lease,
+    clean_decision,
+    finalize_item,
+    gold_rate_of,
+    lease_one,
     review_reclaim_expired,
     review_undo,
 )
@@ -47,7 +47,7 @@ class _ClassScope:
         return self.base & Q(candidate_class_id=self.class_id)
 
 
-def grid_size(value) -> int:
+def grid_size(value: object) -> int:
     """Tiles per page from a request: an integer between GRID_MIN and GRID_MAX."""
     if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).isascii() or not str(value).isdigit():
         raise ReviewError(f"page size must be a whole number of tiles between {GRID_MIN} and {GRID_MAX}, not {str(value)[:20]!r}")
@@ -106,7 +106,7 @@ def _lease_gold_of_class(user: User, scope: _ClassScope, places: list[int], excl
     ids = list(ReviewItem.objects.filter(scope.q(), is_gold=True, status__in=ReviewItem.FINAL).filter(not_seen_by(user))
                .exclude(pk__in=exclude).values_list("id", flat=True)[:200])
     rng.shuffle(ids)
-    return [_lease(user, i, gold=True, now=now + timedelta(microseconds=1 + k)) for k, i in zip(places, ids[:n])]
+    return [lease_one(user, i, gold=True, now=now + timedelta(microseconds=1 + k)) for k, i in zip(places, ids[:n])]
 
 
 def _pick_class(user: User, base: Q, now) -> int | None | bool:
@@ -159,7 +159,7 @@ def review_grid_next(*, user: User, size: int, prefetch: int = 0, rng: random.Ra
     missing = size - len(held)
     if missing > 0:
         rng = rng or random
-        rate = _gold_rate(scope)
+        rate = gold_rate_of(scope)
         n_gold = sum(1 for _ in range(missing) if rate and rng.random() < rate)
         exclude = [a.item_id for a in held]
         # gold tiles among the others, not all at the end: their places on the page are drawn
@@ -212,7 +212,7 @@ def review_grid_submit(*, user: User, marks: Sequence[dict], seconds: float | No
         wnids = m.get("wnids") or []
         if not isinstance(wnids, list):
             raise ReviewError("wnids must be a list of ID class wnids")
-        cleaned.append((m["assignment"], *_clean_decision(str(m.get("decision", "")), wnids, str(m.get("note") or ""))))
+        cleaned.append((m["assignment"], *clean_decision(str(m.get("decision", "")), wnids, str(m.get("note") or ""))))
     now = timezone.now()
     with transaction.atomic():
         held = {a.pk: a for a in Assignment.objects.select_for_update(of=("self", "item")).select_related("item")
@@ -259,7 +259,7 @@ def review_grid_submit(*, user: User, marks: Sequence[dict], seconds: float | No
                 if was_leased:
                     item.leased = max(item.leased - 1, 0)
                 if item.status == ReviewItem.Status.OPEN and item.done >= item.required:
-                    _finalize(item, earlier.get(item.pk, []) + [(decision, wnids)])
+                    finalize_item(item, earlier.get(item.pk, []) + [(decision, wnids)])
                     item.decided_at = now  # the page's moment (rows alike are then updated together)
                 touched_items[item.pk] = item
         Review.objects.bulk_create(reviews)
