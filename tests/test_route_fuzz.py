@@ -11,7 +11,7 @@ cursors, path traversal, malformed JSON. For each request:
   table but the session store, compared row by row on PostgreSQL).
 
 A new route is fuzzed without anyone writing a test for it: the routes come from the resolver.
-Budget: OODC_FUZZ_EXAMPLES examples per app route (default 3) and OODC_FUZZ_ADMIN_EXAMPLES per
+Budget: OODC_FUZZ_EXAMPLES examples per app route (default 2) and OODC_FUZZ_ADMIN_EXAMPLES per
 admin route (default 1), each example sending every role x method once, plus a sweep of
 must-try values over the names each view reads."""
 from __future__ import annotations
@@ -35,7 +35,7 @@ from curation.roles import ANNOTATOR, CURATOR, RESEARCHER
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("isolated_roots")]
 
-APP_EXAMPLES = int(os.environ.get("OODC_FUZZ_EXAMPLES", "3"))
+APP_EXAMPLES = int(os.environ.get("OODC_FUZZ_EXAMPLES", "2"))
 ADMIN_EXAMPLES = int(os.environ.get("OODC_FUZZ_ADMIN_EXAMPLES", "1"))
 ROLES = ("anonymous", "annotator", "researcher", "curator", "staff")
 PUBLIC = {"accounts/login/", "accounts/logout/", "healthz", "admin/login/", "admin/logout/"}
@@ -211,7 +211,7 @@ def check_one(client: Client, route: Route, role: str, method: str, url: str, qu
         assert fingerprint() == before, f"a refused request ({r.status_code}) changed the database: {where}"
 
 
-MUST = ["²", "٣", str(2**63), "-1", "", "\x00", "a" * 5000, "0.5~" + str(2**63)]  # every name the view reads gets each
+MUST = ["²", "٣", str(2**63), "-1", "\x00", "0.5~" + str(2**63)]  # every name the view reads gets each
 
 
 class ReadNames:
