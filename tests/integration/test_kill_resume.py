@@ -7,7 +7,7 @@ half-written left behind.
 The killed worker has one function slowed (tests/integration/slow_worker.py) so the kill lands
 mid-work; the uninterrupted reference runs in this process. Redis redelivery is kept at an hour:
 only the resume can finish the job. Kinds covered here: ingest, class filter, extraction,
-export, unit tests, covariate shift; duplicate search and evaluation are killed and resumed in
+export, unit tests, covariate shift, embedding map; duplicate search and evaluation are killed and resumed in
 tests/integration/test_resume.py. test_every_kind_is_covered fails when a kind is added without
 a kill-and-resume scenario."""
 from __future__ import annotations
@@ -274,7 +274,42 @@ class CovariateShift:
         return "reference"
 
 
-SCENARIOS = [Ingest(), ClassFilter(), Extract(), ExportKind(), UnitTests(), CovariateShift()]
+class EmbeddingMap:
+    kind = "embedding_map"
+    slow = ("curation.services.embedding_map:project", 60)  # features loaded, the projection not yet written
+
+    def prepare(self, tmp_path, env):
+        make_image_folder(tmp_path / "pool", n_good=12, classes=["sky", "hayfield"])
+        quiet("add_source", "killed", str(tmp_path / "pool"))
+        quiet("add_source", "reference", str(tmp_path / "pool"))
+        quiet("run_image_pipeline", sources=["killed", "reference"], no_dedup=True)
+
+    def queue(self, tmp_path, env):
+        shell(env, "from curation.models import Source; from curation.services.embedding_map import embedding_map_start; "
+                   "embedding_map_start(source=Source.objects.get(name='killed'), method='pca')")
+
+    def ready(self, job):
+        return job.message.startswith("projecting")
+
+    def result(self, tmp_path, which):
+        import numpy as np
+        from django.conf import settings
+
+        job = Job.objects.get(kind="embedding_map", source__name=which, status="done")
+        data = np.load(Path(settings.FEATURE_STORE) / job.result["path"])
+        paths = dict(Image.objects.filter(source__name=which).values_list("pk", "relative_path"))
+        points = {paths[int(i)]: tuple(np.round(xy, 3).tolist()) for i, xy in zip(data["ids"], data["xy"])}
+        assert len(points) == len(data["ids"]) == 12
+        return points
+
+    def reference(self, tmp_path):
+        from curation.services.embedding_map import embedding_map_start
+
+        embedding_map_start(source=Source.objects.get(name="reference"), method="pca")  # no broker here: runs now
+        return "reference"
+
+
+SCENARIOS = [Ingest(), ClassFilter(), Extract(), ExportKind(), UnitTests(), CovariateShift(), EmbeddingMap()]
 
 
 def test_every_kind_is_covered():
