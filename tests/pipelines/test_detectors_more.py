@@ -16,6 +16,8 @@ from pipelines.detectors import DETECTORS, DetectorError, Outputs, get_detector
 from tests.pipelines.test_detectors_reference import _case
 
 KINDS = ("continuous", "tied", "saturated")
+# the output- and feature-level detectors checked here (test_detectors_reference.py's coverage check reads it)
+CHECKED_THERE = {"openmax"}
 
 
 # -- AdaSCALE ---------------------------------------------------------------------------------------
@@ -330,3 +332,98 @@ def test_gram_vectors_of_stage_outputs_as_openood(tmp_path):
         want = np.concatenate([G_p(m, pw)[0].numpy() for m in (a, b) for pw in (1, 2, 3)])
         np.testing.assert_allclose(got["scores"][i], want, rtol=1e-9, atol=1e-12)
     assert (got["scores"][:, 12:18] < 0).any()  # a negative power-1 sum kept its sign
+
+
+# -- OpenMax -------------------------------------------------------------------------------------------
+# Reference: OpenOOD's openmax_postprocessor.py (Jingkang50/OpenOOD@3c35632ee91b54b09d1f085d04f94744cece7d0b:
+# compute_train_score_and_mavs_and_dists, fit_weibull, openmax, compute_openmax_prob; alpha 3, tail 20,
+# 'euclidean') with libMR's FitHigh / W_score (Vastlab/libMR@cebbc64dc822e426e9f1690963bc5fe06b842355,
+# libMR/MetaRecognition.cpp: tail sorted descending, t = d + translate_amount (1, the Python default)
+# - smallest; weibull_cdf 0 below 0). libMR's weibull_fit is MATLAB's wblfit (maximum likelihood); its
+# search stops at 1e-6, so the maximum is found here by bisection to the last bit.
+
+
+def ref_weibull(t):
+    """Maximum likelihood (scale, shape) of a two-parameter Weibull, by bisection on the shape's equation."""
+    lt = np.log(t)
+
+    def g(k):  # NaN where t^k overflows: k is then far too large, and NaN < 0 is False, so hi moves down
+        with np.errstate(over="ignore", invalid="ignore"):
+            tk = t ** k
+            return (tk * lt).sum() / tk.sum() - 1 / k - lt.mean()
+    lo, hi = 1e-6, 1e6
+    for _ in range(400):
+        mid = np.sqrt(lo * hi)
+        lo, hi = (mid, hi) if g(mid) < 0 else (lo, mid)
+        if hi / lo - 1 < 1e-15:
+            break
+    k = np.sqrt(lo * hi)
+    return np.mean(t ** k) ** (1 / k), k
+
+
+def ref_openmax(fit_logits, fit_labels, logits, alpha=3, tail=20):
+    import scipy.spatial.distance as spd
+
+    C = fit_logits.shape[1]
+    models = {}
+    for c in range(C):
+        scores = [s for s, t in zip(fit_logits, fit_labels) if np.argmax(s) == t == c]
+        if len(scores) < 2:
+            continue
+        mav = np.mean(scores, axis=0)
+        dists = np.array([spd.euclidean(mav, s) for s in scores])
+        tailtofit = np.sort(dists)[-tail:]
+        small = np.sort(tailtofit)[::-1][-1]  # MetaRecognition: sorted descending, the last of the tail
+        models[c] = (mav, small, *ref_weibull(tailtofit + 1 - small))
+    out = []
+    for score in logits:
+        ranked = score.argsort().ravel()[::-1][:alpha]
+        omega = np.zeros(C)
+        omega[ranked] = [((alpha + 1) - i) / float(alpha) for i in range(1, alpha + 1)]
+        mod, unk = [], []
+        for c in range(C):
+            w = 0.0
+            if c in models:
+                mav, small, scale, shape = models[c]
+                x = spd.euclidean(score, mav) + 1 - small
+                w = 0.0 if x < 0 else 1 - np.exp(-((x / scale) ** shape))
+            m = score[c] * (1 - w * omega[c])
+            mod.append(m)
+            unk.append(score[c] - m)
+        mod, u = np.array(mod), np.sum(unk)
+        top = max(mod.max(), u)  # exp(u) / (sum exp(mod) + exp(u)), shifted so that logits of thousands do not overflow
+        out.append(-np.exp(u - top) / (np.exp(mod - top).sum() + np.exp(u - top)))
+    return np.array(out)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_openmax_equals_openood_with_libmr(kind):
+    fit, test, head = _case(kind, seed=7)
+    for params in ({}, {"alpha": 5, "tail": 8}):
+        det = get_detector("openmax", **params).fit(fit, head)
+        got = det.score(test)
+        want = ref_openmax(np.asarray(fit.logits, np.float64), fit.labels, np.asarray(test.logits, np.float64), **params)
+        assert np.all(np.isfinite(want)) and np.abs(want).max() > 0
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-300)
+
+
+def test_openmax_weibull_fit_is_the_likelihood_maximum():
+    from scipy.stats import weibull_min
+
+    from pipelines.detectors.openmax import weibull_mle
+
+    t = 1 + np.random.default_rng(0).weibull(2.0, 20) * 3
+    scale, shape = weibull_mle(t)
+    ll = lambda s, k: weibull_min.logpdf(t, k, scale=s).sum()  # noqa: E731
+    assert all(ll(scale, shape) >= ll(scale * (1 + e), shape * (1 + f)) for e in (-1e-4, 0, 1e-4) for f in (-1e-4, 0, 1e-4))
+    s2, k2 = ref_weibull(t)
+    assert abs(scale / s2 - 1) < 1e-12 and abs(shape / k2 - 1) < 1e-12
+
+
+def test_openmax_needs_labels_and_fittable_classes():
+    fit, _, head = _case("continuous")
+    with pytest.raises(DetectorError, match="class labels"):
+        get_detector("openmax").fit(Outputs(features=fit.features, logits=fit.logits), head)
+    one = Outputs(features=fit.features[:1], logits=fit.logits[:1], labels=fit.logits[:1].argmax(axis=1))
+    with pytest.raises(DetectorError, match="2 or more distinct"):
+        get_detector("openmax").fit(one, head)
