@@ -192,6 +192,8 @@ def evaluate_model(inputs: EvalInputs, methods: list[tuple[str, dict]], *, sever
         "n_unit_tests": len(inputs.unit_tests) if inputs.unit_tests is not None else 0,
         "id_labelled": int(labelled.sum()),
         "id_accuracy": float(correct[labelled].mean()) if labelled.any() else None,
+        # per ID class (its index in the model's head): the share of its test images predicted as it
+        "id_accuracy_per_class": {str(int(c)): float(correct[labels == c].mean()) for c in np.unique(labels[labelled])},
         "ood_classes": int(len(set(inputs.ood_groups.tolist()))),
         "detectors": {},
         "conventions": conv.describe(),

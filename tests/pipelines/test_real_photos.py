@@ -73,3 +73,23 @@ def test_missing_packages_give_one_line_naming_the_install_command(monkeypatch, 
         real_photos.check_installed()
     msg = str(err.value)
     assert "\n" not in msg and "apt-get install tuxpaint-stamps-default" in msg and "tuxpaint-stamps-default" in msg.split("fix:")[0]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not STAMPS_DIR.is_dir(), reason="tuxpaint-stamps-default is not installed (scripts/setup.sh installs it)")
+def test_the_recorded_calibration_is_what_the_model_measures():
+    """fixtures/id_calibration.json (benchmarks/calibrate_demo_classes.py) holds what the model
+    measures on the seeded calibration composites: re-measured here for three classes of Lite0."""
+    from fixtures.real_photos import calibration_set, recorded_calibration
+    from pipelines.classifiers import load_model, top1_wnids
+    from pipelines.imagenet import named_list
+
+    recorded = recorded_calibration("efficientnet_lite0", per_class=6, seed=7919)
+    assert recorded is not None, "fixtures/id_calibration.json is stale: run benchmarks/calibrate_demo_classes.py"
+    assert recorded_calibration("efficientnet_lite2", per_class=6, seed=7919) is not None
+    images, truth = calibration_set(stamp_table(), set(named_list("imagenet-1k")), per_class=6, seed=7919)
+    lm = load_model("efficientnet_lite0", device="cpu")
+    for wnid in sorted(set(truth))[:3]:
+        mine = [im for im, t in zip(images, truth) if t == wnid]
+        predicted = top1_wnids(lm, mine)
+        assert recorded[wnid] == sum(p == wnid for p in predicted) / len(mine), wnid
