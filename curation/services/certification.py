@@ -12,6 +12,7 @@ from __future__ import annotations
 import secrets
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -322,7 +323,7 @@ def certificate_record(sd: Standing) -> dict:
     }
 
 
-def certified_plans(*, sources) -> dict[str, CertificationPlan]:
+def certified_plans(*, sources: Iterable[Source]) -> dict[str, CertificationPlan]:
     """Source name -> its latest certified plan (certificates are read, never recomputed, here)."""
     out: dict[str, CertificationPlan] = {}
     for plan in (CertificationPlan.objects.filter(source__in=list(sources), status=CertificationPlan.Status.CERTIFIED)
