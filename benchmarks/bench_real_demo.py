@@ -27,6 +27,10 @@ sys.path.insert(0, str(REPO))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "curation.settings")
 
 
+# the demo's own settings for the few detectors whose defaults need more ID fit images than it has
+DEMO_PARAMS = {"vim": {"dim": 64}}
+
+
 def outputs(lm, paths: list[str], batch: int = 32):
     """Penultimate features and logits of ``lm`` for image files (float32)."""
     import torch
@@ -79,7 +83,7 @@ def main() -> None:
     def files(source: str, **filters) -> list[tuple[str, str, str]]:
         src = Source.objects.get(name=source)
         rows = Image.objects.filter(source=src, status=Image.Status.OK, **filters).select_related("candidate_class").order_by("pk")
-        return [(str(Path(src.path) / i.relative_path), i.relative_path, i.candidate_class.wnid if i.candidate_class else "")
+        return [(str(Path(src.root) / i.relative_path), i.relative_path, i.candidate_class.wnid if i.candidate_class else "")
                 for i in rows]
 
     # the pool: the candidates the demo ran the model on (the classes the filter kept or flagged)
@@ -122,12 +126,14 @@ def main() -> None:
         print(f"  {'detector':<24} {'AUROC clean':>11} {'planted in top':>15}")
         for det in detector_names():
             try:
-                d = get_detector(det).fit(Outputs(*sets["fit"], labels=labels), head)
+                d = get_detector(det, **DEMO_PARAMS.get(det, {})).fit(Outputs(*sets["fit"], labels=labels), head)
                 s_test = d.score(Outputs(*sets["test"]))
                 s_clean = d.score(Outputs(*sets["clean"]))
                 s_pool = d.score(Outputs(*sets["pool"]))
             except (DetectorError, KeyError, NotImplementedError) as exc:
-                print(f"  {det:<24} skipped: {str(exc).splitlines()[0][:90]}")
+                reason = "input-level (computed while extracting; the demo leaves it out)" if getattr(
+                    get_detector(det), "input_level", False) else str(exc).splitlines()[0][:90]
+                print(f"  {det:<24} skipped: {reason}")
                 continue
             print(f"  {det:<24} {100 * auroc(s_test, s_clean):11.1f} {surfaced(np.asarray(s_pool, dtype=float)):>15}")
 
