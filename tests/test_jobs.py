@@ -121,9 +121,17 @@ def setup_covariate_shift(tmp_path):
                                  name="idref-c", enqueue=False)
 
 
+def setup_embedding_map(tmp_path):
+    from curation.models import Source
+    from curation.services.embedding_map import embedding_map_start
+
+    _extracted(tmp_path)  # (queued on commit, which a test's transaction never reaches: the job stays pending)
+    return embedding_map_start(source=Source.objects.get(name="pool"), method="pca")
+
+
 SETUPS = {"ingest": setup_ingest, "extract": setup_extract, "dedup": setup_dedup, "class_filter": setup_class_filter,
           "export": setup_export, "unit_tests": setup_unit_tests, "evaluate": setup_evaluate,
-          "covariate_shift": setup_covariate_shift}
+          "covariate_shift": setup_covariate_shift, "embedding_map": setup_embedding_map}
 
 
 def test_every_stage_is_a_registered_kind_with_a_protocol_test():

@@ -200,7 +200,7 @@ class Annotator(threading.Thread):
                 answer = json.loads(body)
                 self.saved.append(answer["saved"]["assignment"])
                 items = answer["items"]
-                time.sleep(0.05)
+                time.sleep(0.2)  # a fast person's pace: the queue lasts through the outage
         except Exception as exc:  # reported by the test
             self.errors.append(f"{type(exc).__name__}: {exc}")
 
@@ -227,9 +227,16 @@ def test_annotators_through_a_postgres_restart_lose_nothing_and_see_503_not_500(
         annotators = [Annotator(f"ann{i}", stop) for i in range(3)]
         for a in annotators:
             a.start()
-        time.sleep(3)
+        # the outage starts once every annotator is deciding (not after a fixed time: on a fast
+        # machine the 40-image queue could be done by then) and lasts until a request has met it
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not all(a.saved or a.errors for a in annotators):
+            time.sleep(0.05)
         pg.stop()
-        time.sleep(4)  # the outage: every request now meets a dead database
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any(503 in a.statuses for a in annotators):
+            time.sleep(0.1)
+        time.sleep(1)  # every request now meets a dead database
         pg.start()
         for a in annotators:
             a.join(timeout=240)
