@@ -89,6 +89,10 @@ class EvaluationCreateForm(forms.Form):
                 self.fields[p.key(det)] = forms.ChoiceField(required=False, initial=p.default, choices=[(c, c) for c in p.choices],
                                                             label=f"{DETECTORS[det].label}: {p.name}", help_text=p.describe())
                 continue
+            if p.kind is str:  # free text, e.g. Weighted energy's file of class weights
+                self.fields[p.key(det)] = forms.CharField(required=False, initial=p.default, label=f"{DETECTORS[det].label}: {p.name}",
+                                                          help_text=p.describe())
+                continue
             field = forms.IntegerField if p.kind is int else forms.FloatField
             low = 0 if p.default is None else p.low  # 0 (or empty): the detector works it out
             self.fields[p.key(det)] = field(required=False, initial=p.default, min_value=low, max_value=p.high,

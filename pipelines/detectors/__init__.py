@@ -108,6 +108,7 @@ class Param:
     help: str = ""
     source: str = ""  # where the default comes from, e.g. "NINCO"
     choices: tuple[str, ...] = ()  # a convention where reference codes differ (kind str): its named options
+    text: str = ""  # what a free-text parameter (kind str, no choices) takes, e.g. "uniform, or a file of weights"
 
     def __post_init__(self):
         if self.choices and (self.kind is not str or self.default not in self.choices):
@@ -125,10 +126,12 @@ class Param:
         """A value of this parameter as the results and tables write it."""
         if value is None:
             return "worked out from the data"
-        return str(value) if self.choices else f"{value:g}"
+        return str(value) if self.choices or self.kind is str else f"{value:g}"
 
     def range_text(self) -> str:
         """The values it takes, for tables: "a / b" for a convention, "low to high" for a number."""
+        if self.kind is str and not self.choices:
+            return self.text or "text"
         return " / ".join(self.choices) if self.choices else f"{plain_number(self.low)} to {plain_number(self.high)}"
 
     def describe(self) -> str:

@@ -1,0 +1,216 @@
+"""WeiPer + KLD (Granz, Heurich, Landgraf, NeurIPS 2024, "WeiPer: OOD Detection using Weight
+Perturbations of Class Projections").
+
+The last layer's class projections are perturbed r times: every row w_c of the head becomes
+w_c + delta |w_c| u, u a random unit vector (a fresh one per row and repeat), which gives r x C
+"perturbed logits" per image. Per image, two histograms over its own values are taken: of its
+d penultimate features and of its r C perturbed logits, each on `bins` equal bins spanning the
+ID fit set's smallest to largest value (+1e-8); values outside fall in two outer bins that are
+dropped. The ID fit set's mean histogram is the reference density p; an image's histogram q is
+smoothed by a box filter of `smoothing` bins (replicated ends), both get epsilon added and are
+normalised, and the symmetric KL divergence KL(p||q) + KL(q||p) is taken. The score (higher =
+more ID) is
+
+    -(KLsym(features) + lambda_1 KLsym(perturbed logits) - lambda_2 mean_r MSP(perturbed logits)).
+
+Reference: the authors' OpenOOD integration, Weiper/OpenOOD/openood/postprocessors/weiper_kldiv/
+utils.py and weiper_kldiv_postprocessor.py, as committed by M. Granz in the fork
+omah03/weiper@f3cdf25c5c03 (the authors' own repository, mgranz/weiper_icml, could not be read
+here); defaults from that README's ImageNet-1K (ResNet50) row; epsilons the function defaults.
+
+Where this departs from the reference, by necessity or as a declared convention:
+- the perturbations are drawn from a seeded NumPy generator (``seed``): repeat i's Gaussian
+  matrix is the i-th ``standard_normal((C, d))`` draw of ``numpy.random.default_rng(seed)``, so
+  runs are reproducible; the reference draws them from torch's unseeded global generator;
+- float64 throughout (the reference computes in float32, where +1e-8 is lost on the top edge);
+- the fit set's reference density is the mean over all its images at once (the reference
+  averages the means of its loader's batches, which weights a short last batch more);
+- ``histogram``: ``reference`` (default) reproduces the reference's histogram code, which
+  averages the histograms of consecutive chunks of 1,000 values, so when an image's value
+  count is not a multiple of 1,000 (d = 1,280) the values of the last, shorter chunk weigh
+  more; ``pooled`` counts every value once.
+The perturbed logits are never held whole (r C per image): they are computed block by block,
+twice on the fit set (its smallest and largest value first, then the histograms), once per set
+scored, so WeiPer costs about 4 x r times a head product.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+
+from . import Detector, DetectorError, Head, Outputs, Param, register_detector, require_head
+
+HISTOGRAM_RULES = ("reference", "pooled")
+CHUNK = 1000  # the reference histogram's chunk of values
+ROWS = 2048  # images per block product
+
+
+def perturbed_heads(head: Head, r: int, delta: float, seed: int, per_block: int) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+    """(first repeat, weights [m C, d], bias [m C]) for blocks of ``per_block`` repeats: row c of
+    repeat i is w_c + delta |w_c| g / |g|, g the i-th standard_normal((C, d)) draw's row c."""
+    rng = np.random.default_rng(seed)
+    w, b = head.weight, head.bias
+    row_norm = np.linalg.norm(w, axis=1, keepdims=True)
+    for start in range(0, r, per_block):
+        m = min(per_block, r - start)
+        block = np.empty((m, *w.shape))
+        for j in range(m):
+            g = rng.standard_normal(w.shape)
+            g /= np.maximum(np.linalg.norm(g, axis=1, keepdims=True), 1e-12)
+            block[j] = w + delta * g * row_norm
+        yield start, block.reshape(m * w.shape[0], w.shape[1]), np.tile(b, m)
+
+
+def bin_edges(lo: float, hi: float, bins: int) -> np.ndarray:
+    """The reference's bins: ``bins`` + 1 equally spaced edges from lo to hi + 1e-8."""
+    return lo + (np.arange(bins + 1, dtype=np.float64) / bins) * ((hi + 1e-8) - lo)
+
+
+class Histograms:
+    """Per image, the share of its values in each bin (outer bins included), accumulated over
+    blocks of its values; ``total`` values per image, numbered in the order the blocks come."""
+
+    def __init__(self, n: int, total: int, edges: np.ndarray, rule: str):
+        self.edges, self.nb = edges, len(edges) - 1
+        self.total = total
+        # the reference: chunks of 1,000 values, each chunk's histogram weighted equally
+        self.chunks = -(-total // CHUNK) if rule == "reference" else 1
+        self.split = CHUNK * (self.chunks - 1)  # values at or after this position are in the last chunk
+        self.head_counts = np.zeros((n, self.nb + 2))
+        self.tail_counts = np.zeros((n, self.nb + 2))
+
+    def _count(self, values: np.ndarray) -> np.ndarray:
+        m = len(values)
+        idx = np.searchsorted(self.edges, values, side="right")  # 0: below the first edge, nb + 1: at or above the last
+        idx += (np.arange(m) * (self.nb + 2))[:, None]
+        return np.bincount(idx.ravel(), minlength=m * (self.nb + 2)).reshape(m, self.nb + 2)
+
+    def add(self, rows: slice, first: int, values: np.ndarray) -> None:
+        """``values`` [images, k]: the values first .. first + k - 1 of the images ``rows``."""
+        cut = min(max(self.split - first, 0), values.shape[1])
+        if cut:
+            self.head_counts[rows] += self._count(values[:, :cut])
+        if cut < values.shape[1]:
+            self.tail_counts[rows] += self._count(values[:, cut:])
+
+    def densities(self) -> np.ndarray:
+        """[n, bins]: the interior bins' shares."""
+        if self.chunks == 1:
+            shares = self.tail_counts / self.total
+        else:
+            last = self.total - self.split
+            shares = (self.head_counts / CHUNK + self.tail_counts / last) / self.chunks
+        return shares[:, 1:-1]
+
+
+def box_smooth(q: np.ndarray, size: int) -> np.ndarray:
+    """Per row, the mean of ``size`` neighbouring bins, ends replicated, aligned as a
+    'same'-padded convolution (left pad (size - 1) // 2)."""
+    if size <= 1:
+        return q.copy()
+    left = (size - 1) // 2
+    padded = np.concatenate([np.repeat(q[:, :1], left, axis=1), q, np.repeat(q[:, -1:], size - 1 - left, axis=1)], axis=1)
+    c = np.cumsum(np.concatenate([np.zeros((len(q), 1)), padded], axis=1), axis=1)
+    return (c[:, size:] - c[:, :-size]) / size
+
+
+def symmetric_kl(p: np.ndarray, q: np.ndarray, smoothing: int, eps: float) -> np.ndarray:
+    """KL(p||q') + KL(q'||p') per image: p the fit density [bins], q [n, bins] smoothed; eps added
+    to both before normalising."""
+    qs = box_smooth(q, smoothing) + eps
+    qs /= qs.sum(axis=1, keepdims=True)
+    ps = p + eps
+    ps = ps / ps.sum()
+    return ((ps[None, :] - qs) * (np.log(ps)[None, :] - np.log(qs))).sum(axis=1)
+
+
+@register_detector
+class WeiPer(Detector):
+    """WeiPer + KLD: symmetric KL divergences of each image's feature histogram and perturbed-logit
+    histogram from the ID fit set's, and the mean MSP over r randomly perturbed heads (module
+    docstring: the formula, the reference and where it departs)."""
+
+    name = "weiper"
+    label = "WeiPer + KLD"
+    paper = "Granz, Heurich, Landgraf, NeurIPS 2024"
+    reference = ("omah03/weiper@f3cdf25c5c03 (a fork; the authors' commit of their OpenOOD integration) "
+                 "Weiper/OpenOOD/openood/postprocessors/weiper_kldiv/utils.py, weiper_kldiv_postprocessor.py")
+    needs_fit = True
+    needs_head = True
+    _src = "the authors' README, ImageNet-1K ResNet50"
+    parameters = (
+        Param("r", int, 100, 1, 1000, help="r, the number of perturbed heads", source=_src),
+        Param("delta", float, 2.4, 0.0, 100.0, help="delta, each perturbation's length relative to its class row's", source=_src),
+        Param("bins", int, 100, 2, 10_000, help="histogram bins between the ID fit set's extremes", source=_src),
+        Param("smoothing", int, 40, 1, 1000, help="s1, box filter width (bins) on an image's feature histogram", source=_src),
+        Param("smoothing_perturbed", int, 15, 1, 1000, help="s2, box filter width (bins) on an image's perturbed-logit histogram",
+              source=_src),
+        Param("lambda_1", float, 2.5, 0.0, 1000.0, help="weight of the perturbed logits' KL divergence", source=_src),
+        Param("lambda_2", float, 0.25, 0.0, 1000.0, help="weight of the perturbed heads' mean MSP", source=_src),
+        Param("epsilon", float, 0.01, 1e-12, 1.0, help="added to the feature densities before the KL divergence",
+              source="the reference function's default"),
+        Param("epsilon_perturbed", float, 0.025, 1e-12, 1.0, help="added to the perturbed-logit densities before the KL divergence",
+              source="the reference function's default"),
+        Param("seed", int, 0, 0, 2**32 - 1, help="seed of the random perturbations (NumPy default_rng)",
+              source="ours (the reference is unseeded)"),
+        Param("histogram", str, "reference", help="how an image's values are pooled into its histogram",
+              source="the reference's chunks of 1,000 values, each weighted equally", choices=HISTOGRAM_RULES),
+    )
+
+    def _blocks(self) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+        classes = self.head.weight.shape[0]
+        per_block = max(1, min(self.r, 4096 // max(classes, 1)))
+        return perturbed_heads(self.head, self.r, float(self.params["delta"]), int(self.params["seed"]), per_block)
+
+    def _pass(self, x: np.ndarray, hist: Histograms | None) -> tuple[float, float, np.ndarray]:
+        """One pass over the perturbed heads: (smallest value, largest value, mean MSP per image);
+        the perturbed logits are added to ``hist`` when given."""
+        classes = self.head.weight.shape[0]
+        lo, hi = np.inf, -np.inf
+        msp = np.zeros(len(x))
+        for first, w, b in self._blocks():
+            m = len(b) // classes
+            for s in range(0, len(x), ROWS):
+                z = x[s:s + ROWS] @ w.T
+                z += b
+                lo, hi = min(lo, float(z.min())), max(hi, float(z.max()))
+                if hist is not None:
+                    hist.add(slice(s, s + ROWS), first * classes, z)
+                zz = z.reshape(len(z), m, classes)
+                top = zz.max(axis=2, keepdims=True)
+                msp[s:s + ROWS] += (1.0 / np.exp(zz - top).sum(axis=2)).sum(axis=1)
+        return lo, hi, msp / self.r
+
+    def fit(self, fit: Outputs, head: Head | None = None) -> Detector:
+        self.head = require_head(head, "WeiPer")
+        if len(fit) == 0:
+            raise DetectorError("WeiPer: the ID fit set is empty")
+        if self.head.weight.shape[1] != fit.features.shape[1]:
+            raise DetectorError(f"WeiPer: the head takes {self.head.weight.shape[1]}-d features, the ID fit set has "
+                                f"{fit.features.shape[1]}-d")
+        self.r, self.bins = int(self.params["r"]), int(self.params["bins"])
+        x = fit.features.astype(np.float64)
+        self.feature_edges = bin_edges(float(x.min()), float(x.max()), self.bins)
+        lo, hi, _ = self._pass(x, None)
+        self.perturbed_edges = bin_edges(lo, hi, self.bins)
+        feats, pert, _ = self._densities(x)
+        self.fit_density, self.fit_density_perturbed = feats.mean(axis=0), pert.mean(axis=0)
+        return self
+
+    def _densities(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per image: its feature histogram, its perturbed-logit histogram, its mean MSP."""
+        rule = str(self.params["histogram"])
+        feats = Histograms(len(x), x.shape[1], self.feature_edges, rule)
+        feats.add(slice(0, len(x)), 0, x)
+        pert = Histograms(len(x), self.r * self.head.weight.shape[0], self.perturbed_edges, rule)
+        _, _, msp = self._pass(x, pert)
+        return feats.densities(), pert.densities(), msp
+
+    def score(self, data: Outputs) -> np.ndarray:
+        x = data.features.astype(np.float64)
+        feats, pert, msp = self._densities(x)
+        kl = symmetric_kl(self.fit_density, feats, int(self.params["smoothing"]), float(self.params["epsilon"]))
+        kl_pert = symmetric_kl(self.fit_density_perturbed, pert, int(self.params["smoothing_perturbed"]),
+                               float(self.params["epsilon_perturbed"]))
+        return -(kl + float(self.params["lambda_1"]) * kl_pert - float(self.params["lambda_2"]) * msp)
