@@ -117,7 +117,7 @@ def run_grid(page, base, planted) -> dict:
     pages = 0
     while True:
         page.wait_for_function("document.querySelector('#grid-review').classList.contains('is-empty') || "
-                               "[...document.querySelectorAll('#tiles .tile img')].every((i) => i.complete)")
+                               "[...document.querySelectorAll('#tiles .tile img')].every((i) => i.complete && i.naturalWidth > 0)")
         tiles = page.eval_on_selector_all("#tiles .tile", "els => els.map(e => +e.dataset.image)")
         if not tiles:
             break

@@ -34,8 +34,8 @@ def _page(request, size: int, *, prefetch: bool = False) -> dict:
     the screen loads their thumbnails while this page is decided (after the first page: the
     first one answers fastest without it)."""
     lease = review_grid_next(user=request.user, size=size, prefetch=size if prefetch else 0)
-    tiles = selectors.review_payload(lease.assignments[:size], model_name=settings.DEFAULT_MODEL)
-    upcoming = [a.item_id for a in lease.assignments[size:]]
+    tiles = selectors.review_payload(lease.assignments, model_name=settings.DEFAULT_MODEL)
+    upcoming = [a.item_id for a in lease.upcoming]
     cls = None
     if tiles:
         first = tiles[0]

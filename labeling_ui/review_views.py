@@ -25,7 +25,7 @@ from curation.services.class_filter import (
     candidate_class_map,
     class_decisions_resolve,
 )
-from curation.services.renditions import VARIANTS, RenditionError, rendition
+from curation.services.renditions import VARIANTS, RenditionError, rendition, thumbnail_data_urls
 from curation.services.review import (
     NothingToUndo,
     ReviewError,
@@ -39,6 +39,7 @@ from curation.services.review import (
     review_undo,
 )
 from labeling_ui.http import object_id, whole_number
+from pipelines.numbers import comma_list, row_id
 
 # Keys of the review screen (shown on the buttons and in the help overlay).
 KEYS = [
@@ -200,6 +201,50 @@ def image_file(request, image_id: int, variant: str):
     response["ETag"] = etag
     response["Cache-Control"] = "private, max-age=604800"
     return response
+
+
+THUMBS_MAX = 192  # two grid pages of 96: the page on screen and the one prefetched
+
+
+@login_required
+@require_GET
+def image_thumbs(request):
+    """Many thumbnails in one answer, for the grid: ``?ids=1,2,3`` (at most THUMBS_MAX) gives
+    ``{"thumbs": {id: data URL}, "missing": {id: why}}``. One request instead of one per tile:
+    a page of 96 paints after one round trip, and the thumbnails not made yet are made side by
+    side (Pillow decodes and resizes outside the GIL). Access is checked per image as for
+    ``image_file``; an image the user may not see is listed under ``missing``."""
+    try:
+        ids = [row_id(v, "ids") for v in comma_list(request.GET.get("ids"), "ids")]
+    except ValueError as exc:
+        return JsonResponse({"error": str(exc)}, status=400)
+    if not ids or len(ids) > THUMBS_MAX:
+        return JsonResponse({"error": f"ids: give 1 to {THUMBS_MAX} image ids separated by commas"}, status=400)
+    images = Image.objects.select_related("source").in_bulk(list(dict.fromkeys(ids)))
+    roles = request_roles(request)
+    everything = bool(roles & {CURATOR, RESEARCHER}) or request.user.is_staff
+    scope = annotator_scope(request.user) if not everything and ANNOTATOR in roles else None
+
+    def allowed(image: Image) -> bool:
+        if everything:
+            return True
+        if scope is None:
+            return False
+        return (image.source.role == Source.Role.ID or scope.unrestricted or image.source_id in scope.sources
+                or image.candidate_class_id in scope.classes)
+
+    missing: dict[str, str] = {}
+    wanted = []
+    for i in dict.fromkeys(ids):
+        image = images.get(i)
+        if image is None:
+            missing[str(i)] = "no such image"
+        elif not allowed(image):
+            missing[str(i)] = "you have no access to this image"
+        else:
+            wanted.append(image)
+    return JsonResponse({"thumbs": thumbnail_data_urls(wanted, missing), "missing": missing},
+                        headers={"Cache-Control": "private, max-age=604800"})
 
 
 # -- curators --------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ urlpatterns = [
     path("api/review/grid/undo", grid_views.api_grid_undo, name="api_review_grid_undo"),
     path("api/id-classes", review_views.api_id_classes, name="api_id_classes"),
     path("images/<int:image_id>/<str:variant>", review_views.image_file, name="image_file"),
+    path("api/images/thumbs", review_views.image_thumbs, name="image_thumbs"),
     # review: curators
     path("curate/reviews/", review_views.dashboard, name="review_dashboard"),
     path("curate/reviews/source/<int:source_id>/", review_views.source_settings, name="review_source_settings"),

@@ -131,3 +131,39 @@ def test_gold_accuracy_is_reported_per_screen(pool, client):
     client.login(username="c", password="c-pw-12345")
     html = client.get("/curate/reviews/").content.decode()
     assert "Gold accuracy by screen" in html and f"{len(gold) - 1}/{len(gold)} =" in html
+
+
+def test_prefetch_leases_the_next_class_when_the_page_ends_its_class(pool):
+    """A page that is its class's last brings the next class's first page as its prefetch (so
+    the screen loads those thumbnails meanwhile); the next call shows exactly those."""
+    _source, (u1, _u2, _u3) = pool
+    lease = review_grid_next(user=u1, size=12, prefetch=12)  # 24 images over 3 classes: 8 a class
+    assert len(lease.assignments) == 8 and len(lease.upcoming) == 8
+    items = ReviewItem.objects.in_bulk([a.item_id for a in lease.assignments + lease.upcoming])
+    this = {items[a.item_id].candidate_class_id for a in lease.assignments}
+    nxt = {items[a.item_id].candidate_class_id for a in lease.upcoming}
+    assert this == {lease.class_id} and len(nxt) == 1 and nxt != this
+    review_grid_submit(user=u1, marks=[{"assignment": a.pk, "decision": "ood"} for a in lease.assignments])
+    second = review_grid_next(user=u1, size=12, prefetch=12)
+    assert [a.pk for a in second.assignments] == [a.pk for a in lease.upcoming]
+    assert second.class_id in nxt and len(second.upcoming) == 8
+    # without prefetch nothing beyond the page is leased
+    third = review_grid_next(user=_u2, size=12)
+    assert third.upcoming == [] and Assignment.objects.filter(annotator=_u2, state="leased").count() == len(third.assignments)
+
+
+def test_front_of_the_queue_survives_a_rebuild(pool):
+    """Images sent to the front keep their place when the queue is built again (settings
+    saved, new images): the rebuild re-applies the source's order to the others only."""
+    from curation.services.review import review_queue_sync
+    from curation.services.similar import images_to_front
+
+    source, (u1, *_rest) = pool
+    last = list(ReviewItem.objects.filter(status="open").order_by("-priority", "-id").values_list("image_id", flat=True)[:3])
+    moved, skipped = images_to_front(image_ids=last, user=u1)
+    assert moved == 3 and not skipped
+    front = lambda: list(ReviewItem.objects.filter(status="open").order_by("priority", "id").values_list("image_id", flat=True)[:3])  # noqa: E731
+    assert front() == last
+    review_settings_save(source=source, reviews_required=2)  # re-applies the order: a rebuild
+    review_queue_sync(source=source)
+    assert front() == last

@@ -247,3 +247,61 @@ def test_keys_typed_while_saving_are_applied_in_order(pool, live_server, browser
     _wait_page(page, 1)
     page.wait_for_function("document.querySelectorAll('#tiles .tile')[1].dataset.mark === 'unclear'")
     assert not errors, errors
+
+
+def test_thumbnails_in_one_request_next_class_prefetched_and_marks_kept_over_a_reload(pool, live_server, browser):
+    """A page's thumbnails come in one request (not one per tile); when a page ends its class, the
+    next class's first page is leased with it and its thumbnails fetched meanwhile, so it paints
+    from memory; marks made on a page survive a reload of the tab until the page is sent."""
+    ctx = browser.new_context(viewport={"width": 1366, "height": 768})
+    page = ctx.new_page()
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    thumb_requests, per_tile = [], []
+    page.on("request", lambda r: thumb_requests.append(r.url) if "/api/images/thumbs" in r.url else
+            (per_tile.append(r.url) if re.search(r"/images/\d+/thumb$", r.url) else None))
+    browser_login(page, live_server.url, "ann1", "/review/grid/")
+    _wait_page(page, 0)
+    page.wait_for_function("[...document.querySelectorAll('#tiles .tile img')].every((i) => i.complete && i.naturalWidth > 0)")
+    assert len(_tiles(page)) == 48 and len(thumb_requests) >= 1 and not per_tile
+    assert len(thumb_requests[0].split("ids=")[1].split(",")) == 48
+    # marks, then the tab is reloaded: the same leases come back with the marks
+    page.keyboard.press("ArrowRight")
+    page.keyboard.press("u")
+    page.keyboard.press("n")
+    before = _tiles(page)
+    page.reload()
+    _wait_page(page, 0)
+    page.wait_for_function("document.querySelector('#status').textContent.includes('2 marks on this page from before are back')")
+    after = _tiles(page)
+    assert [t["a"] for t in after] == [t["a"] for t in before]
+    assert [t["mark"] for t in after[:3]] == ["", "unclear", "not_target"]
+    assert Review.objects.filter(annotator__username="ann1").count() == 0
+    # 96 a page: the sunsets (99 of them) end on the second page; the icebergs come next
+    for n in (60, 77, 96):
+        page.keyboard.press("+")
+        page.wait_for_function(f"document.querySelectorAll('#tiles .tile').length === {n} && "
+                               "!document.querySelector('#grid-review').classList.contains('saving')")
+    page.keyboard.press("Enter")
+    _wait_page(page, 1)
+    got = dict(Review.objects.filter(annotator__username="ann1").values_list("item__image_id", "decision"))
+    assert got[after[1]["image"]] == "unclear" and got[after[2]["image"]] == "not_target"
+    assert page.evaluate("localStorage.getItem('oodc-grid-marks')") is None, "sent marks are forgotten"
+    rest = _tiles(page)  # the sunsets' last page: its prefetch is the icebergs' first page
+    ann1 = User.objects.get(username="ann1")
+    held = Assignment.objects.filter(annotator=ann1, state="leased").select_related("item__candidate_class")
+    classes = {a.item.candidate_class.wnid for a in held}
+    assert classes == {SUNSET, ICEBERG}, classes
+    icebergs = {a.item.image_id for a in held if a.item.candidate_class.wnid == ICEBERG}
+    page.wait_for_function(f"document.querySelectorAll('#tiles .tile').length === {len(rest)}")
+    page.wait_for_timeout(500)
+    asked = {int(i) for url in thumb_requests for i in url.split("ids=")[1].split(",")}
+    assert icebergs <= asked, "the next class's thumbnails were fetched while this page was shown"
+    n_requests = len(thumb_requests)
+    page.keyboard.press("Enter")
+    _wait_page(page, 2)
+    page.wait_for_function("[...document.querySelectorAll('#tiles .tile img')].every((i) => i.complete && i.naturalWidth > 0)")
+    assert {t["image"] for t in _tiles(page)} == icebergs and "iceberg" in page.inner_text("#ood-label").lower()
+    later = {int(i) for url in thumb_requests[n_requests:] for i in url.split("ids=")[1].split(",")}
+    assert not later & icebergs, "the page painted from the thumbnails fetched ahead"
+    assert not per_tile and not errors, errors

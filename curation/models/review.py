@@ -101,6 +101,8 @@ class ReviewItem(models.Model):
     source = models.ForeignKey(Source, on_delete=models.CASCADE, related_name="review_items")
     candidate_class = models.ForeignKey(CandidateClass, null=True, blank=True, on_delete=models.CASCADE, related_name="review_items")
     priority = models.FloatField(default=0.0, help_text="Lower is served first")
+    front_priority = models.FloatField(null=True, blank=True,
+                                       help_text="Sent to the front of the queue (find similar): the priority it keeps when the queue is built again")
     required = models.PositiveSmallIntegerField(default=1)
     extra_reviews = models.PositiveSmallIntegerField(default=0, db_default=0, help_text="Reviews asked for beyond the settings (a curator sent it back)")
     done = models.PositiveSmallIntegerField(default=0)

@@ -3,8 +3,10 @@ files a browser cannot show as they are (16-bit, CMYK, TIFF...), a full-size PNG
 once, keyed by the file's SHA-256, and written atomically."""
 from __future__ import annotations
 
+import base64
 import os
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from django.conf import settings
@@ -77,3 +79,29 @@ def rendition(image: Image, variant: str) -> tuple[Path, str]:
         rgb.thumbnail((SIZES[variant], SIZES[variant]), PILImage.Resampling.LANCZOS)
     _write_atomic(out, rgb, fmt)
     return out, ctype
+
+
+THUMB_THREADS = 4
+
+
+def thumbnail_data_urls(images: list[Image], missing: dict[str, str]) -> dict[str, str]:
+    """``{image id: data URL}`` of the images' thumbnails, made side by side where not made yet
+    (decoding and resizing release the GIL); an image that cannot be shown is added to
+    ``missing`` with the reason instead."""
+    def one(image: Image) -> tuple[Image, bytes | None, str]:
+        try:
+            path, _ctype = rendition(image, "thumb")
+            return image, path.read_bytes(), ""
+        except (RenditionError, OSError) as exc:
+            return image, None, str(exc)
+
+    out: dict[str, str] = {}
+    if not images:
+        return out
+    with ThreadPoolExecutor(max_workers=min(THUMB_THREADS, len(images))) as pool:
+        for image, data, why in pool.map(one, images):
+            if data is None:
+                missing[str(image.pk)] = why
+            else:
+                out[str(image.pk)] = "data:image/jpeg;base64," + base64.b64encode(data).decode("ascii")
+    return out

@@ -180,6 +180,8 @@ def review_queue_sync(*, source: Source, model_name: str | None = None, user: Us
                     report.withdrawn += 1
                 continue
             _c, priority, required = target
+            if item.front_priority is not None:  # sent to the front (find similar): it stays there
+                priority = item.front_priority
             required += item.extra_reviews  # a curator asked for more (image browser)
             dirty = False
             if item.status == ReviewItem.Status.WITHDRAWN:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Sequence
 
@@ -129,19 +129,55 @@ def _pick_class(user: User, base: Q, now) -> int | None | bool:
 
 @dataclass
 class GridLease:
-    assignments: list[Assignment]
+    assignments: list[Assignment]  # the page: one class
     class_id: int | None  # the page's class (None: images without a class folder, or nothing left)
+    upcoming: list[Assignment] = field(default_factory=list)  # leased for the next page (prefetch)
+
+
+def _next_class(user: User, base: Q, after: int | None) -> int | None | bool:
+    """The class of the page after a class's last one: the most urgent other class with
+    images for the annotator (what ``_pick_class`` will choose once that class is done)."""
+    waiting = (ReviewItem.objects.filter(base, status=ReviewItem.Status.OPEN).alias(slots=F("done") + F("leased"))
+               .filter(slots__lt=F("required")).filter(not_seen_by(user)))
+    waiting = waiting.exclude(candidate_class_id__isnull=True) if after is None else waiting.exclude(candidate_class_id=after)
+    row = list(waiting.order_by("priority", "id").values_list("candidate_class_id", flat=True)[:1])
+    return row[0] if row else False
+
+
+def _fill_class(user: User, scope, base: Q, class_id: int | None, held: list[Assignment], size: int, now, rng,
+                first_place: int = 0) -> list[Assignment]:
+    """``held`` (the annotator's live leases of the class) topped up with new leases of the
+    class to ``size``: gold tiles at the source's gold rate among them, at drawn places."""
+    narrowed = _ClassScope(base, class_id)
+    missing = size - len(held)
+    if missing <= 0:
+        return held
+    rate = gold_rate_of(scope)
+    n_gold = sum(1 for _ in range(missing) if rate and rng.random() < rate)
+    exclude = [a.item_id for a in held]
+    # gold tiles among the others, not all at the end: their places on the page are drawn
+    # first, and every lease's time follows its place (the page keeps its order when fetched again)
+    places = list(range(first_place, first_place + missing))
+    gold_places = sorted(rng.sample(places, n_gold))
+    gold = _lease_gold_of_class(user, narrowed, gold_places, exclude, now, rng)
+    used = set(gold_places[:len(gold)])
+    fresh = _lease_page(user, narrowed, [p for p in places if p not in used][:missing - len(gold)],
+                        exclude + [a.item_id for a in gold], now)
+    return held + sorted(fresh + gold, key=lambda a: (a.leased_at, a.pk or 0))
 
 
 def review_grid_next(*, user: User, size: int, prefetch: int = 0, rng: random.Random | None = None) -> GridLease:
     """A page of one class for grid review: the annotator's live leases of that class first
     (oldest first: a closed browser or an undone page comes back), then new leases of the same
-    class up to ``size`` (plus ``prefetch`` more, the next page, as the single-image screen
-    holds the next image); gold tiles at the source's gold rate, from the same class."""
+    class up to ``size``; gold tiles at the source's gold rate, from the same class. With
+    ``prefetch``, the next page is leased too, as the single-image screen holds the next image,
+    so its thumbnails load while this page is decided: more of this class, or, when this page
+    is the class's last, the first page of the class that comes next (its leases are younger,
+    so the next call shows them once this page is sent)."""
     size = grid_size(size)
     if not 0 <= prefetch <= GRID_MAX:
         raise ReviewError(f"prefetch must be between 0 and {GRID_MAX} tiles, not {prefetch}")
-    size += prefetch  # the page after this one, leased too: its thumbnails load while this page is decided
+    rng = rng or random
     review_reclaim_expired()
     now = timezone.now()
     scope = annotator_scope(user)
@@ -152,26 +188,18 @@ def review_grid_next(*, user: User, size: int, prefetch: int = 0, rng: random.Ra
             class_id = _pick_class(user, base, now)
         if class_id is False:
             return GridLease([], None)
-    narrowed = _ClassScope(base, class_id)
-    held = list(_held(user, now).filter(item__candidate_class_id=class_id).order_by("leased_at", "id")[:size])
+    want = size + prefetch
+    held = list(_held(user, now).filter(item__candidate_class_id=class_id).order_by("leased_at", "id")[:want])
     if held:  # still working on them: keep the leases alive
         Assignment.objects.filter(pk__in=[a.pk for a in held]).update(expires_at=now + timedelta(seconds=settings.REVIEW_LEASE_SECONDS))
-    missing = size - len(held)
-    if missing > 0:
-        rng = rng or random
-        rate = gold_rate_of(scope)
-        n_gold = sum(1 for _ in range(missing) if rate and rng.random() < rate)
-        exclude = [a.item_id for a in held]
-        # gold tiles among the others, not all at the end: their places on the page are drawn
-        # first, and every lease's time follows its place (the page keeps its order when fetched again)
-        places = list(range(missing))
-        gold_places = sorted(rng.sample(places, n_gold))
-        gold = _lease_gold_of_class(user, narrowed, gold_places, exclude, now, rng)
-        used = set(gold_places[:len(gold)])
-        fresh = _lease_page(user, narrowed, [p for p in places if p not in used][:missing - len(gold)],
-                            exclude + [a.item_id for a in gold], now)
-        held += sorted(fresh + gold, key=lambda a: (a.leased_at, a.pk or 0))
-    return GridLease(held[:size], class_id)
+    held = _fill_class(user, scope, base, class_id, held, want, now, rng)
+    page, upcoming = held[:size], held[size:]
+    if prefetch and not upcoming and page:
+        nxt = _next_class(user, base, class_id)
+        if nxt is not False:
+            ahead = list(_held(user, now).filter(item__candidate_class_id=nxt).order_by("leased_at", "id")[:prefetch])
+            upcoming = _fill_class(user, scope, base, nxt, ahead, prefetch, now, rng, first_place=want)
+    return GridLease(page, class_id, upcoming)
 
 
 @dataclass

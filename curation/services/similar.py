@@ -130,20 +130,21 @@ def find_similar(*, image_id: int, k: int = 20, model_name: str | None = None) -
 
 
 def _to_front(item_ids: list[int]) -> int:
-    """Give these open queue rows the smallest priorities, in the order given."""
+    """Give these open queue rows the smallest priorities, in the order given; remembered, so a
+    rebuild of the queue (which re-applies the source's order) keeps them in front."""
     if not item_ids:
         return 0
     low = ReviewItem.objects.filter(status=ReviewItem.Status.OPEN).aggregate(m=Min("priority"))["m"] or 0.0
     step = 1e-6
     base = min(low, 0.0) - 1.0 - step * len(item_ids)
     for rank, pk in enumerate(item_ids):
-        ReviewItem.objects.filter(pk=pk).update(priority=base + step * rank)
+        ReviewItem.objects.filter(pk=pk).update(priority=base + step * rank, front_priority=base + step * rank)
     return len(item_ids)
 
 
 def images_to_front(*, image_ids: Iterable[int], user: User | None = None) -> tuple[int, dict[str, int]]:
     """A curator sends images to the front of the review queue (open ones; the others are
-    reported with why). Until the source's queue is built again, which re-applies its order."""
+    reported with why). They stay in front when the queue is built again."""
     ids = list(dict.fromkeys(int(i) for i in image_ids))
     if not ids:
         raise SimilarError("no image is selected: tick the images first")

@@ -48,10 +48,41 @@
       el("span", { class: "msp", text: top ? `${Math.round(100 * top.prob)}%` : "" }));
     const d = el("div", { class: "tile", role: "gridcell", "data-i": String(i), "data-assignment": String(t.assignment),
                           "data-image": String(t.image), title: top ? `${t.path} · top-1 ${top.label} (MSP ${top.prob.toFixed(2)})` : t.path },
-      el("img", { src: imageUrl(t.image, "thumb"), alt: `image ${t.image}`, draggable: "false" }),
+      el("img", { alt: `image ${t.image}`, draggable: "false" }),
       el("span", { class: "badge" }), cap);
     d.addEventListener("click", (ev) => { moveTo(i); if (ev.detail === 2) openView(); });
     return d;
+  }
+  // -- thumbnails: a page's in one request (api/images/thumbs), the next page's while this one is
+  // decided; one request per tile only if that fails -------------------------------------------
+  const thumbs = new Map();   // image id -> data URL (this page's and the next page's)
+  let preloaded = [];         // the next page's, decoded ahead (held so they are not dropped)
+  async function fetchThumbs(ids) {
+    const want = [...new Set(ids)].filter((id) => !thumbs.has(id));
+    if (!want.length) return;
+    const r = await fetch(`${root.dataset.thumbs}?ids=${want.join(",")}`, { credentials: "same-origin" });
+    if (!r.ok) throw new Error(`thumbnails: ${r.status}`);
+    const data = await r.json();
+    for (const [id, url] of Object.entries(data.thumbs || {})) thumbs.set(Number(id), url);
+  }
+  function showThumbs() {
+    const imgs = $("tiles").querySelectorAll(".tile img");
+    tiles.forEach((t, i) => { if (imgs[i] && !imgs[i].src && thumbs.has(t.image)) imgs[i].src = thumbs.get(t.image); });
+  }
+  function fallbackThumbs() {  // each tile's own URL: slower, but the page is never left blank
+    const imgs = $("tiles").querySelectorAll(".tile img");
+    tiles.forEach((t, i) => { if (imgs[i] && !imgs[i].src) imgs[i].src = imageUrl(t.image, "thumb"); });
+  }
+  function loadThumbs(prefetch) {
+    const page = tiles.map((t) => t.image);
+    const keep = new Set([...page, ...prefetch]);
+    for (const id of [...thumbs.keys()]) if (!keep.has(id)) thumbs.delete(id);
+    showThumbs();
+    fetchThumbs(page).then(showThumbs).catch(() => {}).finally(fallbackThumbs)
+      .then(() => fetchThumbs(prefetch)).then(() => {
+        // decoded ahead too, so the next page paints at once
+        preloaded = prefetch.filter((id) => thumbs.has(id)).map((id) => { const im = new Image(); im.src = thumbs.get(id); return im; });
+      }).catch(() => { preloaded = prefetch.map((id) => { const im = new Image(); im.src = imageUrl(id, "thumb"); return im; }); });
   }
   function paintTile(i) {
     const t = tiles[i], d = $("tiles").children[i];
@@ -84,7 +115,11 @@
     tiles = data.tiles || [];
     cls = data.class;
     if (data.progress) progress = data.progress;
+    let restored = 0;  // marks kept in this browser from before a reload or a closed tab
+    for (const [a, m] of storedMarks()) if (!marks.has(a) && tiles.some((t) => t.assignment === a)) { marks.set(a, m); restored += 1; }
     for (const a of [...marks.keys()]) if (!tiles.some((t) => t.assignment === a)) marks.delete(a);
+    keepMarks();
+    root.dataset.restored = String(restored);
     cursor = 0;
     root.classList.toggle("is-empty", !tiles.length);
     $("empty").hidden = !!tiles.length;
@@ -101,7 +136,9 @@
     showProgress();
     shownAt = performance.now();
     root.dataset.page = String(pages);
-    for (const id of data.prefetch || []) new Image().src = imageUrl(id, "thumb");  // the next page, loading meanwhile
+    // this page's thumbnails, then the next page's (more of this class, or the next class's
+    // first page), loading while this one is decided
+    loadThumbs(data.prefetch || []);
   }
 
   function moveTo(i) {
@@ -133,11 +170,21 @@
   function closeView() { $("tile-view").hidden = true; root.classList.remove("viewing"); }
 
   // -- marks, pages -------------------------------------------------------------------------------
+  // The page's marks are kept in this browser until the page is sent: the page's leases come
+  // back after a reload or a closed tab, and so do the marks made on it.
+  const MARKS_KEY = "oodc-grid-marks";
+  function storedMarks() {
+    try { return new Map(JSON.parse(localStorage.getItem(MARKS_KEY) || "[]")); } catch (e) { return new Map(); }
+  }
+  function keepMarks() {
+    try { if (marks.size) localStorage.setItem(MARKS_KEY, JSON.stringify([...marks])); else localStorage.removeItem(MARKS_KEY); } catch (e) { /* storage full or off: marks live on screen only */ }
+  }
   function mark(decision, wnids) {
     const t = tiles[cursor];
     if (!t) return;
     const note = $("note").value.trim();
     marks.set(t.assignment, { decision, wnids: wnids || [], note });
+    keepMarks();
     $("note").value = "";
     paintTile(cursor);
     const what = decision === "id" ? `id (${wnids.join(", ")})` : decision;
@@ -147,14 +194,16 @@
   }
   function clearMark() {
     const t = tiles[cursor];
-    if (t && marks.delete(t.assignment)) { paintTile(cursor); showPanel(); status(`Tile ${cursor + 1}: mark removed.`); }
+    if (t && marks.delete(t.assignment)) { keepMarks(); paintTile(cursor); showPanel(); status(`Tile ${cursor + 1}: mark removed.`); }
   }
 
   async function load() {
     status("Loading…");
     try {
       render(await call(`${api.next}?size=${size}`));
-      status(tiles.length ? "Ready: arrows move, O/I/U/N mark, Enter sends the page (the rest as ood). ? for the keys." : "");
+      const kept = Number(root.dataset.restored);
+      status(kept ? `Your ${kept} mark${kept === 1 ? "" : "s"} on this page from before ${kept === 1 ? "is" : "are"} back; Enter sends the page.`
+        : tiles.length ? "Ready: arrows move, O/I/U/N mark, Enter sends the page (the rest as ood). ? for the keys." : "", kept ? "ok" : undefined);
       return true;
     } catch (e) { status(`Could not load your page: ${e.message}. Reload to try again.`, "error"); return false; }
   }
