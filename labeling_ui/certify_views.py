@@ -19,6 +19,7 @@ from curation.services.certification import (
     certification_refresh,
 )
 from labeling_ui.review_views import request_roles, role_required
+from pipelines import certify as C
 
 
 def bound_plot_svg(history: list[tuple[int, float]], target: float) -> str:
@@ -65,33 +66,38 @@ def certify(request, source_id: int):
             return render(request, "labeling_ui/certify.html", {"source": source, "error": "planning needs the curator role"}, status=403)
         try:
             plan = certification_plan_create(
-                source=source, n_strata=int(_number(request, "strata", "10", 1, 100)),
+                source=source, n_strata=int(_number(request, "strata", str(C.DEFAULT_STRATA), 1, 100)),
                 full_top=_number(request, "full_top", "0", 0, 0.5), confidence=_number(request, "confidence", "0.95", 0.5, 0.999),
-                target=_number(request, "target", "0.5", 0.001, 99) / 100, pilot=int(_number(request, "pilot", "30", 1, 10_000)),
+                target=_number(request, "target", "0.5", 0.001, 99) / 100,
+                pilot=int(_number(request, "pilot", str(C.PILOT_PER_STRATUM), 1, 10_000)), method=request.POST.get("method", C.BETTING),
                 score=request.POST.get("score", CertificationPlan.Score.NEAREST_ID), user=request.user)
         except (ValueError, CertificationError) as exc:
             return HttpResponseBadRequest(f"{exc}\n", content_type="text/plain; charset=utf-8")
         messages.success(request, f"Plan {plan.pk}: the pilot is in the review queue.")
         return redirect("labeling_ui:certify", source_id=source.pk)
     plan = CertificationPlan.objects.filter(source=source).order_by("-created_at").first()
-    ctx = {"source": source, "plan": plan, "scores": CertificationPlan.Score.choices, "is_curator": CURATOR in request_roles(request)}
+    ctx = {"source": source, "plan": plan, "scores": CertificationPlan.Score.choices, "is_curator": CURATOR in request_roles(request),
+           "methods": C.METHODS, "defaults": {"strata": C.DEFAULT_STRATA, "pilot": C.PILOT_PER_STRATUM}}
     if plan is not None:
         sd = certification_refresh(plan=plan, user=request.user)
         # once certified, the certificate as it was met (reviews of images leased before then may still come in)
         certified = plan.status == CertificationPlan.Status.CERTIFIED
         share = plan.certificate["remainder_id_share_bound"] if certified else sd.cert.remainder_share
         history = [(n, b) for n, b in sd.history if not certified or n <= plan.certificate["reviews_used"]]
+        shares = sd.draw_shares if sd.method == C.BETTING else []
         strata = [{"h": h, "size": sd.sizes[h], "reviewed": sd.reviewed[h], "found": sd.found[h], "full": sd.full[h],
-                   "bound": int(sd.cert.bound.split[h]) if not sd.full[h] and h < len(sd.cert.bound.split) else None}
+                   "bound": int(sd.cert.bound.split[h]) if not sd.full[h] and h < len(sd.cert.bound.split) else None,
+                   "share": None if h >= len(shares) or shares[h] is None else f"{100 * shares[h]:.1f}%"}
                   for h in range(len(sd.sizes))]
         if certified:  # the certificate as it was met
             c = plan.certificate
             history.append((c["reviews_used"], share))
             split = iter(c["split_of_bound"])
             strata = [{"h": h, "size": r["size"], "reviewed": r["reviewed"], "found": r["id_found"], "full": r["full"],
-                       "bound": None if r["full"] else next(split, None)} for h, r in enumerate(c["strata"])]
+                       "bound": None if r["full"] else next(split, None), "share": None} for h, r in enumerate(c["strata"])]
         estimate = plan.certificate["remainder_id_share_estimate"] if certified else sd.cert.estimate
-        ctx.update(sd=sd, bound_share=share, pct={"target": 100 * plan.target, "bound": 100 * share, "estimate": 100 * estimate},
+        ctx.update(sd=sd, bound_share=share, betting=plan.prior == C.BETTING,
+                   pct={"target": 100 * plan.target, "bound": 100 * share, "estimate": 100 * estimate},
                    plot=bound_plot_svg(history, plan.target),
                    strata=strata)
     return render(request, "labeling_ui/certify.html", ctx)

@@ -285,7 +285,7 @@ def log_predictive(t: IntArray, s: IntArray, *, prior: Prior = "shared", covaria
     return float(special.logsumexp(ll) - np.log(len(ll)))
 
 
-def fitted_rates(reviewed: Sequence[int], found: Sequence[int], covariate: FloatArray | None = None) -> FloatArray:
+def fitted_rates(reviewed: Counts, found: Counts, covariate: FloatArray | None = None) -> FloatArray:
     """Posterior-mean stratum rates under the shared prior: strata borrow strength from each
     other, so a small pilot still ranks them (used to allocate, never to bound)."""
     tf = np.asarray(reviewed, dtype=np.float64)
@@ -530,3 +530,362 @@ def reviews_expected(*, sizes: Sequence[int], rates: Sequence[float], weights: S
         else:
             lo = mid
     return hi
+
+
+# -- one betting martingale for the total (the default method, "betting") ---------------------------
+#
+# Draw i picks stratum h_i with probability pi_h (fixed before the draw: from the plan's seed and
+# the base weights in force, renormalised over the strata that still have undrawn items) and
+# reviews the next undrawn item of that stratum's seeded order. With M_h(i) the items of stratum
+# h not drawn before draw i, A_{i-1} the ID images found in draws 1..i-1 and x_i = 1 when draw i
+# is ID, Y_i = A_{i-1} + x_i M_{h_i}(i) / pi_{h_i} has E[Y_i | past] = T, the population's ID
+# total, exactly (importance weighting; drawing without replacement inside a stratum is what
+# M_h(i) accounts for). For the null "T >= t", K_i(t) = prod_{j<=i} (1 + b_j(t) (t - Y_j)) with a
+# predictable b_j(t) in [0, 1 / (Ymax_j - t)) is a non-negative supermartingale under every
+# T >= t (each factor has conditional mean 1 + b_j (t - T) <= 1), so by Ville's inequality it
+# ever reaches 1/alpha with probability at most alpha. The bound tests a fixed grid of t and
+# excludes every total T whose grid point g(T) (the largest grid point <= T) was rejected at any
+# time: the true T is excluded only if the one test at g(T), whose null is true, rejected, so the
+# bound holds with probability >= 1 - alpha at all times together, with no price for the grid.
+
+METHODS: tuple[str, ...] = ("betting", "wor-cs/shared", "wor-cs/product")
+BETTING = "betting"
+BET_CAP = 0.75  # the bet keeps every factor >= 1 - BET_CAP, whatever the draw turns up
+KELLY = 1.0  # fraction of the model's Kelly bet
+BET_SHRINK = 2.0  # stratum rates in the bet's model: (s_h + BET_SHRINK p) / (n_h + BET_SHRINK), p pooled
+NEYMAN_MIX = 0.5  # after the pilot: pi = NEYMAN_MIX * (M_h sqrt(r_h)) + (1 - NEYMAN_MIX) * (M_h), each normalised
+TAIL_MIN = 0.002  # the top stratum's share of the items (strata by default: geometric tails down to it)
+GRID_STEP = 0.005  # the bound's grid: every integer up to GRID_EXACT, then steps of 0.5%
+GRID_EXACT = 200
+
+
+def tail_quantiles(n_strata: int, n_items: int, *, smallest: float = TAIL_MIN, min_items: int = 10) -> FloatArray:
+    """Where the strata start, as quantiles of the score: the share of items above each start
+    falls geometrically from 1 to ``smallest`` (or to ``min_items`` items on small pools), so
+    the strata are fine where the ID images are (the most ID-like scores) and coarse below."""
+    if not 1 <= n_strata <= 100:
+        raise CertifyError(f"strata must be between 1 and 100, not {n_strata}")
+    last = min(0.5, max(smallest, min_items / max(n_items, 1)))
+    if n_strata == 1:
+        return np.zeros(1)
+    tails = np.exp(np.linspace(0.0, np.log(last), n_strata))
+    return np.asarray(1.0 - tails, dtype=np.float64)
+
+
+def stratify_quantiles(scores: Sequence[float] | FloatArray, quantiles: Sequence[float] | FloatArray, *,
+                       full_top: float = 0.0) -> Stratification:
+    """Strata starting at the given score quantiles (0 first; ties broken by position), empty ones
+    dropped; ``full_top`` as in ``stratify``."""
+    s = np.asarray(scores, dtype=np.float64)
+    if s.ndim != 1 or len(s) == 0:
+        raise CertifyError("no scores to stratify: the plan needs at least one unreviewed image with a score")
+    if not np.all(np.isfinite(s)):
+        raise CertifyError("some scores are not finite: re-run the image pipeline for the source")
+    if not 0.0 <= full_top <= 0.5:
+        raise CertifyError(f"the share reviewed in full must be between 0 and 0.5, not {full_top}")
+    q = np.asarray(quantiles, dtype=np.float64)
+    if q.ndim != 1 or len(q) == 0 or q[0] != 0 or np.any(np.diff(q) <= 0) or q[-1] >= 1:
+        raise CertifyError("stratum quantiles must start at 0 and rise below 1")
+    order = np.argsort(s, kind="stable")
+    n = len(s)
+    n_full = int(round(full_top * n))
+    n_sampled = n - n_full
+    starts = sorted({int(round(x * n_sampled)) for x in q} - {n_sampled}) if n_sampled else []
+    bounds = starts + [n_sampled]
+    labels = np.empty(n, dtype=np.int64)
+    for j in range(len(starts)):
+        labels[order[bounds[j]:bounds[j + 1]]] = j
+    full = [False] * len(starts)
+    if n_full:
+        labels[order[n_sampled:]] = len(starts)
+        full.append(True)
+        starts.append(n_sampled)
+    edges = np.array([s[order[i]] for i in starts], dtype=np.float64)
+    return Stratification(labels=labels, edges=edges, full=tuple(full))
+
+
+def draw_probabilities(base: FloatArray, remaining: FloatArray) -> FloatArray:
+    """pi: the base weights over the strata that still have undrawn items, normalised (rows)."""
+    w = np.where(remaining > 0, base, 0.0)
+    tot = w.sum(axis=-1, keepdims=True)
+    return np.asarray(np.divide(w, tot, out=np.zeros_like(w), where=tot > 0), dtype=np.float64)
+
+
+def draw_strata(*, sizes: Counts, drawn: Counts, base: Sequence[float] | FloatArray, n: int, seed: int,
+                stream: int) -> IntArray:
+    """The strata of the next ``n`` draws (fewer if the strata run out): draw j picks stratum h
+    with probability pi_h (``draw_probabilities`` of ``base`` given what was drawn before it),
+    from numpy's PCG64 seeded by (seed, stream), so the sequence replays. A stratum that runs
+    out is left out from the next draw on."""
+    N = np.asarray(sizes, dtype=np.int64)
+    taken = np.asarray(drawn, dtype=np.int64).copy()
+    w = np.asarray(base, dtype=np.float64)
+    if np.any(w[N - taken > 0] <= 0):
+        raise CertifyError("every stratum with undrawn images needs a positive draw weight")
+    n = int(min(n, int((N - taken).sum())))
+    u = np.random.default_rng([int(seed), int(stream), 7919]).random(n)
+    out = np.empty(n, dtype=np.int64)
+    pos = 0
+    while pos < n:
+        p = draw_probabilities(w, (N - taken).astype(np.float64))
+        cum = np.cumsum(p)
+        cum[-1] = np.inf
+        lab = np.searchsorted(cum, u[pos:], side="right")
+        lab = np.minimum(lab, len(N) - 1)
+        # the first draw that would take a stratum past its size: redo from there without it
+        onehot = np.zeros((n - pos, len(N)), dtype=np.int64)
+        onehot[np.arange(n - pos), lab] = 1
+        over = (np.cumsum(onehot, axis=0) + taken > N).any(axis=1)
+        stop = int(np.argmax(over)) if over.any() else n - pos
+        out[pos:pos + stop] = lab[:stop]
+        taken += onehot[:stop].sum(axis=0)
+        pos += stop
+    return out
+
+
+def bet_allocation(sizes: Counts, reviewed: Counts, found: Counts, *, mix: float | None = None,
+                   rates: FloatArray | None = None) -> FloatArray:
+    """Base weights after the pilot: ``mix`` of pi_h ~ N_h sqrt(r_h) (the weights that minimise
+    the variance of Y, sum_h N_h^2 r_h / pi_h) and the rest in proportion to N_h, which keeps
+    every z_h = M_h / pi_h within a bounded multiple of the pool and so the bets large; r_h is the
+    bet's model rate (``model_rates``)."""
+    N = np.asarray(sizes, dtype=np.float64)
+    r = rates if rates is not None else model_rates(np.asarray(reviewed, dtype=np.float64)[None, :],
+                                                    np.asarray(found, dtype=np.float64)[None, :])[0]
+    ney = N * np.sqrt(r)
+    ney = ney / ney.sum() if ney.sum() > 0 else N / N.sum()
+    mix = NEYMAN_MIX if mix is None else mix
+    return np.asarray(mix * ney + (1 - mix) * N / N.sum(), dtype=np.float64)
+
+
+def model_rates(reviewed: FloatArray, found: FloatArray) -> FloatArray:
+    """The bet's model of each stratum's ID rate from the draws so far (rows: moments): the
+    stratum's count shrunk to the pooled rate, which is Jeffreys-smoothed."""
+    n = reviewed.sum(axis=-1, keepdims=True)
+    s = found.sum(axis=-1, keepdims=True)
+    pooled = (s + 0.5) / (n + 1.0)
+    return np.asarray((found + BET_SHRINK * pooled) / (reviewed + BET_SHRINK), dtype=np.float64)
+
+
+def bound_grid(n_max: int) -> IntArray:
+    """The totals the bound tests (fixed before any draw): every integer up to GRID_EXACT, then
+    steps of GRID_STEP, up to ``n_max``."""
+    lo = np.arange(0, min(n_max, GRID_EXACT) + 1, dtype=np.int64)
+    if n_max <= GRID_EXACT:
+        return lo
+    k = int(np.ceil(np.log(n_max / GRID_EXACT) / np.log1p(GRID_STEP)))
+    hi = np.ceil(GRID_EXACT * np.exp(np.arange(1, k + 1) * np.log1p(GRID_STEP))).astype(np.int64)
+    return np.unique(np.concatenate([lo, np.minimum(hi, n_max)]))
+
+
+@dataclass
+class DrawPath:
+    """Per draw i (rows): what the test needs, all fixed before the draw's outcome except ``y``."""
+
+    found_before: FloatArray  # A_{i-1}
+    y: FloatArray  # Y_i
+    y_max: FloatArray  # A_{i-1} + max_h M_h(i) / pi_h
+    mu: FloatArray  # the bet's model of E[Y_i] = A_{i-1} + m_i
+    m2: FloatArray  # and of E[(Y_i - A_{i-1})^2]
+
+
+def draw_path(sizes: Counts, labels: IntArray, xs: IntArray, bases: FloatArray) -> DrawPath:
+    """Y_i and the bet's inputs for draws (``labels``, ``xs``) under base weights ``bases`` (one
+    row per draw, or one row for all)."""
+    N = np.asarray(sizes, dtype=np.float64)
+    lab = np.asarray(labels, dtype=np.int64)
+    x = np.asarray(xs, dtype=np.float64)
+    n, H = len(lab), len(N)
+    onehot = np.zeros((n, H))
+    onehot[np.arange(n), lab] = 1.0
+    t_before = np.cumsum(onehot, axis=0) - onehot
+    s_before = np.cumsum(onehot * x[:, None], axis=0) - onehot * x[:, None]
+    M = N[None, :] - t_before
+    if np.any(M[np.arange(n), lab] <= 0):
+        raise CertifyError("a draw from a stratum with no undrawn images left: the draws do not match the strata")
+    base = np.broadcast_to(np.asarray(bases, dtype=np.float64), (n, H))
+    pi = draw_probabilities(base, M)
+    A = s_before.sum(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = np.where(M > 0, M / pi, 0.0)
+    r = model_rates(t_before, s_before)
+    y = A + x * z[np.arange(n), lab]
+    return DrawPath(found_before=A, y=y, y_max=A + z.max(axis=1), mu=A + (M * r).sum(axis=1), m2=(M * r * z).sum(axis=1))
+
+
+def log_wealth(path: DrawPath, grid: Sequence[float] | NDArray[np.number], *, start: FloatArray | None = None,
+               cap: float | None = None) -> FloatArray:
+    """log K_i(t) for every draw (rows) and grid point (columns). The bet is Kelly's for the
+    bet's model of Y_i reduced to two points with the same first two moments: Y = A_{i-1} with
+    probability 1 - q, A_{i-1} + zbar with probability q (zbar = m2 / m, q = m^2 / m2; exact for
+    one stratum). With u = t - A_{i-1} that is b = (1 - q) / (zbar - u) - q / u, kept >= 0 and
+    <= cap / (Ymax - t), so every factor stays >= 1 - cap. ``start`` adds a running log K from
+    earlier draws (chunked computation)."""
+    t = np.asarray(grid, dtype=np.float64)[None, :]
+    b = bets(path, grid, cap=cap)
+    lk = np.cumsum(np.log1p(b * (t - path.y[:, None])), axis=0)
+    return lk if start is None else lk + start[None, :]
+
+
+def bets(path: DrawPath, grid: Sequence[float] | NDArray[np.number], *, cap: float | None = None) -> FloatArray:
+    """The bet b_i(t) of ``log_wealth`` (rows: draws, columns: grid points)."""
+    c = BET_CAP if cap is None else cap
+    t = np.asarray(grid, dtype=np.float64)[None, :]
+    A = path.found_before[:, None]
+    m = (path.mu - path.found_before)[:, None]
+    m2 = path.m2[:, None]
+    u = t - A
+    with np.errstate(divide="ignore", invalid="ignore"):
+        zbar = np.where(m > 0, m2 / m, np.inf)
+        q = np.where(m2 > 0, m * m / m2, 0.0)
+        b = np.where((u > 0) & (zbar > u), (1 - q) / (zbar - u) - q / u, np.inf)
+        b = np.where(u > 0, KELLY * np.maximum(b, 0.0), 0.0)
+        room = path.y_max[:, None] - t
+        b = np.minimum(b, np.where(room > 0, c / room, c / np.maximum(u, 1.0)))
+    return np.asarray(b, dtype=np.float64)
+
+
+def grid_upper(grid: IntArray, rejected: NDArray[np.bool_], cap: int) -> int:
+    """Largest total not excluded: grid point g covers the totals g .. (next grid point - 1); the
+    totals of a rejected grid point are excluded."""
+    keep = np.flatnonzero(~rejected)
+    if len(keep) == 0:
+        return -1  # every total excluded (probability <= alpha under any truth)
+    k = int(keep[-1])
+    return int(min(cap, grid[k + 1] - 1)) if k + 1 < len(grid) else int(cap)
+
+
+@dataclass
+class BetBound:
+    """The betting bound on the total after the draws, and along the way."""
+
+    total: int  # upper bound on the ID images in the population (found ones included)
+    found: int
+    draws: int
+    size: int
+    history: list[tuple[int, int]]  # (draws, bound on the total)
+    log_wealth: FloatArray  # running max of log K(t) over the draws, per grid point
+    grid: IntArray
+    log_wealth_now: FloatArray  # log K(t) after the last draw, per grid point
+    alpha: float = 0.05
+
+    @property
+    def remainder(self) -> int:
+        return max(0, self.total - self.found)
+
+
+def betting_upper(sizes: Counts, labels: IntArray, xs: IntArray, bases: FloatArray, alpha: float, *,
+                  history_at: Sequence[int] = (), chunk: int = 4096) -> BetBound:
+    """Anytime-valid upper bound on the total ID images over the strata after the draws
+    (``labels``, ``xs``) made with base weights ``bases`` (rows per draw, or one row): the module's
+    notes above and docs/review.md. ``history_at``: draw counts at which to report the bound too."""
+    if not 0 < alpha < 1:
+        raise CertifyError(f"alpha must be between 0 and 1, not {alpha}")
+    N = np.asarray(sizes, dtype=np.int64)
+    lab = np.asarray(labels, dtype=np.int64)
+    x = np.asarray(xs, dtype=np.int64)
+    if len(lab) != len(x) or (len(lab) and (lab.min() < 0 or lab.max() >= len(N))):
+        raise CertifyError("draws must name strata of the plan and come with one outcome each")
+    size = int(N.sum())
+    grid = bound_grid(size)
+    level = float(np.log(1 / alpha))
+    best = np.zeros(len(grid))  # running max of log K: a rejection stays a rejection
+    cur = np.zeros(len(grid))
+    path = draw_path(N, lab, x, np.asarray(bases, dtype=np.float64))
+    want = sorted({int(h) for h in history_at if 0 <= int(h) <= len(lab)})
+    history: list[tuple[int, int]] = []
+    if want and want[0] == 0:
+        history.append((0, size))
+    found = np.concatenate([[0.0], np.cumsum(x)])
+    for lo in range(0, len(lab), chunk):
+        hi = min(len(lab), lo + chunk)
+        sub = DrawPath(*(getattr(path, f)[lo:hi] for f in ("found_before", "y", "y_max", "mu", "m2")))
+        lk = log_wealth(sub, grid, start=cur)
+        run = np.maximum.accumulate(np.vstack([best[None, :], lk]), axis=0)[1:]
+        for h in want:
+            if lo < h <= hi:
+                history.append((h, max(grid_upper(grid, run[h - lo - 1] >= level, size), int(found[h]))))
+        cur, best = lk[-1], run[-1]
+    total = max(grid_upper(grid, best >= level, size), int(x.sum()))
+    return BetBound(total=total, found=int(x.sum()), draws=len(lab), size=size, history=history, log_wealth=best, grid=grid,
+                    log_wealth_now=cur, alpha=alpha)
+
+
+DEFAULT_STRATA = 13
+PILOT_PER_STRATUM = 20
+STAGE_GROWTH = 2.0  # each stage after the pilot is as long as all the draws before it
+
+
+def stage_ends(n_strata: int, size: int, *, pilot: int = PILOT_PER_STRATUM) -> IntArray:
+    """Where the plan's stages end (draw counts): the pilot of ``pilot`` per stratum, then stages
+    that double the draws, up to the whole pool. The draws of a stage get their probabilities
+    from every draw before the stage."""
+    ends = [min(size, max(1, pilot * n_strata))]
+    while ends[-1] < size:
+        ends.append(min(size, int(np.ceil(ends[-1] * STAGE_GROWTH))))
+    return np.asarray(ends, dtype=np.int64)
+
+
+def stage_weights(sizes: Counts, reviewed: Counts | None, found: Counts | None, covariate: FloatArray | None, *,
+                  stage: int, mix: float | None = None) -> FloatArray:
+    """Base weights of a stage: in proportion to size for the pilot (stage 0), else
+    ``bet_allocation`` on the rates the strata's shared logistic curve fits to the draws so far
+    (``fitted_rates``: a pilot that found little still ranks the strata by score)."""
+    N = np.asarray(sizes, dtype=np.float64)
+    if stage == 0 or len(N) == 1 or reviewed is None or found is None:
+        return N / N.sum()
+    x = default_covariate(len(N)) if covariate is None else covariate
+    r = fitted_rates(reviewed, found, x)
+    return bet_allocation(np.asarray(sizes, dtype=np.int64), reviewed, found, mix=mix, rates=r)
+
+
+def stage_bases(stages: Sequence[dict], n: int, n_strata: int) -> FloatArray:
+    """Per draw (rows), the base weights of the stage it belongs to (``stages``: the plan's
+    [{start, end, weights}])."""
+    out = np.zeros((n, n_strata))
+    for st in stages:
+        lo, hi = int(st["start"]), min(n, int(st["end"]))
+        if hi > lo:
+            out[lo:hi] = np.asarray(st["weights"], dtype=np.float64)[None, :]
+    if n and not np.all(out.sum(axis=1) > 0):
+        raise CertifyError("some draws belong to no stage of the plan: the plan's stages do not cover its serving order")
+    return out
+
+
+def betting_expected(sizes: Counts, labels: IntArray, xs: IntArray, base: Sequence[float] | FloatArray, bound: BetBound,
+                     goal_total: float) -> int | None:
+    """Draws still expected before the bound reaches ``goal_total``, if the strata's rates are the
+    bet's model rates and the draws go on with base weights ``base``: the log-wealth the test at
+    the smallest grid point that must still be rejected lacks, over its expected growth per draw.
+    None when the model expects the total above the goal or the pool to run out first."""
+    N = np.asarray(sizes, dtype=np.float64)
+    lab = np.asarray(labels, dtype=np.int64)
+    x = np.asarray(xs, dtype=np.float64)
+    H = len(N)
+    level = float(np.log(1 / bound.alpha))
+    nxt = np.append(bound.grid[1:], bound.size + 1)
+    open_ = (nxt - 1 > goal_total) & (bound.log_wealth < level)
+    if not open_.any():
+        return 0
+    k = int(np.argmax(open_))
+    t_h = np.bincount(lab, minlength=H).astype(np.float64)
+    s_h = np.bincount(lab, weights=x, minlength=H).astype(np.float64)
+    M = N - t_h
+    room = int(M.sum())
+    if room <= 0:
+        return None
+    r = model_rates(t_h[None, :], s_h[None, :])[0]
+    pi = draw_probabilities(np.asarray(base, dtype=np.float64), M)
+    z = np.where(M > 0, M / np.where(pi > 0, pi, 1.0), 0.0)
+    A = float(s_h.sum())
+    one = DrawPath(found_before=np.array([A]), y=np.array([A]), y_max=np.array([A + z.max()]),
+                   mu=np.array([A + float((M * r).sum())]), m2=np.array([float((M * r * z).sum())]))
+    g = float(bound.grid[k])
+    b = float(bets(one, [g])[0, 0])
+    q = pi * r
+    u = g - A
+    growth = float((1 - q.sum()) * np.log1p(b * u) + np.sum(q * np.log1p(np.maximum(b * (u - z), -1 + 1e-12))))
+    if growth <= 0:
+        return None
+    need = int(np.ceil((level - float(bound.log_wealth_now[k])) / growth))
+    return need if need <= room else None

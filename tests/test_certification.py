@@ -55,9 +55,60 @@ def _decide(user, id_items=frozenset(), limit=10_000):
     return served
 
 
-def test_plan_draw_replays_and_the_sample_is_served_first_then_stops_when_certified(tmp_path):
+def test_betting_plan_replays_its_draws_serves_them_first_and_stops_when_certified(tmp_path):
+    """The default method: strata at pipelines.certify.tail_quantiles, a pilot of pilot x strata
+    draws with probabilities in proportion to size, stages queued as reviews come in, the bound
+    from pipelines.certify.betting_upper on the decided prefix, each draw under its stage's weights."""
     source = queue_with_rows(tmp_path, n=60)
     plan = certification_plan_create(source=source, n_strata=3, pilot=4, target=0.3, confidence=0.9, seed=11)
+    assert plan.prior == C.BETTING
+    units = list(CertificationUnit.objects.filter(plan=plan).values_list("item_id", "stratum", "draw", "serve"))
+    sizes = [s["size"] for s in plan.strata]
+    assert len(units) == 60 and sizes == [36, 14, 10]  # finer towards the most ID-like scores
+    for h in range(3):
+        members = sorted(i for i, s, _d, _v in units if s == h)
+        by_draw = [i for i, s, d, _v in sorted(units, key=lambda u: u[2]) if s == h]
+        assert by_draw == [members[j] for j in C.draw_order(sizes[h], seed=11, stratum=h)]
+    # the pilot: 12 draws whose strata replay from (seed, stream 0), each the next of its stratum's order
+    strata = C.draw_strata(sizes=sizes, drawn=[0, 0, 0], base=np.array(sizes) / 60, n=12, seed=11, stream=0)
+    served = sorted((v, s, d) for _i, s, d, v in units if v is not None)
+    assert [s for _v, s, _d in served] == list(strata)
+    assert [d for _v, _s, d in served] == [list(strata[:k]).count(strata[k]) for k in range(12)]
+    assert plan.allocation == [{"start": 0, "end": 12, "weights": [36 / 60, 14 / 60, 10 / 60]}]
+    id_items = {i for i, s, d, _v in units if s == 2 and d < 3}  # three ID images in the top stratum
+    ann = _annotator()
+    pilot = [next(i for i, _s, _d, v in units if v == k) for k in range(12)]
+    seen = _decide(ann, id_items, limit=12)
+    assert seen == pilot
+    sd = certification_refresh(plan=plan)
+    plan.refresh_from_db()
+    assert plan.status == CertificationPlan.Status.SAMPLING and len(plan.allocation) == 2
+    assert plan.allocation[1]["start"] == 12 and plan.allocation[1]["end"] == 24
+    assert AuditLog.objects.filter(action="certification_allocated").exists()
+    bound_after_pilot = sd.cert.remainder_share
+    seen += _decide(ann, id_items)
+    plan.refresh_from_db()
+    assert plan.status == CertificationPlan.Status.CERTIFIED, plan.status
+    cert = plan.certificate
+    assert cert["method_name"] == "betting" and "betting" in cert["method"] and cert["stages"] == plan.allocation
+    assert cert["remainder_id_share_bound"] <= 0.3 < bound_after_pilot
+    assert review_next(user=_annotator("other"), want=1) == []
+    assert ReviewItem.objects.filter(source=source, status=ReviewItem.Status.OPEN).count() == cert["remainder_images"] > 0
+    # the certificate's bound is the pipeline's, recomputed from the serving order and the stages
+    rows = list(CertificationUnit.objects.filter(plan=plan, serve__isnull=False).order_by("serve")
+                .values_list("stratum", "item_id", "item__status"))
+    n = cert["reviews_used"]
+    lab = np.array([s for s, _i, _st in rows[:n]])
+    xs = np.array([int(i in id_items) for _s, i, _st in rows[:n]])
+    direct = C.betting_upper(sizes, lab, xs, C.stage_bases(plan.allocation, n, 3), 0.1)
+    assert cert["remainder_id_bound"] == direct.total - int(xs.sum())
+
+
+def test_plan_draw_replays_and_the_sample_is_served_first_then_stops_when_certified(tmp_path):
+    """The older method, kept by name: equal-count strata, a pilot per stratum, Neyman after."""
+    source = queue_with_rows(tmp_path, n=60)
+    plan = certification_plan_create(source=source, n_strata=3, pilot=4, target=0.3, confidence=0.9, seed=11,
+                                     method="wor-cs/shared")
     units = list(CertificationUnit.objects.filter(plan=plan).values_list("item_id", "stratum", "draw", "serve"))
     assert len(units) == 60 and [s["size"] for s in plan.strata] == [20, 20, 20]
     # the draw replays from the seed: stratum h's order is pipelines.certify.draw_order(seed, h)
@@ -102,6 +153,7 @@ def test_a_conflict_holds_the_bound_until_adjudicated(tmp_path):
 
     review_settings_save(source=source, reviews_required=2)
     plan = certification_plan_create(source=source, n_strata=2, pilot=3, target=0.3, seed=5)
+    assert plan.prior == C.BETTING
     a, b = _annotator("a"), _annotator("b")
     first = review_next(user=a, want=1)[0]
     review_submit(user=a, assignment_id=first.pk, decision="ood")

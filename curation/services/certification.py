@@ -34,15 +34,23 @@ class CertificationError(ValueError):
     """A request the certification refuses; the message says why and what to do."""
 
 
-def certification_plan_create(*, source: Source, score: str = CertificationPlan.Score.NEAREST_ID, n_strata: int = 10,
+def certification_plan_create(*, source: Source, score: str = CertificationPlan.Score.NEAREST_ID, n_strata: int = C.DEFAULT_STRATA,
                               full_top: float = 0.0, confidence: float = 0.95, target: float = 0.005, seed: int | None = None,
-                              pilot: int = 30, minimum_share: float = 0.02, unclear_is_id: bool = True,
-                              model_name: str | None = None, user: User | None = None) -> CertificationPlan:
+                              pilot: int = C.PILOT_PER_STRATUM, minimum_share: float = 0.02, unclear_is_id: bool = True,
+                              model_name: str | None = None, method: str = C.BETTING, user: User | None = None) -> CertificationPlan:
     """Split the source's undecided queue images into score strata, draw a seeded random order
-    per stratum and queue the pilot (the first ``pilot`` draws of every sampled stratum), then the
-    stratum reviewed in full, if any."""
+    per stratum and queue the pilot, then the stratum reviewed in full, if any.
+
+    ``method`` ``betting`` (the default; pipelines/certify.py): strata finer towards the most
+    ID-like scores; the pilot is ``pilot`` x strata draws, each picking a stratum with
+    probability in proportion to its size (a simple random sample of the pool); later stages
+    are queued as the reviews come in (``certification_refresh``). ``wor-cs/shared`` and
+    ``wor-cs/product`` (kept for comparison): equal-count strata, the first ``pilot`` draws of
+    every stratum, then Neyman proportions."""
     if score not in CertificationPlan.Score.values:
         raise CertificationError(f"unknown score {score!r}: use one of {', '.join(CertificationPlan.Score.values)}")
+    if method not in C.METHODS:
+        raise CertificationError(f"unknown method {method!r}: use one of {', '.join(C.METHODS)}")
     if not 0.5 <= confidence < 1:
         raise CertificationError(f"confidence must be at least 0.5 and below 1, not {confidence}")
     if not 0 < target < 1:
@@ -65,18 +73,30 @@ def certification_plan_create(*, source: Source, score: str = CertificationPlan.
     if missing:
         raise CertificationError(f"{missing} queued images of {source.name} have no {score} from {model_name}: "
                                  f"run `python manage.py run_image_pipeline --sources {source.name}` first")
+    betting = method == C.BETTING
+    values = [scores[i] for _x, i in items]
     try:
-        st = C.stratify([scores[i] for _x, i in items], n_strata, full_top=full_top)
+        st = (C.stratify_quantiles(values, C.tail_quantiles(n_strata, len(values)), full_top=full_top) if betting
+              else C.stratify(values, n_strata, full_top=full_top))
     except C.CertifyError as e:
         raise CertificationError(str(e)) from None
     seed = int(seed if seed is not None else secrets.randbits(48))
     H = len(st.full)
-    cov = C.stratum_covariate([scores[i] for _x, i in items], st.labels, H)
+    cov = C.stratum_covariate(values, st.labels, H)
     item_ids = np.array([x for x, _i in items], dtype=np.int64)
     members = [item_ids[st.labels == h] for h in range(H)]
     orders = [members[h][C.draw_order(len(members[h]), seed=seed, stratum=h)] for h in range(H)]
     sampled = [h for h in range(H) if not st.full[h]]
-    first = C.interleave([min(pilot, len(orders[h])) if h in sampled else 0 for h in range(H)])
+    stages: list[dict] = []
+    if betting and sampled:
+        sz = np.array([len(members[h]) for h in sampled], dtype=np.int64)
+        end = int(C.stage_ends(len(sampled), int(sz.sum()), pilot=pilot)[0])
+        base = C.stage_weights(sz, None, None, None, stage=0)
+        first = np.array(sampled, dtype=np.int64)[C.draw_strata(sizes=sz, drawn=np.zeros(len(sz)), base=base, n=end, seed=seed,
+                                                                 stream=0)]
+        stages.append({"start": 0, "end": end, "weights": [float(w) for w in base]})
+    else:
+        first = C.interleave([min(pilot, len(orders[h])) if h in sampled else 0 for h in range(H)])
     serve: dict[int, int] = {}
     pos = [0] * H
     for k, h in enumerate(first):
@@ -92,6 +112,7 @@ def certification_plan_create(*, source: Source, score: str = CertificationPlan.
         plan = CertificationPlan.objects.create(
             source=source, model_name=model_name, score=score, n_strata=n_strata, full_top=full_top, confidence=confidence,
             target=target, seed=seed, pilot=pilot, minimum_share=minimum_share, unclear_is_id=unclear_is_id,
+            prior=C.BETTING if betting else method.split("/")[1], allocation=stages,
             code_version=f"{C.CODE_VERSION} {code_version()}", created_by=user if getattr(user, "pk", None) else None,
             strata=[{"size": int(len(members[h])), "edge": float(st.edges[h]), "full": bool(st.full[h]), "covariate": float(cov[h])}
                     for h in range(H)])
@@ -100,9 +121,15 @@ def certification_plan_create(*, source: Source, score: str = CertificationPlan.
              for h in range(H) for d, it in enumerate(orders[h])], batch_size=5000)
         audit_record(actor=user, action="certification_planned", target=plan,
                      data={"source": source.name, "images": len(items), "strata": [s["size"] for s in plan.strata],
-                           "score": score, "seed": seed, "target": target, "confidence": confidence, "pilot": pilot})
+                           "score": score, "seed": seed, "target": target, "confidence": confidence, "pilot": pilot,
+                           "method": method_name(plan)})
     certification_cache_clear()
     return plan
+
+
+def method_name(plan: CertificationPlan) -> str:
+    """The plan's method as ``pipelines.certify.METHODS`` names it."""
+    return C.BETTING if plan.prior == C.BETTING else f"wor-cs/{plan.prior}"
 
 
 def certification_close(*, plan: CertificationPlan, user: User | None = None) -> CertificationPlan:
@@ -132,6 +159,8 @@ class Standing:
     expected: int | None = None
     gold_miss_rate: float | None = None
     gold_reviews: int = 0
+    method: str = C.BETTING
+    draw_shares: list[float | None] = field(default_factory=list)  # per stratum: its probability in the current stage (betting)
 
     @property
     def bound_share(self) -> float:
@@ -197,6 +226,11 @@ def certification_standing(*, plan: CertificationPlan, history_points: int = 40)
     sz = np.array([sizes[h] for h in samp], dtype=np.int64)
     cv = np.array([cov[h] for h in samp])
     alpha = 1 - plan.confidence
+    if plan.prior == C.BETTING:
+        return _betting_standing(plan=plan, sizes=sizes, full=full, samp=samp, sz=sz, lab_s=lab_s, xv=xv, alpha=alpha,
+                                 full_found=full_found, full_open=full_open, outside_reviewed=outside_reviewed,
+                                 outside_found=outside_found, served=len(sampled_rows), prefix=prefix, waiting=waiting,
+                                 history_points=history_points, against=against)
 
     def cert_at(n: int) -> C.Certificate:
         t = np.bincount(lab_s[:n], minlength=len(samp))
@@ -226,12 +260,72 @@ def certification_standing(*, plan: CertificationPlan, history_points: int = 40)
         w = _weights(plan, sz, rates)
         sd.expected = C.reviews_expected(sizes=sz, rates=rates, weights=w, reviewed=t, alpha=alpha, target=plan.target,
                                          covariate=cv) if cert.full_open == 0 else None
-    g = Review.objects.filter(item__source=plan.source, is_gold=True, gold_correct__isnull=False)
+    _gold(sd, against)
+    return sd
+
+
+def _gold(sd: Standing, against: tuple[str, ...]) -> None:
+    g = Review.objects.filter(item__source=sd.plan.source, is_gold=True, gold_correct__isnull=False)
     gold_ids = g.filter(item__final_decision__in=against)
     n_gold = gold_ids.count()
     if n_gold:
         sd.gold_reviews = n_gold
         sd.gold_miss_rate = gold_ids.filter(gold_correct=False).count() / n_gold
+
+
+def _betting_standing(*, plan: CertificationPlan, sizes: list[int], full: list[bool], samp: list[int], sz: np.ndarray,
+                      lab_s: np.ndarray, xv: np.ndarray, alpha: float, full_found: int, full_open: int, outside_reviewed: int,
+                      outside_found: int, served: int, prefix: int, waiting: int, history_points: int,
+                      against: tuple[str, ...]) -> Standing:
+    """The betting bound (pipelines.certify.betting_upper) on the decided prefix of the plan's
+    draws, each under the base weights of the stage that drew it."""
+    H = len(sizes)
+    n = len(lab_s)
+    stages = list(plan.allocation or [])
+    bases = C.stage_bases(stages, n, len(samp)) if n else np.zeros((0, len(samp)))
+    pts: list[int] = []
+    if n:
+        pts = sorted({int(x) for x in np.unique(np.geomspace(1, n, min(history_points, n)).astype(int))})
+    bb = C.betting_upper(sz, lab_s, xv, bases, alpha, history_at=pts)
+    t = np.bincount(lab_s, minlength=len(samp)).astype(np.int64)
+    s = np.bincount(lab_s, weights=xv, minlength=len(samp)).astype(np.int64)
+    bound = C.Bound(total=bb.total, split=np.zeros(0, dtype=np.int64), mle=np.zeros(0, dtype=np.int64), found=s, reviewed=t,
+                    sizes=sz, alpha=alpha, method=C.BETTING, extra={"draws": n})
+    rem = int(np.sum(sz - t)) - outside_reviewed
+
+    def cert_of(total: int, tt: np.ndarray, ss: np.ndarray, with_outside: bool) -> C.Certificate:
+        b = C.Bound(total=total, split=bound.split, mle=bound.mle, found=ss, reviewed=tt, sizes=sz, alpha=alpha, method=C.BETTING)
+        return C.Certificate(alpha=alpha, target=plan.target, bound=b, full_found=full_found, full_open=full_open,
+                             remainder_size=int(np.sum(sz - tt)) - (outside_reviewed if with_outside else 0),
+                             outside_found=outside_found if with_outside else 0)
+
+    cert = C.Certificate(alpha=alpha, target=plan.target, bound=bound, full_found=full_found, full_open=full_open,
+                         remainder_size=rem, outside_found=outside_found)
+    history = []
+    for k, total in bb.history:
+        tt = np.bincount(lab_s[:k], minlength=len(samp)).astype(np.int64)
+        ss = np.bincount(lab_s[:k], weights=xv[:k], minlength=len(samp)).astype(np.int64)
+        history.append((k, cert_of(total, tt, ss, k == n).remainder_share))
+    reviewed = [0] * H
+    found = [0] * H
+    for j, h in enumerate(samp):
+        reviewed[h], found[h] = int(t[j]), int(s[j])
+    for h in range(H):
+        if full[h]:
+            reviewed[h] = sizes[h] - (full_open if sum(full) == 1 else 0)
+    current = stages[-1]["weights"] if stages else []
+    shares: list[float | None] = [None] * H
+    if len(current) == len(samp):
+        pi = C.draw_probabilities(np.asarray(current, dtype=np.float64), (sz - t).astype(np.float64))
+        for j, h in enumerate(samp):
+            shares[h] = float(pi[j])
+    sd = Standing(plan=plan, sizes=sizes, full=full, reviewed=reviewed, found=found, served=served, decided_prefix=prefix,
+                  waiting=waiting, cert=cert, history=history, method=C.BETTING, draw_shares=shares)
+    if plan.status in OPEN and not cert.certified and n and full_open == 0 and len(current) == len(samp):
+        # certified when the bound on the total, less every ID image found, is <= target x remainder
+        goal = plan.target * rem + int(s.sum()) + outside_found
+        sd.expected = C.betting_expected(sz, lab_s, xv, current, bb, goal)
+    _gold(sd, against)
     return sd
 
 
@@ -260,10 +354,78 @@ def certification_refresh(*, plan: CertificationPlan, user: User | None = None) 
                 plan.status, plan.certificate, plan.certified_at = p.status, p.certificate, p.certified_at
         certification_cache_clear()
         return sd
+    if plan.prior == C.BETTING:
+        if _next_stage_due(plan, sd) and _queue_stage(plan, sd):
+            sd = certification_standing(plan=plan)
+        return sd
     if plan.status == CertificationPlan.Status.PILOT and sd.waiting == 0 and sd.decided_prefix == sd.served:
         _allocate(plan, sd)
         sd = certification_standing(plan=plan)
     return sd
+
+
+def _next_stage_due(plan: CertificationPlan, sd: Standing) -> bool:
+    """The next stage is queued once the pilot is decided, and for later stages once half the
+    current stage is, so the queue does not run dry while the last reviews come in."""
+    stages = plan.allocation or []
+    if not stages:
+        return False
+    last = stages[-1]
+    decided = sum(sd.reviewed[h] for h in range(len(sd.sizes)) if not sd.full[h])
+    if len(stages) == 1:
+        return decided >= int(last["end"])
+    return decided >= (int(last["start"]) + int(last["end"])) // 2
+
+
+def _queue_stage(plan: CertificationPlan, sd: Standing) -> bool:
+    """Draw the next stage's strata (pipelines.certify.draw_strata, stream = stage number) with
+    base weights from every draw decided so far (all of them before the stage: predictable) and
+    give its images serving positions after the last one."""
+    samp = [h for h in range(len(sd.sizes)) if not sd.full[h]]
+    sz = np.array([sd.sizes[h] for h in samp], dtype=np.int64)
+    cv = np.array([plan.strata[h]["covariate"] for h in samp])
+    with transaction.atomic():
+        p = CertificationPlan.objects.select_for_update().get(pk=plan.pk)
+        stages = list(p.allocation or [])
+        if p.status not in OPEN or len(stages) != len(plan.allocation or []):
+            return False
+        k = len(stages)
+        start = int(stages[-1]["end"])
+        ends = C.stage_ends(len(samp), int(sz.sum()), pilot=p.pilot)
+        if k >= len(ends) or start >= int(sz.sum()):
+            return False
+        # counts of the draws queued so far, and the outcomes of those decided
+        index = {h: j for j, h in enumerate(samp)}
+        rows = [index[h] for h in CertificationUnit.objects.filter(plan=p, serve__isnull=False, stratum__in=samp)
+                .values_list("stratum", flat=True)]
+        queued = np.bincount(np.array(rows, dtype=np.int64), minlength=len(samp)).astype(np.int64)
+        t = np.array([sd.reviewed[h] for h in samp], dtype=np.int64)
+        s = np.array([sd.found[h] for h in samp], dtype=np.int64)
+        base = C.stage_weights(sz, t, s, cv, stage=k)
+        lab = C.draw_strata(sizes=sz, drawn=queued, base=base, n=int(ends[k]) - start, seed=p.seed, stream=k)
+        nxt = {h: int(queued[j]) for j, h in enumerate(samp)}
+        by_key = {(u.stratum, u.draw): u for u in CertificationUnit.objects.filter(plan=p, serve__isnull=True, stratum__in=samp)
+                  .only("id", "stratum", "draw")}
+        top = CertificationUnit.objects.filter(plan=p, serve__isnull=False).order_by("-serve").values_list("serve", flat=True).first()
+        pos = (top if top is not None else -1) + 1
+        updates = []
+        for j in lab:
+            h = samp[int(j)]
+            u = by_key[(h, nxt[h])]
+            nxt[h] += 1
+            u.serve = pos
+            pos += 1
+            updates.append(u)
+        CertificationUnit.objects.bulk_update(updates, ["serve"], batch_size=5000)
+        stages.append({"start": start, "end": start + len(lab), "weights": [float(w) for w in base]})
+        p.allocation = stages
+        p.status = CertificationPlan.Status.SAMPLING
+        p.save(update_fields=["status", "allocation"])
+        audit_record(actor=None, action="certification_allocated", target=p,
+                     data={"stage": k, "queued": len(updates), "weights": [round(float(w), 5) for w in base],
+                           "found_so_far": [int(x) for x in s]})
+        plan.status, plan.allocation = p.status, p.allocation
+    return True
 
 
 def _allocate(plan: CertificationPlan, sd: Standing) -> None:
@@ -308,9 +470,15 @@ def _allocate(plan: CertificationPlan, sd: Standing) -> None:
 def certificate_record(sd: Standing) -> dict:
     """What an export's manifest carries."""
     plan, c = sd.plan, sd.cert
+    if plan.prior == C.BETTING:
+        method = ("betting confidence sequence for the ID total (method 'betting'): one test supermartingale per candidate total on "
+                  "importance-weighted draws from score strata, stratum probabilities fixed before each draw, Ville's inequality; "
+                  "no split over strata to pay for")
+    else:
+        method = (f"confidence sequence for sampling without replacement (Waudby-Smith & Ramdas 2020), strata combined by "
+                  f"an intersection-union test, prior {plan.prior} (method '{method_name(plan)}')")
     return {
-        "method": f"confidence sequence for sampling without replacement (Waudby-Smith & Ramdas 2020), strata combined by "
-                  f"an intersection-union test, prior {plan.prior}",
+        "method": method, "method_name": method_name(plan),
         "confidence": plan.confidence, "target": plan.target, "counts_as_id": list(_counts_against(plan)),
         "score": plan.score, "model": plan.model_name, "seed": plan.seed, "plan": plan.pk,
         "strata": [{"size": sd.sizes[h], "reviewed": sd.reviewed[h], "id_found": sd.found[h], "full": sd.full[h],
@@ -320,6 +488,7 @@ def certificate_record(sd: Standing) -> dict:
         "remainder_id_bound": c.remainder_bound, "remainder_id_share_bound": round(c.remainder_share, 6),
         "remainder_id_share_estimate": round(c.estimate, 6),
         "gold_miss_rate": sd.gold_miss_rate, "code_version": plan.code_version,
+        **({"stages": plan.allocation} if plan.prior == C.BETTING else {}),
     }
 
 
