@@ -5,6 +5,37 @@ from . import OPENOOD, Detector, DetectorError, Head, Outputs, Param, register_d
 PCA_SOLVER = "covariance_eigh"
 
 
+def tied_mixture(**kwargs):
+    """scikit-learn's GaussianMixture with covariance_type "tied", its E-step computing X @ L (L the
+    precision's Cholesky factor) once per step instead of once per component, as scikit-learn's
+    loop does: the same products and the same per-component arithmetic, so the same numbers bit
+    for bit (tests/pipelines/test_detectors_reference.py compares the fit with scikit-learn's own),
+    about 5x faster for 50 components."""
+    import math
+
+    from sklearn.mixture import GaussianMixture
+    from sklearn.mixture._gaussian_mixture import _compute_log_det_cholesky
+
+    class TiedMixture(GaussianMixture):
+        def _estimate_log_prob(self, X, xp=None):
+            if not isinstance(X, np.ndarray):  # another array namespace: scikit-learn's own loop
+                return super()._estimate_log_prob(X, xp=xp)
+            n_features = X.shape[1]
+            chol = self.precisions_cholesky_
+            log_det = _compute_log_det_cholesky(chol, "tied", n_features)
+            xl = X @ chol
+            y = np.empty_like(xl)
+            by_component = np.empty((self.means_.shape[0], X.shape[0]), dtype=X.dtype)  # written row by row, contiguous
+            for k in range(self.means_.shape[0]):
+                np.subtract(xl, self.means_[k, :] @ chol, out=y)
+                np.square(y, out=y)
+                np.sum(y, axis=1, out=by_component[k])
+            log_prob = np.ascontiguousarray(by_component.T)
+            return -0.5 * (n_features * math.log(2 * math.pi) + log_prob) + log_det
+
+    return TiedMixture(covariance_type="tied", **kwargs)
+
+
 @register_detector
 class GMM(Detector):
     """Gaussian mixture (OpenOOD's GMM baseline): the penultimate features projected on the top
@@ -26,7 +57,6 @@ class GMM(Detector):
 
     def fit(self, fit: Outputs, head: Head | None = None) -> Detector:
         from sklearn.decomposition import PCA
-        from sklearn.mixture import GaussianMixture
 
         x = fit.features.astype(np.float64)
         dim, k = int(self.params["dim"]), int(self.params["components"])
@@ -39,7 +69,7 @@ class GMM(Detector):
             self.notes.append(f"GMM: {k} components for {len(x)} ID fit images; used {len(x) // 10} (10 images per component)")
             k = len(x) // 10
         self.transform = PCA(n_components=dim, svd_solver=PCA_SOLVER).fit(x).components_.T
-        gm = GaussianMixture(n_components=k, random_state=0, covariance_type="tied").fit(x @ self.transform)
+        gm = tied_mixture(n_components=k, random_state=0).fit(x @ self.transform)
         self.means, self.precision, self.weights = gm.means_, gm.precisions_, gm.weights_
         return self
 

@@ -80,9 +80,29 @@ class Histograms:
         self.head_counts = np.zeros((n, self.nb + 2))
         self.tail_counts = np.zeros((n, self.nb + 2))
 
+    def bin_index(self, values: np.ndarray) -> np.ndarray:
+        """Per value its bin: 0 below the first edge, i for edges[i - 1] <= v < edges[i], nb + 1 at or
+        above the last edge; exactly as comparisons with the edges (np.searchsorted) decide, found by
+        arithmetic and settled by the comparisons for values within rounding distance of an edge."""
+        lo, hi = float(self.edges[0]), float(self.edges[-1])
+        scale = self.nb / (hi - lo) if hi > lo else 0.0
+        if scale == 0.0 or not np.isfinite(scale):
+            return np.searchsorted(self.edges, values, side="right")
+        t = values - lo
+        t *= scale
+        # rounding in t and in the edges is a few ulps of the largest magnitude involved, in bin units
+        tol = 1e-6 + 64 * np.finfo(np.float64).eps * (max(abs(lo), abs(hi)) * scale + self.nb + 2)
+        near = np.abs(t - np.rint(t)) < tol
+        np.clip(t, -1.0, float(self.nb), out=t)
+        idx = np.floor(t).astype(np.intp)
+        idx += 1
+        if near.any():
+            idx[near] = np.searchsorted(self.edges, values[near], side="right")
+        return idx
+
     def _count(self, values: np.ndarray) -> np.ndarray:
         m = len(values)
-        idx = np.searchsorted(self.edges, values, side="right")  # 0: below the first edge, nb + 1: at or above the last
+        idx = self.bin_index(values)
         idx += (np.arange(m) * (self.nb + 2))[:, None]
         return np.bincount(idx.ravel(), minlength=m * (self.nb + 2)).reshape(m, self.nb + 2)
 
@@ -163,9 +183,9 @@ class WeiPer(Detector):
         per_block = max(1, min(self.r, 4096 // max(classes, 1)))
         return perturbed_heads(self.head, self.r, float(self.params["delta"]), int(self.params["seed"]), per_block)
 
-    def _pass(self, x: np.ndarray, hist: Histograms | None) -> tuple[float, float, np.ndarray]:
-        """One pass over the perturbed heads: (smallest value, largest value, mean MSP per image);
-        the perturbed logits are added to ``hist`` when given."""
+    def _pass(self, x: np.ndarray, hist: Histograms | None, msp_too: bool = True) -> tuple[float, float, np.ndarray]:
+        """One pass over the perturbed heads: (smallest value, largest value, mean MSP per image, if
+        asked); the perturbed logits are added to ``hist`` when given."""
         classes = self.head.weight.shape[0]
         lo, hi = np.inf, -np.inf
         msp = np.zeros(len(x))
@@ -174,9 +194,12 @@ class WeiPer(Detector):
             for s in range(0, len(x), ROWS):
                 z = x[s:s + ROWS] @ w.T
                 z += b
-                lo, hi = min(lo, float(z.min())), max(hi, float(z.max()))
-                if hist is not None:
+                if hist is None:
+                    lo, hi = min(lo, float(z.min())), max(hi, float(z.max()))
+                else:
                     hist.add(slice(s, s + ROWS), first * classes, z)
+                if not msp_too:
+                    continue
                 zz = z.reshape(len(z), m, classes)
                 top = zz.max(axis=2, keepdims=True)
                 msp[s:s + ROWS] += (1.0 / np.exp(zz - top).sum(axis=2)).sum(axis=1)
@@ -192,19 +215,19 @@ class WeiPer(Detector):
         self.r, self.bins = int(self.params["r"]), int(self.params["bins"])
         x = fit.features.astype(np.float64)
         self.feature_edges = bin_edges(float(x.min()), float(x.max()), self.bins)
-        lo, hi, _ = self._pass(x, None)
+        lo, hi, _ = self._pass(x, None, msp_too=False)
         self.perturbed_edges = bin_edges(lo, hi, self.bins)
-        feats, pert, _ = self._densities(x)
+        feats, pert, _ = self._densities(x, msp_too=False)
         self.fit_density, self.fit_density_perturbed = feats.mean(axis=0), pert.mean(axis=0)
         return self
 
-    def _densities(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _densities(self, x: np.ndarray, msp_too: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per image: its feature histogram, its perturbed-logit histogram, its mean MSP."""
         rule = str(self.params["histogram"])
         feats = Histograms(len(x), x.shape[1], self.feature_edges, rule)
         feats.add(slice(0, len(x)), 0, x)
         pert = Histograms(len(x), self.r * self.head.weight.shape[0], self.perturbed_edges, rule)
-        _, _, msp = self._pass(x, pert)
+        _, _, msp = self._pass(x, pert, msp_too)
         return feats.densities(), pert.densities(), msp
 
     def score(self, data: Outputs) -> np.ndarray:

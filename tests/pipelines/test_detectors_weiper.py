@@ -245,3 +245,62 @@ def test_weighted_energy_refuses_a_wrong_weights_file_in_one_line(tmp_path):
         with pytest.raises(DetectorError, match="--weighted-energy-weights") as e:
             get_detector("weighted_energy", weights=str(path)).fit(fit, head)
         assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("lo, hi", [(-12.0, 13.0), (1e6, 1e6 + 1e-3), (-3e-9, 5e-9), (0.0, 1.0)])
+def test_weiper_binning_by_arithmetic_equals_comparisons_with_the_edges(lo, hi):
+    """The histogram's fast bin lookup must put every value where comparing it with the edges does
+    (the reference's `samples < bins[1:]` and `>= bins[:-1]`), edges themselves and their float
+    neighbours included."""
+    from pipelines.detectors.weiper import Histograms, bin_edges
+
+    rng = np.random.default_rng(0)
+    edges = bin_edges(lo, hi, 100)
+    span = hi - lo
+    v = np.concatenate([lo + rng.uniform(-0.2, 1.2, 20000) * span, edges, np.nextafter(edges, np.inf), np.nextafter(edges, -np.inf),
+                        [lo, hi, hi + 1e-8, lo - span, hi + span]])
+    got = Histograms(1, len(v), edges, "pooled").bin_index(v[None, :])[0]
+    want = np.array([np.sum(vi >= edges) for vi in v])  # 0 below the first edge ... 101 at or above the last
+    assert np.array_equal(got, want)
+
+
+# -- the faster paths of existing detectors, against their references --------------------------------------
+
+
+def _many_classes(kind, seed=0, n_classes=300, d=64):
+    """A confident classifier of many classes (few fit images share an image's probability mass),
+    where Relation takes its pair-by-pair path."""
+    rng = np.random.default_rng(seed)
+    proto = np.round(np.maximum(rng.normal(0, 1.5, (n_classes, d)), 0) * (rng.random((n_classes, d)) < 0.2) * 8) / 8
+    w = np.round((rng.normal(0, 0.05, (n_classes, d)) + proto / np.maximum(np.linalg.norm(proto, axis=1, keepdims=True), 1)) * 32) / 32
+    b = np.zeros(n_classes)
+    scale = 800.0 if kind == "saturated" else 24.0
+
+    def outputs(n, ood=False):
+        labels = rng.integers(0, n_classes, n)
+        x = np.abs(rng.normal(0.3, 0.3, (n, d))) + (0 if ood else proto[labels])
+        grid = 4 if kind == "tied" else 64
+        x = np.round(x * grid) / grid
+        if kind == "tied":
+            x[1::5] = x[0::5][:len(x[1::5])]
+        logits = (x @ w.T + b) * scale / 8
+        return Outputs(features=x, logits=logits, labels=None if ood else labels)
+
+    fit = outputs(1500)
+    t_id, t_ood = outputs(150), outputs(150, ood=True)
+    test = Outputs(features=np.concatenate([t_id.features, t_ood.features]), logits=np.concatenate([t_id.logits, t_ood.logits]))
+    return fit, test, Head(weight=w, bias=b)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("pw", [1.0, 2.5])
+def test_relations_pair_by_pair_path_equals_openoods_formula(kind, pw):
+    from tests.pipelines.test_detectors_reference import ref_relation, sm
+
+    fit, test, head = _many_classes(kind)
+    pp = sm(np.asarray(test.logits, np.float64)) @ sm(np.asarray(fit.logits, np.float64)).T
+    assert (pp > 0.03).mean() < 0.02  # the pair-by-pair path is the one taken
+    got = get_detector("relation", pow=pw).fit(fit, head).score(test)
+    want = ref_relation(fit, test, head, pw=pw)
+    assert (want > 0).mean() > 0.3  # edges are kept: the test can fail
+    _close(got, want)
