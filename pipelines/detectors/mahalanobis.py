@@ -15,6 +15,13 @@ def min_distances(x: np.ndarray, means: np.ndarray, precision: np.ndarray) -> np
     return (np.sum(xp * x, axis=1)[:, None] - 2.0 * xp @ means.T + np.sum((means @ precision) * means, axis=1)[None, :])
 
 
+def min_class_distances(data: Outputs, means: np.ndarray, precision: np.ndarray) -> np.ndarray:
+    """[n] the smallest squared class distance of each image of ``data``, computed once per set and
+    class Gaussians (Mahalanobis and Relative Mahalanobis score with the same ones)."""
+    return shared(data, ("min_class_distances", id(means), id(precision)),
+                  lambda: min_distances(data.features.astype(np.float64), means, precision).min(axis=1), means, precision)
+
+
 def class_gaussians(fit: Outputs, what: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(class means, shared precision, labelled fit features): Lee et al.'s tied-covariance model,
     computed once per fit set for every detector that uses it."""
@@ -46,4 +53,4 @@ class Mahalanobis(Detector):
         return self
 
     def score(self, data: Outputs) -> np.ndarray:
-        return -min_distances(data.features.astype(np.float64), self.means, self.precision).min(axis=1)
+        return -min_class_distances(data, self.means, self.precision)

@@ -98,7 +98,12 @@ class OpenMax(Detector):
         omega = np.zeros((n, n_classes))
         ranked = np.argsort(v, axis=1)[:, ::-1][:, :alpha]  # numpy's default argsort, reversed, as the reference
         np.put_along_axis(omega, ranked, (alpha + 1 - np.arange(1, alpha + 1)) / alpha, axis=1)
-        dist = cdist(v, self.mavs)  # [n, classes], Euclidean, computed directly (no |a|^2 - 2ab + |b|^2)
+        # Euclidean distances to the class means, computed directly (no |a|^2 - 2ab + |b|^2), as the reference;
+        # only the top alpha classes' are ever used (omega is 0 elsewhere, where w's value drops out), so only
+        # they are computed, each by cdist as the reference's whole matrix (the same numbers)
+        dist = np.zeros((n, n_classes))
+        for i in range(n):
+            dist[i, ranked[i]] = cdist(v[i:i + 1], self.mavs[ranked[i]])[0]
         x = dist + 1.0 - self.small[None, :]
         scale, shape = self.weibull[:, 0], self.weibull[:, 1]
         fitted = ~np.isnan(scale)

@@ -1,7 +1,7 @@
 import numpy as np
 
 from . import OPENOOD, Detector, Head, Outputs, register_detector
-from .mahalanobis import class_gaussians, min_distances, shared_precision
+from .mahalanobis import class_gaussians, min_class_distances, min_distances, shared_precision
 
 
 @register_detector
@@ -23,6 +23,6 @@ class RelativeMahalanobis(Detector):
 
     def score(self, data: Outputs) -> np.ndarray:
         x = data.features.astype(np.float64)
-        md = min_distances(x, self.means, self.precision).min(axis=1)
+        md = min_class_distances(data, self.means, self.precision)
         md0 = min_distances(x, self.global_mean, self.global_precision)[:, 0]
         return -(md - md0)

@@ -3,12 +3,30 @@ import numpy as np
 from . import OPENOOD, Detector, DetectorError, Head, Outputs, Param, logsumexp, register_detector, require_head, shared
 
 
+def head_origin(head: Head) -> np.ndarray:
+    """u = -pinv(W) b, the minimum-norm least-squares solution of W u = -b. By a QR decomposition of W
+    (or of W^T when C < d) where that triangle is well conditioned (LAPACK's estimate of its
+    reciprocal condition above 1e-7: u then agrees with the SVD pseudo-inverse's to about 1e-9 or
+    better), about 20x faster than the SVD for a 1,000 x 1,280 head; the SVD otherwise."""
+    from scipy.linalg import lapack, qr, solve_triangular
+
+    w, b = head.weight, head.bias
+    wide = w.shape[0] < w.shape[1]
+    q, r = qr(w.T if wide else w, mode="economic")
+    rcond, info = lapack.dtrcon(r, norm="1", uplo="U", diag="N")
+    if info != 0 or not rcond > 1e-7:
+        return -np.linalg.pinv(w) @ b
+    if wide:  # W = R^T Q^T: the minimum-norm solution is Q R^-T (-b)
+        return q @ solve_triangular(r, -b, trans="T")
+    return solve_triangular(r, q.T @ -b)  # W = Q R, full column rank: the least-squares solution
+
+
 def uncentred_eigh(fit: Outputs, head: Head) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(u = -pinv(W) b, eigenvalues descending, their eigenvectors) of the uncentred covariance of
     the fit features offset by u: ViM's and Residual's principal space, computed once per fit set
     and last layer."""
     def compute():
-        u = -np.linalg.pinv(head.weight) @ head.bias
+        u = head_origin(head)
         x = fit.features.astype(np.float64) - u
         eigval, eigvec = np.linalg.eigh(x.T @ x / len(x))
         order = np.argsort(eigval)[::-1]

@@ -304,3 +304,16 @@ def test_relations_pair_by_pair_path_equals_openoods_formula(kind, pw):
     want = ref_relation(fit, test, head, pw=pw)
     assert (want > 0).mean() > 0.3  # edges are kept: the test can fail
     _close(got, want)
+
+
+@pytest.mark.parametrize("shape, singular", [((120, 200), False), ((200, 120), False), ((60, 60), False), ((120, 200), True)])
+def test_vims_origin_by_qr_equals_the_pseudo_inverse(shape, singular):
+    """ViM's u = -pinv(W) b (OpenOOD's vim_postprocessor.py), for wide, tall, square and rank-deficient heads."""
+    from pipelines.detectors.vim import head_origin
+
+    rng = np.random.default_rng(1)
+    w, b = rng.normal(0, 0.05, shape), rng.normal(0, 0.5, shape[0])
+    if singular:
+        w[7], b[7] = w[3], b[3]  # two equal rows: rank deficient, the pseudo-inverse's solution
+    want = -np.linalg.pinv(w) @ b
+    np.testing.assert_allclose(head_origin(Head(weight=w, bias=b)), want, rtol=0, atol=1e-12 * np.abs(want).max())
