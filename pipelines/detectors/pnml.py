@@ -1,6 +1,7 @@
 import numpy as np
 
 from . import Detector, DetectorError, Head, Outputs, register_detector, softmax
+from .mahalanobis import spd_inverse
 
 PNML_REFERENCE = "kobybibas/pnml_ood_detection@0533589204b0 src/score_utils.py (the authors' code)"
 
@@ -31,7 +32,10 @@ class PNML(Detector):
             raise DetectorError("pNML: the ID fit set is empty")
         x = pnml_features(fit.features)
         gram = x.T @ x
-        self.p_parallel = np.linalg.pinv(gram, hermitian=True)  # X^T X is symmetric: eigh instead of an SVD
+        # X^T X is symmetric: its inverse by Cholesky where positive definite and well conditioned (where
+        # pinv is the inverse), else the pseudo-inverse by eigh instead of an SVD
+        inverse = spd_inverse(gram)
+        self.p_parallel = np.linalg.pinv(gram, hermitian=True) if inverse is None else inverse
         self.p_bot = np.eye(len(gram)) - self.p_parallel @ gram
         return self
 
