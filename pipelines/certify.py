@@ -816,10 +816,11 @@ PILOT_PER_STRATUM = 20
 STAGE_GROWTH = 2.0  # each stage after the pilot is as long as all the draws before it
 
 
-def stage_ends(n_strata: int, size: int, *, pilot: int = PILOT_PER_STRATUM) -> IntArray:
+def stage_ends(n_strata: int, size: int, *, pilot: int | None = None) -> IntArray:
     """Where the plan's stages end (draw counts): the pilot of ``pilot`` per stratum, then stages
     that double the draws, up to the whole pool. The draws of a stage get their probabilities
     from every draw before the stage."""
+    pilot = PILOT_PER_STRATUM if pilot is None else pilot
     ends = [min(size, max(1, pilot * n_strata))]
     while ends[-1] < size:
         ends.append(min(size, int(np.ceil(ends[-1] * STAGE_GROWTH))))

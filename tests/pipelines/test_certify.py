@@ -170,3 +170,209 @@ def test_bad_input_is_named():
         C.hypergeom_upper(10, 5, 1, 1.5)
     with pytest.raises(C.CertifyError, match="strata"):
         C.stratify([1.0, 2.0], 0)
+
+
+# -- the betting method (the plans' default) ----------------------------------------------------------
+#
+# Written here from the definitions in pipelines/certify.py's notes and docs/review.md, with
+# plain loops: draw i takes stratum h with probability pi_h (the base weights over the strata
+# with items left), Y_i = A_{i-1} + x_i M_h(i) / pi_h, and for each candidate total t the
+# wealth K_i(t) = prod (1 + b_j(t) (t - Y_j)).
+
+
+def loop_path(sizes, labels, xs, bases):
+    """Per draw: (A_{i-1}, Y_i, pi of every stratum, M of every stratum, per-stratum draws and
+    finds before it), by a plain loop."""
+    H = len(sizes)
+    t = [0] * H
+    s = [0] * H
+    out = []
+    for i, (h, x) in enumerate(zip(labels, xs)):
+        base = bases[i] if np.ndim(bases) == 2 else bases
+        M = [sizes[k] - t[k] for k in range(H)]
+        w = [base[k] if M[k] > 0 else 0.0 for k in range(H)]
+        pi = [v / sum(w) for v in w]
+        A = sum(s)
+        y = A + x * M[h] / pi[h]
+        out.append((A, y, pi, M, list(t), list(s)))
+        t[h] += 1
+        s[h] += x
+    return out
+
+
+def loop_bet(A, pi, M, t_before, s_before, t, cap):
+    """The plug-in Kelly bet for the two-point reduction of the model of Y, written out."""
+    n, S = sum(t_before), sum(s_before)
+    pooled = (S + 0.5) / (n + 1.0)
+    r = [(s_before[k] + C.BET_SHRINK * pooled) / (t_before[k] + C.BET_SHRINK) for k in range(len(M))]
+    z = [M[k] / pi[k] if M[k] > 0 else 0.0 for k in range(len(M))]
+    m = sum(M[k] * r[k] for k in range(len(M)))
+    m2 = sum(M[k] * r[k] * z[k] for k in range(len(M)))
+    u = t - A
+    if u <= 0:
+        return 0.0
+    zbar, q = m2 / m, m * m / m2
+    b = (1 - q) / (zbar - u) - q / u if zbar > u else math.inf
+    b = C.KELLY * max(b, 0.0)
+    ymax = A + max(z)
+    return min(b, cap / (ymax - t)) if ymax > t else min(b, cap / max(u, 1.0))
+
+
+def loop_log_wealth(sizes, labels, xs, bases, grid, cap=C.BET_CAP):
+    rows = loop_path(sizes, labels, xs, bases)
+    lk = np.zeros((len(rows), len(grid)))
+    for g, t in enumerate(grid):
+        acc = 0.0
+        for i, (A, y, pi, M, tb, sb) in enumerate(rows):
+            b = loop_bet(A, pi, M, tb, sb, float(t), cap)
+            acc += math.log(1 + b * (t - y))
+            lk[i, g] = acc
+    return lk
+
+
+def test_betting_draws_by_hand():
+    # strata of 6 and 2 items, equal base weights: the top stratum is drawn out, then only the other
+    path = C.draw_path([6, 2], np.array([1, 1, 0, 0]), np.array([1, 0, 1, 0]), np.array([0.5, 0.5]))
+    assert list(path.found_before) == [0, 1, 1, 2]
+    assert list(path.y) == [0 + 2 / 0.5, 1, 1 + 6 / 1.0, 2]  # 4, then 1, then (M=6, pi=1) 7, then 2
+    assert list(path.y_max) == [0 + 6 / 0.5, 1 + 6 / 0.5, 1 + 6, 2 + 5]
+    with pytest.raises(C.CertifyError, match="no undrawn"):
+        C.draw_path([6, 2], np.array([1, 1, 1]), np.array([0, 0, 0]), np.array([0.5, 0.5]))
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_betting_wealth_and_bound_match_a_loop(seed):
+    rng = np.random.default_rng(seed)
+    sizes = [40, 25, 12, 6]
+    truth = [rng.random(n) < p for n, p in zip(sizes, (0.02, 0.1, 0.3, 0.7))]
+    bases = np.array([0.3, 0.3, 0.25, 0.15])
+    labels = C.draw_strata(sizes=sizes, drawn=[0, 0, 0, 0], base=bases, n=70, seed=seed, stream=0)
+    pos = [0] * 4
+    xs = []
+    for h in labels:
+        xs.append(int(truth[h][pos[h]]))
+        pos[h] += 1
+    xs = np.array(xs)
+    grid = C.bound_grid(sum(sizes))
+    assert list(grid) == list(range(sum(sizes) + 1))  # small pools: every total is tested
+    want = loop_log_wealth(sizes, labels, xs, bases, grid)
+    got = C.log_wealth(C.draw_path(sizes, labels, xs, bases), grid)
+    assert np.allclose(got, want, atol=1e-9)
+    # the bound: the largest total whose test never reached 1/alpha, at every moment
+    b = C.betting_upper(sizes, labels, xs, bases, 0.1, history_at=range(1, 71))
+    for k, total in b.history:
+        rejected = (np.maximum.accumulate(want[:k], axis=0) >= math.log(10)).any(axis=0)
+        open_totals = [T for T in range(sum(sizes) + 1) if not rejected[T]]
+        assert total == max(max(open_totals), int(xs[:k].sum()))
+    # the importance-weighted draw is unbiased for the total, exactly, before every draw
+    T = sum(int(v.sum()) for v in truth)
+    for A, _y, pi, M, tb, sb in loop_path(sizes, labels, xs, bases):
+        left = [int(truth[h][tb[h]:].sum()) for h in range(4)]  # ID images not drawn yet
+        mean = A + sum(pi[h] * (left[h] / M[h]) * (M[h] / pi[h]) for h in range(4) if M[h] > 0)
+        assert mean == pytest.approx(T)
+
+
+def test_betting_factors_are_a_supermartingale_under_every_true_null():
+    """For every t <= T: E[1 + b(t) (t - Y) | past] <= 1, by enumerating the next draw (stratum
+    with pi_h, ID with probability left_h / M_h); and every possible factor stays positive."""
+    rng = np.random.default_rng(5)
+    sizes = [30, 10, 5]
+    truth = [rng.random(n) < p for n, p in zip(sizes, (0.05, 0.3, 0.8))]
+    T = sum(int(v.sum()) for v in truth)
+    bases = np.array([0.5, 0.3, 0.2])
+    labels = C.draw_strata(sizes=sizes, drawn=[0, 0, 0], base=bases, n=40, seed=9, stream=0)
+    pos = [0] * 3
+    xs = []
+    for h in labels:
+        xs.append(int(truth[h][pos[h]]))
+        pos[h] += 1
+    rows = loop_path(sizes, labels, np.array(xs), bases)
+    for A, _y, pi, M, tb, sb in rows:
+        left = [int(truth[h][tb[h]:].sum()) for h in range(3)]
+        for t in range(A + 1, sum(sizes) + 1):
+            b = loop_bet(A, pi, M, tb, sb, float(t), C.BET_CAP)
+            outcomes = [(pi[h] * left[h] / M[h], A + M[h] / pi[h]) for h in range(3) if M[h] > 0]
+            outcomes += [(pi[h] * (1 - left[h] / M[h]), A) for h in range(3) if M[h] > 0]
+            mean = sum(p * (1 + b * (t - y)) for p, y in outcomes)
+            if t <= T:
+                assert mean <= 1 + 1e-12
+            worst = min(1 + b * (t - y) for _p, y in outcomes)
+            assert worst > 0 and worst >= 1 - C.BET_CAP - 1e-12
+
+
+def test_betting_coverage_on_a_seeded_simulation():
+    """200 pools of 2,000 images, 5% ID, scores with AUROC 0.9; the plan's strata and stages;
+    the curator looks after every review up to 500. The bound (95%) must hold at every look in
+    at least 93% of pools (95% less a binomial margin), checked both through the test at the
+    true total's grid point and through the bound itself."""
+    rng = np.random.default_rng(37)
+    misses = 0
+    tighter = 0
+    for pool in range(200):
+        n = 2000
+        y = (np.arange(n) < 100).astype(np.int64)
+        scores = rng.normal(0, 1, n) + np.sqrt(2) * stats.norm.ppf(0.9) * y
+        st = C.stratify_quantiles(scores, C.tail_quantiles(6, n))
+        N = st.sizes
+        H = len(N)
+        cov = C.stratum_covariate(scores, st.labels, H)
+        seqs = [y[np.flatnonzero(st.labels == h)][C.draw_order(int(N[h]), seed=pool, stratum=h)] for h in range(H)]
+        labels = np.zeros(0, dtype=np.int64)
+        xs = np.zeros(0, dtype=np.int64)
+        bases = np.zeros((0, H))
+        for k, end in enumerate(C.stage_ends(H, n, pilot=10)):
+            end = min(int(end), 500)
+            if end <= len(labels):
+                break
+            t = np.bincount(labels, minlength=H)
+            s = np.bincount(labels, weights=xs, minlength=H)
+            base = C.stage_weights(N, t, s, cov, stage=k)
+            lab = C.draw_strata(sizes=N, drawn=t, base=base, n=end - len(labels), seed=pool, stream=k)
+            pos = t.copy()
+            new = []
+            for h in lab:
+                new.append(seqs[h][pos[h]])
+                pos[h] += 1
+            labels, xs = np.concatenate([labels, lab]), np.concatenate([xs, new])
+            bases = np.vstack([bases, np.tile(base, (len(lab), 1))])
+        b = C.betting_upper(N, labels, xs, bases, 0.05, history_at=range(1, len(labels) + 1))
+        held = all(total >= 100 for _k, total in b.history)
+        g = int(np.searchsorted(b.grid, 100, side="right")) - 1
+        lk = C.log_wealth(C.draw_path(N, labels, xs, bases), b.grid[g:g + 1])
+        assert held == bool(lk.max() < math.log(20))  # the bound misses exactly when the test at g(T) rejects
+        misses += not held
+        tighter += b.total - int(xs.sum()) < 2000 - len(labels)
+    assert misses <= 14
+    assert tighter == 200  # and it says something: below the trivial bound in every pool
+
+
+def test_strata_draws_replay_respect_sizes_and_follow_the_weights():
+    sizes = [50, 30, 5]
+    a = C.draw_strata(sizes=sizes, drawn=[0, 0, 0], base=[0.2, 0.3, 0.5], n=85, seed=4, stream=1)
+    assert np.array_equal(a, C.draw_strata(sizes=sizes, drawn=[0, 0, 0], base=[0.2, 0.3, 0.5], n=85, seed=4, stream=1))
+    assert not np.array_equal(a, C.draw_strata(sizes=sizes, drawn=[0, 0, 0], base=[0.2, 0.3, 0.5], n=85, seed=4, stream=2))
+    assert list(np.bincount(a, minlength=3)) == sizes  # every item once, none over
+    big = C.draw_strata(sizes=[10**6] * 3, drawn=[0, 0, 0], base=[0.2, 0.3, 0.5], n=30000, seed=1, stream=0)
+    freq = np.bincount(big, minlength=3) / 30000
+    assert stats.chisquare(freq * 30000, [6000, 9000, 15000]).pvalue > 1e-4
+    with pytest.raises(C.CertifyError, match="positive draw weight"):
+        C.draw_strata(sizes=sizes, drawn=[0, 0, 0], base=[0.0, 0.5, 0.5], n=10, seed=1, stream=0)
+
+
+def test_grid_bound_and_expected_reviews():
+    grid = np.array([0, 1, 2, 3, 5, 8, 12])
+    assert C.grid_upper(grid, np.array([0, 0, 0, 1, 1, 1, 1], dtype=bool), 20) == 2
+    assert C.grid_upper(grid, np.array([0, 0, 0, 0, 1, 0, 1], dtype=bool), 20) == 11  # 8..11 still open
+    assert C.grid_upper(grid, np.zeros(7, dtype=bool), 20) == 20
+    assert list(C.tail_quantiles(13, 10**6)[:2]) == [0.0, pytest.approx(1 - 0.002 ** (1 / 12))]
+    st = C.stratify_quantiles(np.arange(1000.0), C.tail_quantiles(4, 1000))
+    assert list(st.sizes) == [785, 154, 31, 30][: len(st.sizes)] or st.sizes.sum() == 1000
+    # a pool with 2% ID after 2,000 draws of a simple random sample: more reviews are expected
+    rng = np.random.default_rng(3)
+    xs = (rng.random(2000) < 0.02).astype(np.int64)
+    lab = np.zeros(2000, dtype=np.int64)
+    b = C.betting_upper([100_000], lab, xs, np.ones(1), 0.05)
+    goal = 0.025 * (100_000 - 2000) + xs.sum()
+    more = C.betting_expected([100_000], lab, xs, [1.0], b, goal)
+    assert more is not None and 100 < more < 50_000
+    assert C.betting_expected([100_000], lab, xs, [1.0], b, b.total + 10) == 0
