@@ -6,15 +6,16 @@ half-written left behind.
 
 The killed worker has one function slowed (tests/integration/slow_worker.py) so the kill lands
 mid-work; the uninterrupted reference runs in this process. Redis redelivery is kept at an hour:
-only the resume can finish the job. Kinds covered here: ingest, class filter, extraction,
-export, unit tests, covariate shift, embedding map; duplicate search and evaluation are killed and resumed in
-tests/integration/test_resume.py. test_every_kind_is_covered fails when a kind is added without
-a kill-and-resume scenario."""
+only the resume can finish the job. Every registered kind has a scenario here: ingest, class
+filter, extraction, duplicate search, export, unit tests, covariate shift, evaluation and the
+embedding map (tests/integration/test_resume.py adds the stage commands' own --resume paths).
+test_every_kind_is_covered fails when a kind is added without a kill-and-resume scenario."""
 from __future__ import annotations
 
 import hashlib
 import io
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -30,7 +31,6 @@ from tests.integration.test_celery_worker import services_env, wait_until, worke
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
 STALE_AFTER = 3
-COVERED_ELSEWHERE = {"dedup", "evaluate"}  # tests/integration/test_resume.py
 
 
 @pytest.fixture
@@ -40,12 +40,13 @@ def env(services_env, tmp_path, settings):  # noqa: F811
     settings.EXPORT_ROOT = tmp_path / "exports"
     settings.EVAL_ROOT = tmp_path / "evaluations"
     settings.SOURCE_ALLOWED_ROOTS = [tmp_path / "sources"]
+    settings.EVAL_CHUNK_SIZE, settings.EXTRACT_BATCH_SIZE = 2, 4  # the reference runs as the workers do
     (tmp_path / "sources").mkdir()
     return {**services_env, "OODC_JOB_HEARTBEAT_S": "0.5", "OODC_JOB_STALE_AFTER_S": str(STALE_AFTER),
             "CELERY_VISIBILITY_TIMEOUT": "3600", "OODC_FEATURE_STORE": str(tmp_path / "features"),
             "OODC_EXPORT_ROOT": str(tmp_path / "exports"), "OODC_EVAL_ROOT": str(tmp_path / "evaluations"),
             "OODC_SOURCE_ROOTS": str(tmp_path / "sources"), "OODC_INGEST_CHUNK_SIZE": "3", "OODC_EXTRACT_CHUNK_SIZE": "4",
-            "OODC_EXTRACT_BATCH_SIZE": "4"}
+            "OODC_EXTRACT_BATCH_SIZE": "4", "OODC_EVAL_CHUNK_SIZE": "2"}
 
 
 def manage(env, *args, timeout=300):
@@ -169,6 +170,70 @@ class Extract:
         return "reference"
 
 
+def _names() -> dict[int, str]:
+    return {pk: f"{src}/{rel}" for pk, src, rel in Image.objects.values_list("pk", "source__name", "relative_path")}
+
+
+class Duplicates:
+    kind = "dedup"
+    slow = ("pipelines.near_dups:find_duplicates", 60)  # features loaded, the groups not yet written
+
+    def prepare(self, tmp_path, env):
+        from PIL import Image as PILImage
+
+        from fixtures.images import transformed_copies
+        from pipelines.classifiers import imagenet_1k_classes
+        from tests.conftest import real_photo
+        from tests.review_data import ingest
+
+        make_image_folder(tmp_path / "pool", n_good=8, classes=["sky", "hayfield"])
+        # near-duplicates within the pool (a photo and its copies) and of an ID image (another photo)
+        for photo, folder in (("coffee.png", tmp_path / "pool" / "sky"), ("camera.png", tmp_path / "pool" / "hayfield")):
+            with PILImage.open(real_photo(photo)) as im:
+                for name, data in list(transformed_copies(im).items())[:3]:
+                    (folder / f"{Path(photo).stem}_{name}").write_bytes(data)
+        id_class = tmp_path / "idref" / imagenet_1k_classes()[0][0]
+        id_class.mkdir(parents=True)
+        (id_class / "camera.png").write_bytes(real_photo("camera.png").read_bytes())
+        quiet("add_source", "pool", str(tmp_path / "pool"))
+        ingest("idref", tmp_path / "idref", role="id")
+        quiet("run_image_pipeline", sources=["pool", "idref"], no_dedup=True)
+
+    def queue(self, tmp_path, env):
+        shell(env, "from curation.services.image_pipeline import dedup_start; dedup_start()")
+
+    def ready(self, job):
+        return job.status == "running"
+
+    def killed_id(self, job):
+        return job.pk
+
+    def result(self, tmp_path, which):
+        from curation.models import ClassVisualSignal
+
+        job = Job.objects.get(pk=which)
+        assert job.status == "done"
+        names = _names()
+        rows = sorted((names[image], names.get(group), re.sub(r"\d+$", lambda m: names[int(m.group())], drop), names.get(near),
+                       None if sim is None else round(sim, 4))
+                      for image, group, drop, near, sim in ImageEmbedding.objects.filter(image__source__name="pool").values_list(
+                          "image_id", "dup_group", "drop_reason", "nearest_id_image_id", "nearest_id_similarity"))
+        assert len(rows) == len({r[0] for r in rows}) == 14
+        drops = {r[2].partition(":")[0] for r in rows}
+        assert {"near_duplicate_of", "duplicate_of_id"} <= drops, rows  # the search found something to compare
+        signals = sorted(ClassVisualSignal.objects.values_list("candidate_class__folder", "n_images", "top_wnid", "flagged", "reason"))
+        return {"rows": rows, "signals": signals, "result": job.result}
+
+    def reference(self, tmp_path):
+        from curation.models import ClassVisualSignal
+        from curation.services.image_pipeline import dedup_run_inline, dedup_start
+
+        ImageEmbedding.objects.update(dup_group=None, drop_reason="", search_group=None, search_drop="", nearest_id_image=None,
+                                      nearest_id_similarity=None)  # nothing of the killed run's search left to find
+        ClassVisualSignal.objects.all().delete()
+        return dedup_run_inline(job=dedup_start(enqueue=False)).pk
+
+
 def _export_files(export: Export) -> dict:
     from curation.services.exports import export_path
 
@@ -274,6 +339,93 @@ class CovariateShift:
         return "reference"
 
 
+def _drawing(svg: str) -> str:
+    """An SVG plot without what matplotlib makes differently each time: the date in its metadata
+    and the random ids of clip paths and markers (numbered here in order of appearance)."""
+    svg = re.sub(r"<metadata>.*?</metadata>", "", svg, flags=re.S)
+    ids = {old: f"id{i}" for i, old in enumerate(dict.fromkeys(re.findall(r'id="([^"]+)"', svg)))}
+    if ids:
+        svg = re.sub("|".join(re.escape(i) for i in sorted(ids, key=len, reverse=True)), lambda m: ids[m.group()], svg)
+    return svg
+
+
+def _without_timings(value):
+    """Results without the seconds each detector took."""
+    if isinstance(value, dict):
+        return {k: _without_timings(v) for k, v in value.items() if k != "seconds"}
+    if isinstance(value, list):
+        return [_without_timings(v) for v in value]
+    return value
+
+
+class Evaluation:
+    kind = "evaluate"
+    slow = ("pipelines.extract:extract", 1.0)
+    args = ["evaluate", "--export", "wexp", "--id-test", "source:wtest", "--id-fit", "source:wfit", "--methods", "msp,energy,knn",
+            "--sanity-seeds", "0"]
+
+    def prepare(self, tmp_path, env):
+        from curation.services.review import review_cache_clear
+        from tests.review_data import id_sets
+        from tests.test_exports import reviewed_pool
+
+        review_cache_clear()
+        reviewed_pool(tmp_path, n=10, name="wpool", answer=lambda img: ("ood", []))
+        review_cache_clear()
+        quiet("export", "--name", "wexp", "--source", "wpool")
+        id_sets(tmp_path, {"wtest": (3, 96), "wfit": (6, 112)})
+
+    def queue(self, tmp_path, env):
+        self.waiting = subprocess.Popen([sys.executable, "manage.py", *self.args, "--queue"], cwd=REPO, env=env,
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def ready(self, job):
+        return JobChunk.objects.filter(job=job, done=True).count() >= 2
+
+    def after_resume(self):
+        assert self.waiting.wait(timeout=180) == 0
+
+    def killed_id(self, job):
+        from curation.models import EvaluationRun
+
+        return EvaluationRun.objects.get(job=job).pk
+
+    def result(self, tmp_path, which):
+        import numpy as np
+        from django.conf import settings
+
+        from curation.models import EvalFeatureSet, EvaluationRun
+
+        run = EvaluationRun.objects.get(pk=which)
+        assert run.status == "done" and run.job.progress == run.job.total == 10 + 6 + 12
+        assert sorted(JobChunk.objects.filter(job=run.job).values_list("index", flat=True)) == list(range(14))  # none twice
+        root = Path(settings.EVAL_ROOT)
+        results = json.loads(json.dumps(run.results))
+        outputs = {}
+        for model, r in results["models"].items():
+            for role, pk in r.pop("cache").items():  # the cache rows' ids differ between runs; their arrays must not
+                row = EvalFeatureSet.objects.get(pk=pk)
+                with np.load(root / row.path) as data:
+                    outputs[(model, role)] = {k: hashlib.sha256(np.ascontiguousarray(data[k]).tobytes()).hexdigest() for k in data.files}
+                    assert len(set(data["keys"].tolist())) == len(data["keys"]) == row.images  # every image once
+        files = {str(p.relative_to(root / "runs" / str(run.pk))): hashlib.sha256(_drawing(p.read_text()).encode()).hexdigest()
+                 for p in sorted((root / "runs" / str(run.pk)).rglob("*")) if p.is_file()}
+        assert files and all(f.endswith(".svg") for f in files)
+        return {"results": _without_timings(results), "outputs": outputs, "files": files}
+
+    def reference(self, tmp_path):
+        import shutil
+
+        from django.conf import settings
+
+        from curation.models import EvalFeatureSet, EvaluationRun
+
+        EvalFeatureSet.objects.all().delete()  # the reference computes every output again, uninterrupted
+        shutil.rmtree(Path(settings.EVAL_ROOT) / "cache")
+        quiet(*self.args)
+        return EvaluationRun.objects.order_by("-pk").first().pk
+
+
 class EmbeddingMap:
     kind = "embedding_map"
     slow = ("curation.services.embedding_map:project", 60)  # features loaded, the projection not yet written
@@ -309,11 +461,12 @@ class EmbeddingMap:
         return "reference"
 
 
-SCENARIOS = [Ingest(), ClassFilter(), Extract(), ExportKind(), UnitTests(), CovariateShift(), EmbeddingMap()]
+SCENARIOS = [Ingest(), ClassFilter(), Extract(), Duplicates(), ExportKind(), UnitTests(), CovariateShift(), Evaluation(),
+             EmbeddingMap()]
 
 
 def test_every_kind_is_covered():
-    covered = {s.kind for s in SCENARIOS} | COVERED_ELSEWHERE
+    covered = {s.kind for s in SCENARIOS}
     assert covered == set(jobs.registered_kinds()), f"add a kill-and-resume scenario for {set(jobs.registered_kinds()) - covered}"
 
 
@@ -344,4 +497,13 @@ def test_killed_mid_work_and_resumed_equals_an_uninterrupted_run(scenario, env, 
 
     workers.stop_all()
     reference = scenario.result(tmp_path, scenario.reference(tmp_path))
-    assert killed == reference
+    assert killed == reference, differences(killed, reference)
+
+
+def differences(a, b, where="") -> list[str]:
+    """Where two results differ (for the failure message)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [d for k in sorted(set(a) | set(b), key=str) for d in differences(a.get(k), b.get(k), f"{where}/{k}")]
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple) and len(a) == len(b):
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in differences(x, y, f"{where}[{i}]")]
+    return [] if a == b else [f"{where}: {a!r:.200} != {b!r:.200}"]
