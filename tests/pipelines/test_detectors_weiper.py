@@ -317,3 +317,29 @@ def test_vims_origin_by_qr_equals_the_pseudo_inverse(shape, singular):
         w[7], b[7] = w[3], b[3]  # two equal rows: rank deficient, the pseudo-inverse's solution
     want = -np.linalg.pinv(w) @ b
     np.testing.assert_allclose(head_origin(Head(weight=w, bias=b)), want, rtol=0, atol=1e-12 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("duplicates", [False, True])
+def test_knns_float32_screen_finds_the_float64_kth_neighbour(duplicates):
+    """KNN screens with a float32 product and recomputes the band around the K-th value in float64;
+    against OpenOOD's formula (ref_knn), with near-equal similarities and with a bank of duplicates
+    (the band then holds most of the bank and the block takes the float64 product)."""
+    from tests.pipelines.test_detectors_reference import ref_knn
+
+    rng = np.random.default_rng(2)
+    d = 200
+    fit_x = np.abs(rng.normal(0.5, 0.3, (900, d)))
+    if duplicates:
+        fit_x[300:] = fit_x[0]  # 600 copies of one image
+    else:
+        fit_x[300:600] = fit_x[:300] * (1 + 1e-7 * rng.random((300, 1)))  # near-equal directions: similarities 1e-14 apart
+    test_x = np.abs(rng.normal(0.5, 0.3, (130, d)))
+    test_x[:30] = fit_x[:30]
+    fit = Outputs(features=fit_x, logits=np.zeros((900, 3)), labels=np.zeros(900, dtype=int))
+    test = Outputs(features=test_x, logits=np.zeros((130, 3)))
+    for k in (1, 5, 50, 400):
+        got = get_detector("knn", k=k).fit(fit, None).score(test)
+        want = ref_knn(fit, test, None, k=k)
+        # atol: at distance 0 (a test image equal to a fit image) |a - b| = sqrt(2 - 2 a.b), the form KNN
+        # has always used, is about 1e-8 rather than 0 (a.b rounds to 1 - 1e-16), in either product
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-7)
