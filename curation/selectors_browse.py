@@ -31,13 +31,28 @@ BROWSE_SORT_LABELS = {
 FINAL_LABELS = ("ood", "id", "unclear", "not_target", "open", "conflict", "unqueued")
 
 
+DECIDED_BY = {
+    "review": "the reviews agreed",
+    "adjudication": "adjudicated (a conflict decided by a curator)",
+    "curator": "a curator's label from the browser",
+    "certificate": "not reviewed, admitted by a met certificate",
+}
+PAGE_SIZES = (24, 48, 60, 96, 120, 240)
+PAGE_MAX = 100_000  # a page number past this is refused: the jump reads its way to the page
+
+
 @dataclass
 class BrowseFilters:
     source: str = ""
     cls: int | None = None  # candidate class id
+    cls_name: str = ""  # a typed class name that stands for several classes (the same wnid in several sources)
+    cls_ids: tuple[int, ...] = ()  # ... and those classes
     status: str = ""  # Image.Status
     label: str = ""  # a final decision, or open / conflict / unqueued
     top1: str = ""  # wnid
+    annotator: str = ""  # a username: images this annotator reviewed
+    note: str = ""  # "yes" / "no": a review or the final decision has a note
+    decided: str = ""  # a key of DECIDED_BY
     group: int | None = None  # duplicate group (the image id it keeps)
     dropped: str = ""  # "yes": dropped by the duplicate search; "no": kept
     excluded: str = ""  # "yes" / "no": excluded by a curator
@@ -48,12 +63,16 @@ class BrowseFilters:
     msp_max: float | None = None
     sort: str = "id"
     model: str = ""
+    size: int | None = None  # thumbnails a page (None: the setting)
 
     def query(self, **changes) -> str:
         """The filters as a query string (for links that keep them)."""
         from urllib.parse import urlencode
 
         values = {**self.__dict__, **changes}
+        values.pop("cls_ids", None)
+        if values.get("cls") is not None:
+            values["cls_name"] = ""
         return urlencode({k: v for k, v in values.items() if v not in (None, "") and not (k == "sort" and v == "id")})
 
 
@@ -72,10 +91,17 @@ def _number(query, name: str, kind, lo=None, hi=None):
     return value
 
 
+def _is_wnid(text: str) -> bool:
+    return len(text) == 9 and text[0] == "n" and text[1:].isdigit() and text.isascii()
+
+
 def browse_filters_from(query) -> BrowseFilters:
     """The browser's filters from a query string (a QueryDict or dict); unknown values are a
-    BrowseError naming the parameter and what it takes."""
+    BrowseError naming the parameter and what it takes. Class and top-1 may be given by name
+    (``cls_name``, ``top1`` / ``top1_name``): the class search's rule finds them, and a name
+    that stands for more than one class is a BrowseError listing them."""
     from django.conf import settings
+    from django.contrib.auth.models import User
 
     from pipelines.names import InvalidName, check_name
 
@@ -87,22 +113,37 @@ def browse_filters_from(query) -> BrowseFilters:
         except InvalidName as exc:
             raise BrowseError(str(exc)) from None
     f.cls = _number(query, "cls", int, 1, 2**62)
+    name = (query.get("cls_name") or "").strip()[:200]
+    if f.cls is None and name:
+        ids = class_ids_for_name(name, source=f.source)
+        if len(ids) == 1:
+            f.cls = ids[0]
+        else:
+            f.cls_name, f.cls_ids = name, tuple(ids)
     f.status = (query.get("status") or "").strip()
     if f.status and f.status not in Image.Status.values:
         raise BrowseError(f"status must be one of {', '.join(Image.Status.values)}, not {f.status[:40]!r}")
     f.label = (query.get("label") or "").strip()
     if f.label and f.label not in FINAL_LABELS:
         raise BrowseError(f"label must be one of {', '.join(FINAL_LABELS)}, not {f.label[:40]!r}")
-    f.top1 = (query.get("top1") or "").strip()
-    if f.top1 and not (len(f.top1) == 9 and f.top1[0] == "n" and f.top1[1:].isdigit()):
-        raise BrowseError(f"top1 must be a wnid like n01440764, not {f.top1[:40]!r}")
+    top1 = (query.get("top1") or "").strip()[:200]
+    top1_name = (query.get("top1_name") or "").strip()[:200]
+    if top1 and not _is_wnid(top1):
+        top1, top1_name = "", top1  # a name written into top1: looked up as one
+    f.top1 = top1 or (top1_wnid_for_name(top1_name) if top1_name else "")
+    f.annotator = (query.get("annotator") or "").strip()[:150]
+    if f.annotator and (not f.annotator.isprintable() or not User.objects.filter(username=f.annotator).exists()):
+        raise BrowseError(f"annotator={f.annotator[:40]!r}: no such user (pick one from the list)")
+    f.decided = (query.get("decided") or "").strip()
+    if f.decided and f.decided not in DECIDED_BY:
+        raise BrowseError(f"decided must be one of {', '.join(DECIDED_BY)}, not {f.decided[:40]!r}")
     f.group = _number(query, "group", int, 1, 2**62)
     f.export = _number(query, "export", int, 1, 2**62)
-    for name in ("dropped", "excluded"):
-        value = (query.get(name) or "").strip()
+    for yes_no in ("dropped", "excluded", "note"):
+        value = (query.get(yes_no) or "").strip()
         if value not in ("", "yes", "no"):
-            raise BrowseError(f"{name} must be yes or no, not {value[:40]!r}")
-        setattr(f, name, value)
+            raise BrowseError(f"{yes_no} must be yes or no, not {value[:40]!r}")
+        setattr(f, yes_no, value)
     f.sim_min, f.sim_max = _number(query, "sim_min", float, -1, 1), _number(query, "sim_max", float, -1, 1)
     f.msp_min, f.msp_max = _number(query, "msp_min", float, 0, 1), _number(query, "msp_max", float, 0, 1)
     f.sort = (query.get("sort") or "id").strip()
@@ -111,6 +152,9 @@ def browse_filters_from(query) -> BrowseFilters:
     f.model = (query.get("model") or "").strip() or settings.DEFAULT_MODEL
     if len(f.model) > 200:
         raise BrowseError("model is longer than 200 characters")
+    f.size = _number(query, "size", int, 1, 500)
+    if f.size == settings.BROWSE_PAGE_SIZE:
+        f.size = None
     return f
 
 
@@ -121,6 +165,28 @@ class BrowsePage:
     count: int  # matching images, up to COUNT_CAP
     count_capped: bool
     sort_note: str = ""
+    number: int = 1  # which page this is (1 = the first)
+    size: int = 60
+    cursor: str = ""  # the cursor this page starts after ("" on the first page)
+    past_end: bool = False  # a jump beyond the last page
+
+    @property
+    def last(self) -> int | None:
+        """The last page's number, where the count is exact."""
+        return None if self.count_capped else max(1, -(-self.count // self.size))
+
+    def numbers(self, around: int = 2) -> list[int | None]:
+        """Page numbers to link: the first, a few either side of this one, the last where known
+        (None marks a gap)."""
+        last = self.last
+        top = last if last is not None else self.number + (1 if self.next_cursor else 0)  # as far as is known
+        wanted = sorted({1, *range(max(1, self.number - around), min(top, self.number + around) + 1), *([last] if last else [])})
+        out: list[int | None] = []
+        for n in wanted:
+            if out and n - (out[-1] or 0) > 1:
+                out.append(None)
+            out.append(n)
+        return out
 
 
 COUNT_CAP = 1_000  # "1000+ matching": counting further costs more than the page itself at 1M images
@@ -131,7 +197,10 @@ def browse_queryset(f: BrowseFilters, *emb_conditions: Q):
     ``emb_conditions``) go into one ``filter()`` so they share one join: Django joins a
     multi-valued relation again for each separate filter() call, which costs a join per
     condition and defeats the sorted index scan."""
-    from django.db.models import FilteredRelation
+    from django.db.models import CharField, Exists, FilteredRelation, OuterRef, Subquery
+    from django.db.models.functions import Cast
+
+    from curation.models import AuditLog, CertificationPlan, CertificationUnit, Review
 
     qs = Image.objects.annotate(emb=FilteredRelation("embeddings", condition=Q(embeddings__model_name=f.model)))
     where: list[Q] = []
@@ -139,6 +208,8 @@ def browse_queryset(f: BrowseFilters, *emb_conditions: Q):
         where.append(Q(source__name=f.source))
     if f.cls is not None:
         where.append(Q(candidate_class_id=f.cls))
+    elif f.cls_ids:
+        where.append(Q(candidate_class_id__in=list(f.cls_ids)))
     if f.status:
         where.append(Q(status=f.status))
     if f.label in ("ood", "id", "unclear", "not_target"):
@@ -153,6 +224,28 @@ def browse_queryset(f: BrowseFilters, *emb_conditions: Q):
         where.append(Q(excluded_reason=""))
     if f.export is not None:
         where.append(Q(export_memberships__export_id=f.export))
+    if f.annotator:
+        where.append(Exists(Review.objects.filter(item__image=OuterRef("pk"), annotator__username=f.annotator)))
+    if f.note:  # an annotator's note on a review, or the note of the final decision (adjudication, a curator's label)
+        review_note = Exists(Review.objects.filter(item__image=OuterRef("pk"), note__gt=""))
+        if f.note == "yes":
+            where.append(review_note | Q(review_item__final_note__gt=""))
+        else:
+            where.append(~review_note & (Q(review_item__isnull=True) | Q(review_item__final_note="")))
+    if f.decided == "review":
+        where.append(Q(review_item__status="complete"))
+    elif f.decided in ("adjudication", "curator"):
+        # a curator's label from the browser is audited as an adjudication "via" the browser; the
+        # latest adjudication of the image says which it was
+        via = (AuditLog.objects.filter(action="review_adjudicated", target_type="curation.reviewitem",
+                                       target_id=Cast(OuterRef("review_item__id"), CharField()))
+               .order_by("-created_at", "-id").values("data__via")[:1])
+        qs = qs.annotate(decided_via=Subquery(via))
+        where.append(Q(review_item__status="adjudicated"))
+        where.append(Q(decided_via__isnull=False) if f.decided == "curator" else Q(decided_via__isnull=True))
+    elif f.decided == "certificate":
+        certified = CertificationUnit.objects.filter(item=OuterRef("review_item"), plan__status=CertificationPlan.Status.CERTIFIED)
+        where.append(Q(review_item__status="open") & Exists(certified))
     if f.top1:
         where.append(Q(emb__top1_wnid=f.top1))
     if f.group is not None:
@@ -181,11 +274,12 @@ def _parse_cursor(cursor: str, numeric: bool) -> tuple[float | None, int]:
         raise BrowseError(f"after={cursor[:40]!r} is not a page cursor of the browser: start again from the first page") from None
 
 
-def image_browse(*, filters: BrowseFilters, after: str = "", page_size: int = 60) -> BrowsePage:
-    """One page of images matching ``filters``, in the order asked, after the cursor ``after``
-    (keyset pagination: each page costs the same however deep it is). Sorting by a prediction
-    lists only the images that have that value."""
+def _ordered(filters: BrowseFilters, *, after: tuple[float | None, int] | None = None, backwards: bool = False):
+    """(queryset in the browser's order, or the reverse, after the (value, id) cursor; the
+    embedding field sorted by, or None; the count's queryset; the note on sorting)."""
     field_name, desc = BROWSE_SORTS[filters.sort]
+    if backwards:
+        desc = not desc
     note = ""
     sorted_by: list[Q] = []
     key = f"emb__{field_name}" if field_name else None
@@ -195,10 +289,9 @@ def image_browse(*, filters: BrowseFilters, after: str = "", page_size: int = 60
         order = [F(key).desc(), F("id").desc()] if desc else [F(key).asc(), F("id").asc()]
     else:
         order = [F("id").desc()] if desc else [F("id").asc()]
-    count_qs = browse_queryset(filters, *sorted_by)
     after_cursor: list[Q] = []
-    if after:
-        value, last = _parse_cursor(after, key is not None)
+    if after is not None:
+        value, last = after
         if key is None:
             after_cursor.append(Q(id__lt=last) if desc else Q(id__gt=last))
         # (key, id) after the cursor; the plain bound on the key alone lets PostgreSQL start its
@@ -207,31 +300,173 @@ def image_browse(*, filters: BrowseFilters, after: str = "", page_size: int = 60
             after_cursor += [Q(**{f"{key}__lte": value}), Q(**{f"{key}__lt": value}) | Q(**{key: value, "id__lt": last})]
         else:
             after_cursor += [Q(**{f"{key}__gte": value}), Q(**{f"{key}__gt": value}) | Q(**{key: value, "id__gt": last})]
-    qs = browse_queryset(filters, *sorted_by, *after_cursor)
-    fields = ["id", "source__name", "relative_path", "width", "height", "status", "excluded_reason", "candidate_class_id",
-              "candidate_class__folder", "candidate_class__wnid", "candidate_class__synset_name",
-              "emb__top1_wnid", "emb__top1_prob", "emb__max_softmax", "emb__nearest_id_similarity", "emb__dup_group",
-              "emb__drop_reason", "review_item__status", "review_item__final_decision"]
-    rows = list(qs.order_by(*order).values(*fields)[:page_size + 1])
+    qs = browse_queryset(filters, *sorted_by, *after_cursor).order_by(*order)
+    return qs, field_name, browse_queryset(filters, *sorted_by), note
+
+
+ROW_FIELDS = ["id", "source__name", "relative_path", "width", "height", "status", "error_code", "error", "duplicate_of_id",
+              "excluded_reason", "candidate_class_id", "candidate_class__folder", "candidate_class__wnid",
+              "candidate_class__synset_name", "emb__top1_wnid", "emb__top1_prob", "emb__max_softmax", "emb__nearest_id_similarity",
+              "emb__dup_group", "emb__drop_reason", "review_item__status", "review_item__final_decision"]
+
+
+def _seek(filters: BrowseFilters, number: int, size: int) -> str | None:
+    """The cursor page ``number`` starts after: the last row of the page before, read by its
+    position (OFFSET over the sorted index, key and id only); None past the end."""
+    qs, field_name, _count, _note = _ordered(filters)
+    key = f"emb__{field_name}" if field_name else "id"
+    row = qs.values_list(key, "id")[(number - 1) * size - 1:(number - 1) * size]
+    got = list(row)
+    if not got:
+        return None
+    return _cursor(got[0][0] if field_name else None, got[0][1])
+
+
+def image_browse(*, filters: BrowseFilters, after: str = "", page_size: int = 60, page: int = 1) -> BrowsePage:
+    """One page of images matching ``filters``, in the order asked, after the cursor ``after``
+    (keyset pagination: each page costs the same however deep it is). ``page`` is the page's
+    number: with a cursor it only labels the page; without one, page N is found by reading
+    past the (N-1) pages before it, once, and the links from there are cursors again. Sorting
+    by a prediction lists only the images that have that value."""
+    if not 1 <= page <= PAGE_MAX:
+        raise BrowseError(f"page={page} is outside 1..{PAGE_MAX}")
+    past_end = False
+    if not after and page > 1:
+        sought = _seek(filters, page, page_size)
+        if sought is None:
+            past_end = True
+        else:
+            after = sought
+    field_name = BROWSE_SORTS[filters.sort][0]
+    cursor = _parse_cursor(after, field_name is not None) if after else None
+    qs, field_name, count_qs, note = _ordered(filters, after=cursor)
+    rows = [] if past_end else list(qs.values(*ROW_FIELDS)[:page_size + 1])
     more = len(rows) > page_size
     rows = rows[:page_size]
     for r in rows:
         r["class_label"] = class_label(r["candidate_class__wnid"], r["candidate_class__synset_name"], r["candidate_class__folder"] or "")
+        r["readable"] = r["status"] == Image.Status.OK
+        r["selectable"] = r["readable"] or bool(r["excluded_reason"])  # what the selection's actions can apply to
     nxt = None
     if more and rows:
         last = rows[-1]
         nxt = _cursor(last[f"emb__{field_name}"] if field_name else None, last["id"])
     n = count_qs.order_by().values("id")[:COUNT_CAP + 1].count()  # COUNT over a LIMITed subquery: bounded cost
-    return BrowsePage(rows=rows, next_cursor=nxt, count=min(n, COUNT_CAP), count_capped=n > COUNT_CAP, sort_note=note)
+    return BrowsePage(rows=rows, next_cursor=nxt, count=min(n, COUNT_CAP), count_capped=n > COUNT_CAP, sort_note=note,
+                      number=page, size=page_size, cursor=after, past_end=past_end)
+
+
+def browse_neighbours(*, filters: BrowseFilters, image_id: int) -> tuple[int | None, int | None]:
+    """The images before and after ``image_id`` in the browser's order under ``filters`` (the
+    image page's previous / next); (None, None) where the image has no place in that order (no
+    value for the sort)."""
+    field_name = BROWSE_SORTS[filters.sort][0]
+    value = None
+    if field_name is not None:
+        from curation.models import ImageEmbedding
+
+        value = ImageEmbedding.objects.filter(image_id=image_id, model_name=filters.model).values_list(field_name, flat=True).first()
+        if value is None:
+            return None, None
+    nxt = _ordered(filters, after=(value, image_id))[0].values_list("id", flat=True).first()
+    prev = _ordered(filters, after=(value, image_id), backwards=True)[0].values_list("id", flat=True).first()
+    return prev, nxt
+
+
+# -- class search for the filters (pipelines/class_search.py) --------------------------------------
+
+def _candidate_class_index(source: str = ""):
+    from curation.models import CandidateClass
+    from pipelines.class_search import ClassIndex, SearchEntry
+
+    rows = CandidateClass.objects.select_related("source").order_by("source__name", "folder")
+    if source:
+        rows = rows.filter(source__name=source)
+    entries = []
+    for c in rows:
+        lemmas = [x.replace("_", " ") for x in c.lemmas or []]  # as WordNet spells them ("crossword_puzzle")
+        name = ((lemmas or [""])[0] or (c.synset_name.rsplit(".", 2)[0].replace("_", " ") if c.synset_name else "")) if c.wnid else c.folder
+        entries.append(SearchEntry(name or c.folder, (*lemmas, c.folder), c.gloss or c.description, c.wnid, c))
+    return ClassIndex(entries)
+
+
+def class_ids_for_name(name: str, *, source: str = "") -> list[int]:
+    """The candidate classes a typed name stands for (``resolve_one``: one class, or the classes
+    of one wnid in several sources); BrowseError otherwise."""
+    from pipelines.class_search import Ambiguous, resolve_one
+
+    try:
+        found = resolve_one(name, _candidate_class_index(source), what="cls_name",
+                            same=lambda e: e.wnid or f"{e.ref.source_id}/{e.ref.folder}")
+    except Ambiguous as exc:
+        raise BrowseError(str(exc)) from None
+    return [e.ref.pk for e in found]
+
+
+def _top1_index():
+    from pipelines.class_search import imagenet_1k_index
+    from pipelines.imagenet import ClassListError
+
+    try:
+        return imagenet_1k_index()
+    except ClassListError as exc:
+        raise BrowseError(f"the top-1 classes cannot be searched: {exc}") from None
+
+
+def top1_wnid_for_name(name: str) -> str:
+    from pipelines.class_search import Ambiguous, resolve_one
+
+    try:
+        return resolve_one(name, _top1_index(), what="top1")[0].wnid
+    except Ambiguous as exc:
+        raise BrowseError(str(exc)) from None
+
+
+def top1_label(wnid: str) -> str:
+    """A top-1 wnid's name, as the search lists it ("crossword puzzle")."""
+    if not wnid:
+        return ""
+    try:
+        index = _top1_index()
+    except BrowseError:
+        return wnid
+    return next((e.name for e in index.entries if e.wnid == wnid), wnid)
+
+
+def class_search(*, kind: str, q: str, source: str = "", limit: int = 12) -> list[dict]:
+    """The browser's type-ahead: candidate classes (``kind="class"``, of one source if given) or
+    the ImageNet-1K classes a model predicts (``kind="top1"``), ranked by the class search's rule."""
+    if source:
+        from pipelines.names import InvalidName, check_name
+
+        try:
+            check_name(source, what="source")
+        except InvalidName as exc:
+            raise BrowseError(str(exc)) from None
+    if kind == "class":
+        hits = _candidate_class_index(source).search(q, limit=limit)
+        return [{"id": h.entry.ref.pk, "name": h.entry.name, "lemmas": list(h.entry.lemmas[:-1]), "gloss": h.entry.gloss,
+                 "wnid": h.entry.wnid, "label": h.entry.ref.label, "source": h.entry.ref.source.name, "folder": h.entry.ref.folder,
+                 "tier": h.tier} for h in hits]
+    if kind == "top1":
+        return [{"wnid": h.entry.wnid, "name": h.entry.name, "lemmas": list(h.entry.lemmas), "gloss": h.entry.gloss, "tier": h.tier}
+                for h in _top1_index().search(q, limit=limit)]
+    raise BrowseError(f"kind must be class or top1, not {kind[:40]!r}")
 
 
 def browse_choices() -> dict:
-    """What the browser's filter menus offer: sources, and the exports."""
-    from curation.models import Export
+    """What the browser's filter menus offer: sources, exports, the annotators who reviewed,
+    where decisions came from, page sizes."""
+    from django.conf import settings
 
+    from curation.models import Export, Review
+
+    annotators = list(Review.objects.order_by().values_list("annotator__username", flat=True).distinct())
     return {"sources": list(Source.objects.order_by("name").values_list("name", flat=True)),
             "exports": list(Export.objects.filter(status="done").order_by("-created_at").values("id", "name", "version")[:100]),
-            "statuses": Image.Status.choices, "labels": FINAL_LABELS, "sorts": list(BROWSE_SORT_LABELS.items())}
+            "statuses": Image.Status.choices, "labels": FINAL_LABELS, "sorts": list(BROWSE_SORT_LABELS.items()),
+            "annotators": sorted(annotators, key=str.lower), "decided_by": list(DECIDED_BY.items()),
+            "page_sizes": sorted({*PAGE_SIZES, settings.BROWSE_PAGE_SIZE})}
 
 
 def image_detail(*, image_id: int) -> dict | None:
@@ -261,3 +496,25 @@ def image_detail(*, image_id: int) -> dict | None:
                    .order_by("-created_at")[:50])
     return {"image": image, "models": models, "item": item, "reviews": reviews, "exports": exports, "overrides": overrides,
             "history": history}
+
+
+_NOUN_INDEX: dict[str, object] = {}
+
+
+def noun_search(q: str, *, limit: int = 12) -> list[dict]:
+    """WordNet nouns for mapping a class folder, ranked by the class search's rule (the index is
+    made once per process and WordNet copy). Raises WordNetUnavailable without WordNet."""
+    from django.conf import settings
+
+    from pipelines.class_search import ClassIndex, SearchEntry
+    from pipelines.wordnet_graph import load_noun_graph
+
+    graph = load_noun_graph(settings.NLTK_DATA, build=False)
+    index = _NOUN_INDEX.get(graph.source_sha1)
+    if not isinstance(index, ClassIndex):
+        index = ClassIndex(SearchEntry(graph.label(i), tuple(x.replace("_", " ") for x in graph.lemmas[i]), graph.glosses[i],
+                                       graph.wnid(i), i) for i in range(len(graph.names)))
+        _NOUN_INDEX.clear()
+        _NOUN_INDEX[graph.source_sha1] = index
+    return [{"wnid": h.entry.wnid, "name": graph.names[h.entry.ref], "label": h.entry.name, "lemmas": list(h.entry.lemmas),
+             "gloss": h.entry.gloss, "tier": h.tier} for h in index.search(q, limit=limit)]

@@ -15,11 +15,23 @@ from django.views.decorators.http import require_GET, require_POST
 from curation import selectors
 from curation.models import CandidateClass, Source
 from curation.roles import CURATOR, RESEARCHER
+from curation.selectors_browse import (
+    BrowseError,
+    BrowseFilters,
+    browse_choices,
+    browse_filters_from,
+    browse_neighbours,
+    class_search,
+    image_browse,
+    noun_search,
+    top1_label,
+)
 from curation.services.browse import ActionReport, BrowseActionError, images_exclude, images_include, images_label, images_requeue
 from curation.services.duplicates import DuplicateError, duplicate_group, duplicate_groups, duplicate_override_clear, duplicate_override_set
 from curation.services.similar import SimilarError, images_to_front
 from labeling_ui.http import object_id
 from labeling_ui.review_views import request_roles, role_required
+from pipelines.numbers import whole_number
 
 
 def _back(request, fallback: str) -> str:
@@ -38,21 +50,52 @@ def _ids(request) -> list[int]:
         raise BrowseActionError(str(exc)) from None
 
 
+def _page_number(request) -> int:
+    raw = request.GET.get("page", "").strip()
+    if not raw:
+        return 1
+    try:
+        return whole_number(raw, "page")
+    except ValueError:
+        raise BrowseError(f"page={raw[:40]!r} is not a page number") from None
+
+
+def _images_url(query: str) -> str:
+    return f"{reverse('labeling_ui:images')}?{query}" if query else reverse("labeling_ui:images")
+
+
 @require_GET
 @role_required(CURATOR, RESEARCHER)
 def images(request):
     try:
-        filters = selectors.browse_filters_from(request.GET)
-        page = selectors.image_browse(filters=filters, after=request.GET.get("after", "")[:200], page_size=settings.BROWSE_PAGE_SIZE)
-    except selectors.BrowseError as exc:
-        return render(request, "labeling_ui/browse.html", {"error": str(exc), "f": selectors.BrowseFilters(), **selectors.browse_choices()},
+        filters = browse_filters_from(request.GET)
+        size = filters.size or settings.BROWSE_PAGE_SIZE
+        page = image_browse(filters=filters, after=request.GET.get("after", "")[:200], page_size=size, page=_page_number(request))
+    except BrowseError as exc:
+        return render(request, "labeling_ui/browse.html", {"error": str(exc), "f": BrowseFilters(), **browse_choices(),
+                                                           "size": settings.BROWSE_PAGE_SIZE, "typed": {
+                                                               "cls_name": request.GET.get("cls_name", "")[:200],
+                                                               "top1_name": (request.GET.get("top1_name") or request.GET.get("top1", ""))[:200]}},
                       status=400)
     cls = CandidateClass.objects.filter(pk=filters.cls).select_related("source").first() if filters.cls else None
+    # a tile's link carries the filters and this page's place, so the image page can step through
+    # the same list and come back to this page
+    here_query = filters.query(after=page.cursor or None, page=page.number if page.number > 1 else None)
+    numbers = [(n, _images_url(filters.query(page=n if n > 1 else None)) if n else "") for n in page.numbers()]
     return render(request, "labeling_ui/browse.html", {
-        "f": filters, "page": page, "cls": cls, "can_act": CURATOR in request_roles(request), **selectors.browse_choices(),
-        "next_url": f"{reverse('labeling_ui:images')}?{filters.query(after=page.next_cursor)}" if page.next_cursor else "",
-        "first_url": f"{reverse('labeling_ui:images')}?{filters.query()}", "paged": bool(request.GET.get("after")),
+        "f": filters, "page": page, "cls": cls, "can_act": CURATOR in request_roles(request), **browse_choices(),
+        "size": size, "top1_name": top1_label(filters.top1),
+        "next_url": _images_url(filters.query(after=page.next_cursor, page=page.number + 1)) if page.next_cursor else "",
+        "prev_url": _images_url(filters.query(page=page.number - 1 if page.number > 2 else None)) if page.number > 1 else "",
+        "numbers": numbers, "tile_query": here_query, "jump_fields": _hidden_fields(filters),
         "here": request.get_full_path()})
+
+
+def _hidden_fields(filters: BrowseFilters) -> list[tuple[str, str]]:
+    """The filters as hidden fields of the jump-to-page form."""
+    from urllib.parse import parse_qsl
+
+    return parse_qsl(filters.query())
 
 
 @require_POST
@@ -94,7 +137,21 @@ def image_detail(request, image_id: int):
     d = selectors.image_detail(image_id=image_id)
     if d is None:
         raise Http404(f"no image {image_id}")
-    return render(request, "labeling_ui/image_detail.html", {"d": d, "can_act": CURATOR in request_roles(request), "here": request.get_full_path()})
+    # previous / next in the browser's order under the filters the link carried (every image
+    # by id without any); the list page it came from is kept for the way back
+    try:
+        filters = browse_filters_from(request.GET)
+        prev, nxt = browse_neighbours(filters=filters, image_id=image_id)
+    except BrowseError as exc:
+        return render(request, "labeling_ui/image_detail.html", {"d": d, "error": str(exc), "here": request.get_full_path()}, status=400)
+    keep = filters.query()
+    step = f"?{keep}" if keep else ""
+    list_query = filters.query(after=request.GET.get("after", "")[:200] or None, page=request.GET.get("page", "")[:12] or None)
+    return render(request, "labeling_ui/image_detail.html", {
+        "d": d, "can_act": CURATOR in request_roles(request), "here": request.get_full_path(),
+        "prev_url": f"{reverse('labeling_ui:image_detail', args=[prev])}{step}" if prev else "",
+        "next_url": f"{reverse('labeling_ui:image_detail', args=[nxt])}{step}" if nxt else "",
+        "list_url": _images_url(list_query), "filtered": bool(keep)})
 
 
 @require_GET
@@ -142,11 +199,22 @@ def duplicate_group_page(request, image_id: int):
 @require_GET
 @role_required(CURATOR, api=True)
 def api_wordnet_nouns(request):
-    from pipelines.wordnet_graph import WordNetUnavailable, load_noun_graph, search_nouns
+    from pipelines.wordnet_graph import WordNetUnavailable
 
-    q = request.GET.get("q", "")[:100]
     try:
-        graph = load_noun_graph(settings.NLTK_DATA, build=False)
+        nouns = noun_search(request.GET.get("q", "")[:100], limit=12)
     except WordNetUnavailable as exc:
         return JsonResponse({"error": str(exc)}, status=503)
-    return JsonResponse({"nouns": search_nouns(graph, q, limit=12)})
+    return JsonResponse({"nouns": nouns})
+
+
+@require_GET
+@role_required(CURATOR, RESEARCHER, api=True)
+def api_browse_classes(request):
+    """The browser's class and top-1 type-ahead: ``?kind=class|top1&q=TEXT[&source=NAME]``."""
+    try:
+        results = class_search(kind=request.GET.get("kind", ""), q=request.GET.get("q", "")[:100],
+                               source=request.GET.get("source", "")[:100], limit=12)
+    except BrowseError as exc:
+        return JsonResponse({"error": str(exc)}, status=400)
+    return JsonResponse({"results": results})

@@ -41,6 +41,7 @@ urlpatterns = [
     path("curate/duplicates/", browse_views.duplicates, name="duplicates"),
     path("curate/duplicates/<int:image_id>/", browse_views.duplicate_group_page, name="duplicate_group"),
     path("api/wordnet-nouns", browse_views.api_wordnet_nouns, name="api_wordnet_nouns"),
+    path("api/browse-classes", browse_views.api_browse_classes, name="api_browse_classes"),
     # exports
     path("exports/", export_views.exports, name="exports"),
     path("evaluations/", evaluation_views.evaluations, name="evaluations"),

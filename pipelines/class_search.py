@@ -29,6 +29,7 @@ from __future__ import annotations
 import bisect
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Generic, Iterable, Sequence, TypeVar
 
 TIERS = ("name", "lemma", "name prefix", "name word prefix", "lemma prefix", "name or lemma contains", "gloss", "wnid")
@@ -191,3 +192,22 @@ def resolve_one(query: str, index: ClassIndex[T], *, what: str, same=lambda e: e
 
 def _display(entry: SearchEntry) -> str:
     return f"{entry.name} ({entry.wnid})" if entry.wnid and entry.wnid != entry.name else entry.name
+
+
+@lru_cache(maxsize=1)
+def imagenet_1k_index() -> ClassIndex[str]:
+    """The 1,000 classes an ImageNet-1K classifier predicts (the browser's top-1 filter), named
+    as ImageNet names them (timm's lemma and definition lists; no WordNet needed); ``ref`` is
+    the wnid. Raises ClassListError where timm's lists are missing."""
+    from pipelines.imagenet import imagenet_lemmas, named_list, timm_info_dir
+
+    lemmas = imagenet_lemmas()
+    glosses: dict[str, str] = {}
+    for line in (timm_info_dir() / "imagenet_synset_to_definition.txt").read_text(encoding="utf-8").splitlines():
+        wnid, _, gloss = line.partition("\t")
+        glosses[wnid] = gloss.strip()
+    entries = []
+    for wnid in named_list("imagenet-1k"):
+        names = tuple(x.strip() for x in lemmas.get(wnid, wnid).split(",") if x.strip()) or (wnid,)
+        entries.append(SearchEntry(names[0], names, glosses.get(wnid, ""), wnid, wnid))
+    return ClassIndex(entries)

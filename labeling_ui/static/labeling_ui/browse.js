@@ -1,5 +1,6 @@
-// The image browser's selection: tick thumbnails (Shift-click ticks a range), or the whole page; and
-// the reason box of the exclude action.
+// The image browser: the class and top-1 filters' type-ahead, the selection (tick thumbnails,
+// Shift-click ticks a range, or the whole page), the reason boxes of the actions, and the image
+// page's previous / next keys.
 (function () {
   "use strict";
   // Enter in a reason box excludes (the form's first button would otherwise be "Queue for review")
@@ -20,6 +21,85 @@
   document.querySelectorAll(".member input[name=note]").forEach((input) => input.addEventListener("keydown", (e) => {
     if (e.key === "Enter") e.preventDefault();
   }));
+  // Class and top-1 filters by name: type, and the server ranks the classes by the class search's
+  // rule (api/browse-classes); arrows and Enter or a click pick one (its id / wnid goes into the
+  // hidden field), Esc closes the list. Text typed without picking is looked up by the server.
+  const CS = window.OODClassSearch;
+  document.querySelectorAll("input.typeahead").forEach((input) => {
+    const box = input.closest("label"), list = box.querySelector(".typeahead-results");
+    const hidden = input.form.querySelector(`input[name=${input.dataset.hidden}]`);
+    const sourceSelect = input.form.querySelector("select[name=source]");
+    let results = [], hl = 0, timer = null, seq = 0, typed = "";
+    function close() { list.hidden = true; list.replaceChildren(); results = []; }
+    function pick(r) {
+      hidden.value = input.dataset.kind === "class" ? r.id : r.wnid;
+      input.value = input.dataset.kind === "class" ? `${r.label}` : r.name;
+      input.dataset.picked = input.value;
+      close();
+    }
+    function show() {
+      list.replaceChildren(...results.map((r, i) => {
+        const extra = input.dataset.kind === "class" ? r.source : "";
+        const li = CS.resultRow({ name: r.name, lemmas: r.lemmas, gloss: r.gloss, wnid: r.wnid }, typed, extra);
+        li.className = i === hl ? "hl" : "";
+        li.dataset.tier = r.tier;
+        li.addEventListener("mousedown", (e) => { e.preventDefault(); pick(r); });
+        return li;
+      }));
+      list.hidden = !results.length;
+    }
+    async function search() {
+      const mine = ++seq, q = input.value.trim();
+      if (!q) { close(); return; }
+      const params = new URLSearchParams({ kind: input.dataset.kind, q });
+      if (input.dataset.kind === "class" && sourceSelect && sourceSelect.value) params.set("source", sourceSelect.value);
+      const r = await fetch(`${input.form.dataset.classesApi}?${params}`, { credentials: "same-origin" });
+      const data = await r.json().catch(() => ({}));
+      if (mine !== seq) return;  // a later key's answer wins
+      typed = q;
+      results = r.ok ? data.results : [];
+      hl = 0;
+      show();
+    }
+    input.addEventListener("input", () => {
+      if (input.value !== input.dataset.picked) hidden.value = "";  // typed over a picked class: look the text up again
+      clearTimeout(timer);
+      timer = setTimeout(search, 120);
+    });
+    input.addEventListener("keydown", (e) => {
+      if ((e.key === "ArrowDown" || e.key === "ArrowUp") && results.length) {
+        e.preventDefault();
+        hl = (hl + (e.key === "ArrowDown" ? 1 : -1) + results.length) % results.length;
+        [...list.children].forEach((li, i) => li.classList.toggle("hl", i === hl));
+      } else if (e.key === "Enter" && !list.hidden && results[hl]) {
+        e.preventDefault();
+        pick(results[hl]);
+      } else if (e.key === "Escape") {
+        close();
+      }
+    });
+    input.addEventListener("blur", () => setTimeout(close, 100));
+    if (hidden.value) input.dataset.picked = input.value;
+  });
+  // the filters' URL holds only what is set: a picked class goes by its id, not its name too
+  const filters = document.getElementById("filters");
+  if (filters) filters.addEventListener("submit", () => {
+    filters.querySelectorAll("input.typeahead").forEach((input) => {
+      const hidden = filters.querySelector(`input[name=${input.dataset.hidden}]`);
+      if (hidden.value && input.value === input.dataset.picked) input.disabled = true;
+    });
+    filters.querySelectorAll("input, select").forEach((el) => { if (!el.value) el.disabled = true; });
+  });
+  window.addEventListener("pageshow", () => {  // back to a page left by submitting it: its fields work again
+    if (filters) filters.querySelectorAll(":disabled").forEach((el) => { el.disabled = false; });
+  });
+  // the image page: ← and → step through the list it was opened from (not while typing)
+  const prev = document.getElementById("prev-image"), next = document.getElementById("next-image");
+  if (prev || next) document.addEventListener("keydown", (e) => {
+    if (e.altKey || e.ctrlKey || e.metaKey || e.target.closest("input, textarea, select")) return;
+    if (e.key === "ArrowLeft" && prev) { e.preventDefault(); prev.click(); }
+    if (e.key === "ArrowRight" && next) { e.preventDefault(); next.click(); }
+  });
   const grid = document.getElementById("grid");
   if (!grid) return;
   const boxes = () => [...grid.querySelectorAll("input[name=ids]")];

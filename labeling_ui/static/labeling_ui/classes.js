@@ -1,4 +1,5 @@
-// Flagged classes: map an unmapped folder to a WordNet noun by searching (↑/↓ and Enter, or click).
+// Flagged classes: map an unmapped folder to a WordNet noun by searching (↑/↓ and Enter, or click);
+// the server ranks the nouns by the class search's rule (pipelines/class_search.py), the typed text is marked.
 (function () {
   "use strict";
   document.querySelectorAll("form.class-map").forEach((form) => {
@@ -11,14 +12,12 @@
       button.disabled = false;
       list.replaceChildren();
     }
+    let typed = "";
     function show() {
       list.replaceChildren(...results.map((n, i) => {
-        const li = document.createElement("li");
+        const li = window.OODClassSearch.resultRow({ name: n.label, lemmas: n.lemmas, gloss: n.gloss, wnid: n.wnid }, typed);
         li.className = i === hl ? "hl" : "";
-        li.dataset.wnid = n.wnid;
-        const strong = document.createElement("strong"); strong.textContent = n.label;
-        const rest = document.createElement("span"); rest.className = "muted small"; rest.textContent = ` ${n.wnid} · ${n.gloss}`;
-        li.append(strong, rest);
+        li.dataset.tier = n.tier;
         li.addEventListener("mousedown", (e) => { e.preventDefault(); choose(n); });
         return li;
       }));
@@ -28,9 +27,9 @@
       if (!q) { results = []; show(); return; }
       const r = await fetch(`${input.dataset.api}?q=${encodeURIComponent(q)}`, { credentials: "same-origin" });
       const data = await r.json().catch(() => ({}));
-      if (mine !== seq) return;
+      if (mine !== seq) return;  // a later key's answer wins
       if (!r.ok) { chosen.textContent = data.error || `search failed (${r.status})`; return; }
-      results = data.nouns; hl = 0; show();
+      typed = q; results = data.nouns; hl = 0; show();
     }
     input.addEventListener("input", () => { clearTimeout(timer); timer = setTimeout(search, 150); });
     input.addEventListener("keydown", (e) => {
