@@ -13,15 +13,15 @@ probabilities from ``bet_allocation`` on the rates fitted to every draw before t
 the same martingale with one stratum (pi = 1). The curator looks after every review.
 
 Per pool, the martingale K_i(t) is computed for the grid points from g(T) (the largest grid
-point <= the true total T) to the first one >= 2T:
+point <= the true total T) to the first one >= 1.6T:
 
 - Validity: the bound held at every review up to the stop iff K_i(g(T)) never reached 1/alpha
   (the proof in docs/review.md needs nothing else). For the first ``--verify`` pools of every
   setting the bound is also recomputed at the stop on the whole grid by
   ``pipelines.certify.betting_upper`` and must be >= T and give the same stop.
 - Efficiency: the stop is the first review i with bound_i - A_i <= 1.5 (T - A_i) (the bound on
-  the unreviewed remainder's ID count within 1.5x of the truth); grid points above 2T are taken
-  as rejected once 2T is (checked on the verified pools). Median reviews to stop, strat. vs SRS,
+  the unreviewed remainder's ID count within 1.5x of the truth); grid points above 1.6T are
+  taken as rejected once 1.6T is (checked on the verified pools). Median reviews to stop, strat. vs SRS,
   beside the ceiling (classic Neyman allocation over ten equal-count strata with the true rates,
   normal approximation: the issue's 0.72/0.48/0.32), the existing prior-posterior confidence
   sequence on SRS (Waudby-Smith & Ramdas 2020, on ``--ref`` pools) and a fixed-size
@@ -51,6 +51,7 @@ SHARES = (0.005, 0.02, 0.05)
 AUROCS = (0.8, 0.9, 0.95)
 RATIO = 1.5
 CHUNK = 2048
+BAND = 1.6  # grid points from g(T) to the first >= BAND x T are computed; those above are taken as rejected once it is
 LIMIT = 0.6  # give up at 60% of the pool
 
 
@@ -79,6 +80,7 @@ class Sampler:
         self.labels = np.zeros(0, dtype=np.int64)
         self.xs = np.zeros(0, dtype=np.int64)
         self.bases = np.zeros((0, H))
+        self.path: C.DrawPath | None = None
 
     def extend(self, upto: int) -> None:
         H = len(self.N)
@@ -99,10 +101,10 @@ class Sampler:
 
 
 def run(sampler: Sampler, T: int, limit: int) -> dict:
-    """Stop and coverage from the band of grid points [g(T), first >= 2T]."""
+    """Stop and coverage from the band of grid points [g(T), first >= BAND x T]."""
     grid = C.bound_grid(int(sampler.N.sum()))
     lo = int(np.searchsorted(grid, T, side="right")) - 1
-    hi = min(len(grid) - 1, int(np.searchsorted(grid, 2 * T, side="left")))
+    hi = min(len(grid) - 1, int(np.searchsorted(grid, BAND * T, side="left")))
     band = grid[lo:hi + 1]
     nxt = np.append(grid[lo + 1:hi + 2], grid[-1] + 1)[: len(band)]  # next grid point of each band point
     level = np.log(1 / ALPHA)
@@ -115,8 +117,9 @@ def run(sampler: Sampler, T: int, limit: int) -> dict:
         n = min(limit, len(sampler.labels))
         if n <= done:
             break
-        path = C.draw_path(sampler.N, sampler.labels[:n], sampler.xs[:n], sampler.bases[:n])
-        sub = C.DrawPath(*(getattr(path, f)[done:n] for f in ("found_before", "y", "y_max", "mu", "m2")))
+        if sampler.path is None or len(sampler.path.y) < n:
+            sampler.path = C.draw_path(sampler.N, sampler.labels, sampler.xs, sampler.bases)
+        sub = C.DrawPath(*(getattr(sampler.path, f)[done:n] for f in ("found_before", "y", "y_max", "mu", "m2")))
         lk = C.log_wealth(sub, band, start=cur)
         run_max = np.maximum.accumulate(np.vstack([best[None, :], lk]), axis=0)[1:]
         rej = run_max >= level

@@ -1,13 +1,28 @@
 """Certifying a pool without reviewing all of it (issue 37; docs/review.md, "Review in full or
 certify").
 
-The accepted images that no review has decided yet are split into strata by an ID-likeness
-score (higher = more ID-like). Each stratum is sampled without replacement in a seeded random
-order; the reviewers' decisions on that sample give an upper confidence bound on the number of
-ID images the pool holds, valid at every moment the curator looks (a confidence sequence), so
-the curator can stop as soon as the bound reaches the target.
+The accepted images that no review has decided yet (the population U) are split into strata by
+an ID-likeness score (higher = more ID-like). Reviews are drawn at random from the strata; the
+reviewers' decisions give an upper confidence bound on the number of ID images U holds, valid at
+every moment the curator looks (a confidence sequence), so the curator can stop as soon as the
+bound reaches the target.
 
-The bound, in one paragraph (the proof is in docs/review.md):
+The default method, ``betting`` (the section "one betting martingale for the total" below; the
+proof in docs/review.md), in one paragraph:
+
+- Draw i picks stratum h with probability pi_h, fixed before the draw (the plan's seed and the
+  weights of the stage in force), and reviews the next image of that stratum's seeded order.
+  Y_i = A_{i-1} + x_i M_h(i) / pi_h (A: ID images found before, M_h(i): images of h not drawn
+  yet, x_i = 1 for ID) has conditional mean exactly T, U's ID total.
+- For a candidate total t, K_i(t) = prod (1 + b_j(t) (t - Y_j)) with a predictable bet
+  0 <= b_j(t) < 1 / (Ymax_j - t) is a non-negative supermartingale under every T >= t; by
+  Ville's inequality it ever reaches 1/alpha with probability at most alpha.
+- A fixed grid of t is tested; grid point g stands for the totals up to the next grid point,
+  excluded once K(g) reached 1/alpha. The bound is the largest total not excluded. It fails only
+  if the test at g(T) (the largest grid point <= T), whose null "T >= g(T)" is true, rejected:
+  probability <= alpha, with no correction for the grid, the strata or the stages.
+
+The earlier methods, kept by name (``wor-cs/shared``, ``wor-cs/product``):
 
 - For a finite population of N images of which T show an ID object, the probability of one
   ordered sample without replacement of t images holding S ID images is
@@ -24,12 +39,12 @@ The bound, in one paragraph (the proof is in docs/review.md):
   split of tau over the strata is rejected, i.e. when ``m_t / max_{sum T_h = tau} L_t(T) >=
   1/alpha``. If the true total were rejected, its true split would be too, which happens with
   probability <= alpha at any time. The maximum over splits is a sum of concave functions
-  under one linear constraint, solved exactly by taking the cheapest unit steps first.
-- The prior decides the power, never the validity. ``shared`` (the default) lets the strata
-  share one two-parameter family, stratum rate = expit(a + b * position), mixed over a grid of
-  (a, b): it learns how fast contamination falls with the score and pays for two parameters,
-  not one per stratum. ``product`` gives each stratum its own beta-binomial prior (the
-  paper's choice per stratum); it pays for every stratum and is kept for comparison.
+  under one linear constraint, solved exactly by taking the cheapest unit steps first. Paying
+  for every split is what made these methods need more reviews than a simple random sample.
+- The prior decides the power, never the validity. ``shared`` lets the strata share one
+  two-parameter family, stratum rate = expit(a + b * position), mixed over a grid of (a, b)
+  (``fitted_rates`` still uses it to set the betting stages' draw probabilities); ``product``
+  gives each stratum its own beta-binomial prior.
 
 Fixed-size alternatives, named as such: the exact hypergeometric upper bound per stratum
 (valid for one look at a sample size fixed in advance; strata added with a union bound) and
@@ -46,7 +61,7 @@ from scipy import special, stats
 
 Prior = Literal["shared", "product"]
 PRIORS: tuple[str, ...] = ("shared", "product")
-CODE_VERSION = "oodc-certify/1"
+CODE_VERSION = "oodc-certify/2"
 
 IntArray = NDArray[np.int64]
 Counts = Sequence[int] | NDArray[np.integer]
@@ -550,8 +565,8 @@ def reviews_expected(*, sizes: Sequence[int], rates: Sequence[float], weights: S
 
 METHODS: tuple[str, ...] = ("betting", "wor-cs/shared", "wor-cs/product")
 BETTING = "betting"
-BET_CAP = 0.75  # the bet keeps every factor >= 1 - BET_CAP, whatever the draw turns up
-KELLY = 1.0  # fraction of the model's Kelly bet
+BET_CAP = 0.8  # the bet keeps every factor >= 1 - BET_CAP, whatever the draw turns up
+KELLY = 0.7  # fraction of the model's Kelly bet (the model is fitted to few draws early on)
 BET_SHRINK = 2.0  # stratum rates in the bet's model: (s_h + BET_SHRINK p) / (n_h + BET_SHRINK), p pooled
 NEYMAN_MIX = 0.5  # after the pilot: pi = NEYMAN_MIX * (M_h sqrt(r_h)) + (1 - NEYMAN_MIX) * (M_h), each normalised
 TAIL_MIN = 0.002  # the top stratum's share of the items (strata by default: geometric tails down to it)
@@ -812,7 +827,7 @@ def betting_upper(sizes: Counts, labels: IntArray, xs: IntArray, bases: FloatArr
 
 
 DEFAULT_STRATA = 13
-PILOT_PER_STRATUM = 20
+PILOT_PER_STRATUM = 10
 STAGE_GROWTH = 2.0  # each stage after the pilot is as long as all the draws before it
 
 
