@@ -31,11 +31,11 @@ BROWSE_SORT_LABELS = {
 FINAL_LABELS = ("ood", "id", "unclear", "not_target", "open", "conflict", "unqueued")
 
 
-DECIDED_BY = {
-    "review": "the reviews agreed",
-    "adjudication": "adjudicated (a conflict decided by a curator)",
-    "curator": "a curator's label from the browser",
-    "certificate": "not reviewed, admitted by a met certificate",
+DECIDED_BY = {  # where a final decision came from (the menu says it short; docs/browse.md in full)
+    "review": "reviews agreed",
+    "adjudication": "adjudication",
+    "curator": "curator's label",
+    "certificate": "certificate",
 }
 PAGE_SIZES = (24, 48, 60, 96, 120, 240)
 PAGE_MAX = 100_000  # a page number past this is refused: the jump reads its way to the page
@@ -347,6 +347,8 @@ def image_browse(*, filters: BrowseFilters, after: str = "", page_size: int = 60
         r["class_label"] = class_label(r["candidate_class__wnid"], r["candidate_class__synset_name"], r["candidate_class__folder"] or "")
         r["readable"] = r["status"] == Image.Status.OK
         r["selectable"] = r["readable"] or bool(r["excluded_reason"])  # what the selection's actions can apply to
+        marker = f"{r['relative_path']}: "  # ingest's message names the file's absolute path first; the tile shows the rest
+        r["reason"] = r["error"].split(marker, 1)[1] if marker in r["error"] else r["error"]
     nxt = None
     if more and rows:
         last = rows[-1]

@@ -130,6 +130,14 @@ class ClassIndex(Generic[T]):
             self._starts.append(at)
             at += len(line) + 1
         self._text = "\n".join(lines)
+        # tiers 0-2 without a scan: names and lemmas by value, names in sorted order for prefixes
+        self._by_name: dict[str, list[int]] = {}
+        self._by_lemma: dict[str, list[int]] = {}
+        for i, f in enumerate(self._folded):
+            self._by_name.setdefault(f.name, []).append(i)
+            for k in f.lemmas:
+                self._by_lemma.setdefault(k, []).append(i)
+        self._names_sorted = sorted((f.name, i) for i, f in enumerate(self._folded))
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -149,11 +157,32 @@ class ClassIndex(Generic[T]):
         q = fold(query)
         if not q:
             return []
+        if limit is not None:  # where the first three tiers fill the list, they are the whole answer
+            first = self._first_tiers(q)
+            if sum(len(b) for b in first) >= limit:
+                return self._hits(first, limit)
         buckets: list[list[int]] = [[] for _ in TIERS]
         for i in self._candidates(q):
             t = _tier(q, self._folded[i])
             if t is not None:
                 buckets[t].append(i)
+        return self._hits(buckets, limit)
+
+    def _first_tiers(self, q: str) -> list[list[int]]:
+        """Tiers 0, 1 and 2 in full (each in the order given), by look-up rather than a scan."""
+        exact = self._by_name.get(q, [])
+        lemma = self._by_lemma.get(q, [])
+        prefix = []
+        in_lemma = set(lemma)  # tier 1 wins over a name that also starts with the query
+        at = bisect.bisect_left(self._names_sorted, (q, -1))
+        while at < len(self._names_sorted) and self._names_sorted[at][0].startswith(q):
+            name, i = self._names_sorted[at]
+            if name != q and i not in in_lemma:
+                prefix.append(i)
+            at += 1
+        return [sorted(exact), sorted(lemma), sorted(prefix)]
+
+    def _hits(self, buckets: list[list[int]], limit: int | None) -> list[Hit[T]]:
         hits: list[Hit[T]] = []
         for t, bucket in enumerate(buckets):
             for i in bucket:

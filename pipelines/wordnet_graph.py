@@ -295,33 +295,3 @@ def noun_offsets(nltk_data: Path) -> frozenset[int]:
 
 def is_noun_wnid(nltk_data: Path, wnid: str) -> bool:
     return len(wnid) == 9 and wnid[0] == "n" and wnid[1:].isdigit() and int(wnid[1:]) in noun_offsets(nltk_data)
-
-
-def search_nouns(graph: NounGraph, text: str, *, limit: int = 12) -> list[dict]:
-    """WordNet nouns for a search box: a wnid itself, then the synsets with ``text`` as a
-    lemma, then those with a lemma starting with it, then containing it (each in WordNet's
-    order). Each with its wnid, name, label, lemmas and gloss."""
-    q = lemma_key(text.strip())
-    if not q:
-        return []
-    hits: list[int] = []
-    if q.startswith("n") and q[1:].isdigit() and len(q) == 9:
-        i = graph.index_of_wnid(q)
-        if i is not None:
-            hits.append(i)
-    exact: list[int] = []
-    starts: list[int] = []
-    contains: list[int] = []
-    for i in range(len(graph.lemmas)):
-        keys = graph.lemma_keys(i)  # folded once per synset and process
-        if q in keys:
-            exact.append(i)
-        elif len(starts) < limit and any(k.startswith(q) for k in keys):
-            starts.append(i)
-        elif len(contains) < limit and any(q in k for k in keys):
-            contains.append(i)
-    for i in exact + starts + contains:
-        if i not in hits:
-            hits.append(i)
-    return [{"wnid": graph.wnid(i), "name": graph.names[i], "label": graph.label(i),
-             "lemmas": [x.replace("_", " ") for x in graph.lemmas[i]], "gloss": graph.glosses[i]} for i in hits[:limit]]

@@ -125,7 +125,16 @@ def test_resolving_a_typed_name_for_a_filter(imagenet):
     assert [e.ref for e in resolve_one("crossword", two, what="cls_name")] == [1, 2]
 
 
-def test_the_noun_search_is_quick_enough_to_type_into(nouns):
-    # not a timing: the index narrows a query to the entries whose text holds it before ranking
+def test_the_short_cuts_give_what_the_full_ranking_gives(nouns, imagenet):
+    # not a timing: the index narrows a query to the entries whose text holds it, and answers from
+    # tiers 0-2 by look-up where they fill the list; both must give the full ranking's first rows
     assert len(nouns) == 82115
     assert len(nouns._candidates("espresso")) < 20
+    for q in ("a", "ca", "cat", "dog", "stripe", "band", "sea", "crane", "n0", "x", "ab", "retr", "pug dog", "the", "zz"):
+        for index in (nouns, imagenet):
+            full = [(h.entry.wnid, h.tier) for h in index.search(q, limit=None)]
+            for limit in (1, 5, 12):
+                assert [(h.entry.wnid, h.tier) for h in index.search(q, limit=limit)] == full[:limit], (q, limit)
+    # an entry whose lemma is the query and whose name starts with it is listed once, as tier 1
+    e = [SearchEntry("stripe pattern", ("stripe pattern", "stripe"), "", "n00000001"), SearchEntry("stripes", (), "", "n00000002")]
+    assert [(h.entry.wnid, h.tier) for h in ClassIndex(e).search("stripe", limit=2)] == [("n00000001", 1), ("n00000002", 2)]
