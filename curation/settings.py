@@ -199,6 +199,10 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     "unacked_restore_throttle": env_int("CELERY_UNACKED_RESTORE_THROTTLE", 10),
 }
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# A redis:// broker goes through kombu's Redis transport with the fix in curation/broker.py: a
+# worker that loses Redis while it holds unacknowledged tasks reconnects instead of stopping.
+if CELERY_BROKER_URL.startswith("redis://"):
+    CELERY_BROKER_TRANSPORT = "curation.broker:Transport"
 
 # --- Jobs (curation/jobs/) --------------------------------------------------------------
 # A working process reports every JOB_HEARTBEAT_S seconds; a job nobody has reported on for

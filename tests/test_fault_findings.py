@@ -214,20 +214,42 @@ def test_a_job_step_hit_by_an_outage_is_not_failed(monkeypatch, outage):
     assert bool(failed) is not outage
 
 
-def test_the_worker_task_retries_a_step_hit_by_an_outage(monkeypatch):
-    from celery.exceptions import Retry
+@pytest.mark.parametrize("error", ["postgres", "redis", "bug"])
+def test_the_worker_task_retries_a_step_hit_by_an_outage_in_itself(monkeypatch, error):
+    """The task tries the step again until the service is back, without the broker (a retry
+    message could not be published while Redis is down, and Celery would drop the task); a bug
+    is raised at once, and an outage that lasts too long ends the task (the job turns stale)."""
+    import kombu.exceptions
     from django.db import OperationalError
 
     from curation import tasks
     from curation.jobs import runner
 
-    def down(**kwargs):
-        raise OperationalError("could not connect to server: Connection refused")
+    calls = []
+    outage = {"postgres": OperationalError("could not connect to server: Connection refused"),
+              "redis": kombu.exceptions.OperationalError("Error 111 connecting to 127.0.0.1:6379. Connection refused."),
+              "bug": ValueError("a bug")}[error]
 
-    monkeypatch.setattr(runner, "run_step", down)
-    task = tasks.TASKS[("ingest", "chunk")]
-    with pytest.raises(Retry):
-        task.apply(args=(1, 0), throw=True)
+    def flaky(**kwargs):
+        calls.append(kwargs)
+        if len(calls) < 3:
+            raise outage
+        return [0, 1]
+
+    monkeypatch.setattr(runner, "run_step", flaky)
+    monkeypatch.setattr(tasks, "OUTAGE_RETRY_S", 0)
+    task = tasks.TASKS[("ingest", "plan")]
+    if error == "bug":
+        with pytest.raises(ValueError):
+            task.apply(args=(1,), throw=True)
+        assert len(calls) == 1
+        return
+    assert task.apply(args=(1,), throw=True).get() == 2 and len(calls) == 3
+    calls.clear()
+    monkeypatch.setattr(tasks, "OUTAGE_GIVE_UP_S", 0)
+    with pytest.raises(type(outage)):
+        task.apply(args=(1,), throw=True)
+    assert len(calls) == 1
 
 
 @pytest.mark.parametrize("url,query", [("/curate/images/", {"source": "a\x00b"}), ("/curate/duplicates/", {"source": "\x00"}),

@@ -227,3 +227,37 @@ def test_a_step_that_reports_no_progress_still_beats(tmp_path, settings):
         time.sleep(1.0)  # a long computation with no progress callback
         later = Job.objects.get(pk=job.pk).heartbeat_at
     assert first is not None and (later - first).total_seconds() >= 0.4
+
+
+@pytest.mark.parametrize("how", ["redelivered", "two_at_once"])
+def test_a_lost_finalize_step_is_queued_again_by_the_next_chunk_delivery(tmp_path, monkeypatch, how):
+    """Every chunk done but the finalize step never queued: a finalize message lost while Redis
+    restarted (the chunk's delivery comes again and finds its chunk done), or two chunks that
+    committed at once (each saw the other unfinished, so neither was the last). The delivery
+    that finds all chunks done queues the finalize step; a job already done is left alone."""
+    from curation.jobs import runner
+    from curation.services.ingest import ingest_start
+
+    job = ingest_start(source=_source(tmp_path), enqueue=False)
+    indices = runner.run_step(job_id=job.pk, step="plan", queue_next=False)
+    assert len(indices) == 3
+    for index in indices if how == "redelivered" else indices[:-1]:
+        runner.run_step(job_id=job.pk, step="chunk", index=index, queue_next=False)  # no finalize queued
+    if how == "two_at_once":  # the last chunk commits while another chunk's commit is landing
+        kind = jobs.kind_of("ingest")
+        JobChunk.objects.filter(job=job, index=indices[0]).update(done=False)
+
+        def process(*args, **kwargs):
+            last = kind.process(*args, **kwargs)
+            JobChunk.objects.filter(job=job, index=indices[0]).update(done=True)  # the other commit
+            return last
+
+        monkeypatch.setattr(runner, "kind_of", lambda name: dataclasses.replace(kind, process=process))
+        runner.run_step(job_id=job.pk, step="chunk", index=indices[-1])  # as a worker runs it: it was not the last
+    else:
+        assert Job.objects.get(pk=job.pk).status == "running"
+        runner.run_step(job_id=job.pk, step="chunk", index=indices[0])  # delivered again, as a worker runs it
+    job.refresh_from_db()
+    assert job.status == "done" and job.progress == job.total == 12  # finalize ran (inline: no broker here)
+    runner.run_step(job_id=job.pk, step="chunk", index=indices[1])  # a later delivery of a finished job: nothing
+    assert Job.objects.get(pk=job.pk).finished_at == job.finished_at

@@ -114,6 +114,8 @@ def run_step(*, job_id: int, step: str, index: int | None = None, queue_next: bo
             wait = claim_chunk(job_id=job_id, index=index, owner=owner)
             if wait is None:
                 log.info("job #%s chunk %s: done already; skipped", job_id, index)
+                if queue_next:
+                    _finalize_if_complete(job)
                 return None
             if wait > 0:
                 # Held by a lease that is live: its holder is working, or died less than a lease ago (Redis
@@ -129,8 +131,11 @@ def run_step(*, job_id: int, step: str, index: int | None = None, queue_next: bo
             except BaseException:
                 release_chunk(job_id=job_id, index=index, owner=owner)
                 raise
-            if last and queue_next:
-                dispatch(job, "finalize")
+            if queue_next:
+                if last:
+                    dispatch(job, "finalize")
+                else:
+                    _finalize_if_complete(job)
             return last
         if step == "finalize":
             with Heartbeat(job_id):
@@ -142,6 +147,18 @@ def run_step(*, job_id: int, step: str, index: int | None = None, queue_next: bo
             raise
         kind.fail(job_id, exc)
         raise
+
+
+def _finalize_if_complete(job: Job) -> None:
+    """Queue the finalize step of an unfinished job whose chunks are all done. The chunk that
+    finished last queues it; this covers the times it could not: two chunks committing at once
+    (each saw the other unfinished), or a finalize message lost with a broker restarting (the
+    chunk's delivery comes again, finds its chunk done, and queues it here). Finalize steps are
+    idempotent, so one queued twice does nothing the second time."""
+    if JobChunk.objects.filter(job_id=job.pk, done=False).exists() or not JobChunk.objects.filter(job_id=job.pk).exists():
+        return
+    if Job.objects.filter(pk=job.pk, status__in=[Job.Status.PENDING, Job.Status.RUNNING]).exists():
+        dispatch(job, "finalize")
 
 
 def run_inline(job: Job, *, progress: Progress | None = None, on_total: Callable[[int], None] | None = None) -> Any:
