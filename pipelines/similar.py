@@ -6,10 +6,17 @@ duplicate search (``pipelines.near_dups``). Below ``exact_below`` vectors the in
 itself with the members of the ``nprobe`` cells nearest it. Unlike the duplicate search's batch
 join, which re-clusters for every run, this index is built once per feature set and kept on disk
 (``save`` / ``load``), since it answers one query at a time from the web app.
+
+How many cells a query probes is not a fixed guess: an inverted file's recall depends on how
+clustered the features are (well-separated classes need a few cells, a diffuse cloud many). The
+build measures it: a sample of stored vectors is searched exactly and through the index at a
+rising ``nprobe``, and the smallest ``nprobe`` whose mean recall@k reaches ``target_recall`` is
+kept with the index (and saved with it).
 recall@20 against exact search and the latency over a million vectors: benchmarks/bench_grid.py.
 """
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -18,7 +25,9 @@ import numpy as np
 
 from .near_dups import DEFAULT_EXACT_BELOW, normalise
 
-DEFAULT_NPROBE = 48
+DEFAULT_NPROBE = 48  # for an index saved before the build measured its own
+TARGET_RECALL = 0.95
+NPROBE_LADDER = (8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
 
 
 @dataclass
@@ -26,14 +35,18 @@ class SimilarIndex:
     index: Any  # a faiss index over the normalised vectors
     ids: np.ndarray  # int64 image id of each row
     exact: bool
+    nprobe: int = DEFAULT_NPROBE  # cells probed per query (inverted file)
+    recall: float | None = None  # mean recall@k at ``nprobe`` measured when built (1.0 when exact)
 
     def __len__(self) -> int:
         return len(self.ids)
 
 
 def build_index(features: np.ndarray, ids: np.ndarray, *, exact_below: int = DEFAULT_EXACT_BELOW, nlist: int | None = None,
-                train_size: int | None = None, seed: int = 0) -> SimilarIndex:
-    """An index over ``features`` (rows), whose rows are the images ``ids``."""
+                train_size: int | None = None, seed: int = 0, target_recall: float = TARGET_RECALL, k: int = 20,
+                queries: int = 64) -> SimilarIndex:
+    """An index over ``features`` (rows), whose rows are the images ``ids``; an inverted file
+    measures the ``nprobe`` that gives ``target_recall`` at ``k`` on ``queries`` of its rows."""
     import faiss
 
     ids = np.asarray(ids, dtype=np.int64)
@@ -45,7 +58,7 @@ def build_index(features: np.ndarray, ids: np.ndarray, *, exact_below: int = DEF
         flat = faiss.IndexFlatIP(d)
         for s in range(0, len(features), step):
             flat.add(normalise(features[s:s + step]))
-        return SimilarIndex(flat, ids, True)
+        return SimilarIndex(flat, ids, True, nprobe=0, recall=1.0)
     nlist = nlist or int(4 * np.sqrt(len(features)))
     rng = np.random.default_rng(seed)
     sample = normalise(features[np.sort(rng.choice(len(features), size=min(len(features), train_size or nlist * 40), replace=False))])
@@ -55,18 +68,61 @@ def build_index(features: np.ndarray, ids: np.ndarray, *, exact_below: int = DEF
     del sample
     for s in range(0, len(features), step):
         index.add(normalise(features[s:s + step]))
-    return SimilarIndex(index, ids, False)
+    idx = SimilarIndex(index, ids, False)
+    idx.nprobe, idx.recall = calibrate_nprobe(index, features, target_recall=target_recall, k=k, queries=queries, seed=seed)
+    return idx
 
 
-def search(idx: SimilarIndex, query: np.ndarray, k: int, *, nprobe: int = DEFAULT_NPROBE,
+def exact_neighbours(features: np.ndarray, rows: np.ndarray, k: int, *, step: int = 65536) -> np.ndarray:
+    """Row numbers of the ``k`` most similar stored vectors to each of ``rows`` (itself left
+    out), by brute force over normalised blocks: the ground truth for recall."""
+    q = normalise(features[rows])
+    best_s = np.full((len(rows), k), -np.inf, dtype=np.float32)
+    best_r = np.full((len(rows), k), -1, dtype=np.int64)
+    for s in range(0, len(features), step):
+        sims = q @ normalise(features[s:s + step]).T
+        own = (rows >= s) & (rows < s + len(sims[0]))
+        sims[np.flatnonzero(own), rows[own] - s] = -np.inf
+        cand_s = np.concatenate([best_s, sims], axis=1)
+        cand_r = np.concatenate([best_r, np.broadcast_to(np.arange(s, s + sims.shape[1]), sims.shape)], axis=1)
+        top = np.argpartition(-cand_s, k - 1, axis=1)[:, :k]
+        best_s = np.take_along_axis(cand_s, top, axis=1)
+        best_r = np.take_along_axis(cand_r, top, axis=1)
+    return best_r
+
+
+def calibrate_nprobe(index: Any, features: np.ndarray, *, target_recall: float = TARGET_RECALL, k: int = 20, queries: int = 64,
+                     seed: int = 0) -> tuple[int, float]:
+    """The smallest ``nprobe`` (from NPROBE_LADDER, up to every cell) whose mean recall@k over
+    ``queries`` stored vectors, against exact search, reaches ``target_recall``; with the recall
+    it reached."""
+    n = len(features)
+    k = min(k, n - 1)
+    rng = np.random.default_rng(seed + 1)
+    rows = np.sort(rng.choice(n, size=min(queries, n), replace=False))
+    truth = exact_neighbours(features, rows, k)
+    q = normalise(features[rows])
+    recall = 0.0
+    for nprobe in [p for p in NPROBE_LADDER if p < index.nlist] + [index.nlist]:
+        index.nprobe = nprobe
+        _s, got = index.search(q, k + 1)
+        hits = [len(set(g[g != r][:k].tolist()) & set(t.tolist())) for g, r, t in zip(got, rows, truth)]
+        recall = float(np.mean(hits)) / k
+        if recall >= target_recall:
+            return nprobe, recall
+    return int(index.nlist), recall
+
+
+def search(idx: SimilarIndex, query: np.ndarray, k: int, *, nprobe: int | None = None,
            exclude: int | None = None) -> list[tuple[int, float]]:
     """The ``k`` most similar images to ``query`` (one feature vector): [(image id, cosine)],
-    best first; ``exclude``: an image id left out (the query image itself)."""
+    best first; ``exclude``: an image id left out (the query image itself). ``nprobe``: cells
+    probed (default: the index's own, measured when it was built)."""
     if len(idx) == 0 or k <= 0:
         return []
     q = normalise(np.asarray(query, dtype=np.float32).reshape(1, -1))
     if not idx.exact:
-        idx.index.nprobe = nprobe
+        idx.index.nprobe = nprobe or idx.nprobe
     want = min(len(idx), k + (1 if exclude is not None else 0))
     sims, rows = idx.index.search(q, want)
     out = []
@@ -91,6 +147,9 @@ def save(idx: SimilarIndex, path: str | os.PathLike) -> None:
     with open(f"{path}.ids.npy.tmp", "wb") as fh:
         np.save(fh, idx.ids)
     os.replace(f"{path}.ids.npy.tmp", f"{path}.ids.npy")
+    with open(f"{path}.json.tmp", "w") as fh:
+        json.dump({"nprobe": idx.nprobe, "recall": idx.recall}, fh)
+    os.replace(f"{path}.json.tmp", f"{path}.json")
 
 
 def load(path: str | os.PathLike) -> SimilarIndex:
@@ -99,4 +158,10 @@ def load(path: str | os.PathLike) -> SimilarIndex:
     path = str(path)
     index = faiss.read_index(path)
     ids = np.load(f"{path}.ids.npy")
-    return SimilarIndex(index, ids, exact=isinstance(index, faiss.IndexFlat))
+    exact = isinstance(index, faiss.IndexFlat)
+    nprobe, recall = (0, 1.0) if exact else (DEFAULT_NPROBE, None)
+    if os.path.exists(f"{path}.json"):  # saved with its measured nprobe
+        with open(f"{path}.json") as fh:
+            meta = json.load(fh)
+        nprobe, recall = int(meta["nprobe"]), meta["recall"]
+    return SimilarIndex(index, ids, exact=exact, nprobe=nprobe, recall=recall)
