@@ -197,7 +197,7 @@ def browse_queryset(f: BrowseFilters, *emb_conditions: Q):
     ``emb_conditions``) go into one ``filter()`` so they share one join: Django joins a
     multi-valued relation again for each separate filter() call, which costs a join per
     condition and defeats the sorted index scan."""
-    from django.db.models import CharField, Exists, FilteredRelation, OuterRef, Subquery
+    from django.db.models import BigIntegerField, Exists, FilteredRelation, OuterRef
     from django.db.models.functions import Cast
 
     from curation.models import AuditLog, CertificationPlan, CertificationUnit, Review
@@ -236,13 +236,14 @@ def browse_queryset(f: BrowseFilters, *emb_conditions: Q):
         where.append(Q(review_item__status="complete"))
     elif f.decided in ("adjudication", "curator"):
         # a curator's label from the browser is audited as an adjudication "via" the browser; the
-        # latest adjudication of the image says which it was
-        via = (AuditLog.objects.filter(action="review_adjudicated", target_type="curation.reviewitem",
-                                       target_id=Cast(OuterRef("review_item__id"), CharField()))
-               .order_by("-created_at", "-id").values("data__via")[:1])
-        qs = qs.annotate(decided_via=Subquery(via))
+        # latest adjudication of an item says which it was. One pass over the adjudications'
+        # entries (DISTINCT ON the item, newest first), not a look-up per image
+        latest = (AuditLog.objects.filter(action="review_adjudicated", target_type="curation.reviewitem")
+                  .order_by("target_id", "-created_at", "-id").distinct("target_id").values("id"))
+        by_curator = (AuditLog.objects.filter(id__in=latest, data__via__isnull=False)
+                      .annotate(item_id=Cast("target_id", BigIntegerField())).values("item_id"))
         where.append(Q(review_item__status="adjudicated"))
-        where.append(Q(decided_via__isnull=False) if f.decided == "curator" else Q(decided_via__isnull=True))
+        where.append(Q(review_item__id__in=by_curator) if f.decided == "curator" else ~Q(review_item__id__in=by_curator))
     elif f.decided == "certificate":
         certified = CertificationUnit.objects.filter(item=OuterRef("review_item"), plan__status=CertificationPlan.Status.CERTIFIED)
         where.append(Q(review_item__status="open") & Exists(certified))

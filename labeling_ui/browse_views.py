@@ -16,6 +16,7 @@ from curation import selectors
 from curation.models import CandidateClass, Source
 from curation.roles import CURATOR, RESEARCHER
 from curation.selectors_browse import (
+    PAGE_SIZES,
     BrowseError,
     BrowseFilters,
     browse_choices,
@@ -84,7 +85,7 @@ def images(request):
     numbers = [(n, _images_url(filters.query(page=n if n > 1 else None)) if n else "") for n in page.numbers()]
     return render(request, "labeling_ui/browse.html", {
         "f": filters, "page": page, "cls": cls, "can_act": CURATOR in request_roles(request), **browse_choices(),
-        "size": size, "top1_name": top1_label(filters.top1),
+        "size": size, "page_sizes": sorted({*PAGE_SIZES, settings.BROWSE_PAGE_SIZE, size}), "top1_name": top1_label(filters.top1),
         "next_url": _images_url(filters.query(after=page.next_cursor, page=page.number + 1)) if page.next_cursor else "",
         "prev_url": _images_url(filters.query(page=page.number - 1 if page.number > 2 else None)) if page.number > 1 else "",
         "numbers": numbers, "tile_query": here_query, "jump_fields": _hidden_fields(filters),

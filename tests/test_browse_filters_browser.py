@@ -163,7 +163,9 @@ def test_numbered_pages_jump_and_previous_next_on_the_image_page(pool, live_serv
     base = f"{live_server.url}/curate/images/?sort=-similarity&size=4"
     page.goto(base)
     assert page.eval_on_selector_all("#pager .numbers > *", "els => els.map(e => e.textContent)") == ["1", "2", "3", "…", "5"]
-    assert "page 1 of 5" in page.inner_text("#page-of")
+    assert "page 1 of 5" in page.inner_text("#page-of") and page.input_value("select[name=size]") == "4"
+    _fits(page)
+    page.screenshot(path=str(SHOTS / "browse-pages-1366x768.png"), full_page=True)
     page.click("#next-page")
     assert _tiles(page) == order[4:8] and "after" in _query(page) and _query(page)["page"] == "2"
     page.click("#pager .numbers a[data-page='4']")
