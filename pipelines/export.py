@@ -67,17 +67,18 @@ def listable_name(name: str, layout: str) -> str:
     return LAYOUTS[layout].listable(name)
 
 
-def plan_paths(items: Sequence[ExportItem], layouts: Sequence[str]) -> dict[int, dict[str, str]]:
+def plan_paths(items: Sequence[ExportItem], layouts: Sequence[str], *, name: str = "") -> dict[int, dict[str, str]]:
     """Relative path of every item in every layout. Two classes that would share a readable
     folder get their wnid appended; two files that would share a name in one folder get the
-    image id appended (the original name stays in decisions.csv)."""
+    image id appended (the original name stays in decisions.csv). ``name`` is the export's name
+    (OpenOOD's layout names its set after it)."""
     unknown = [x for x in layouts if x not in LAYOUTS]
     if unknown or not layouts:
         raise ExportError(f"unknown layout(s) {', '.join(unknown) or '(none given)'}; choose from {', '.join(LAYOUTS)}")
     folders_by_name: dict[str, set[str]] = {}
     for it in items:
         folders_by_name.setdefault(readable_folder(it.class_name), set()).add(it.wnid)
-    ctx = PlanContext(folders_by_name)
+    ctx = PlanContext(folders_by_name, name=name)
     out: dict[int, dict[str, str]] = {it.image_id: {} for it in items}
     for layout in layouts:
         taken: set[str] = set()
@@ -204,6 +205,15 @@ def write_readme(root: Path, lines: Sequence[str]) -> None:
     """``README.md``: what a reader of the export should know first (a certificate's sentence)."""
     with open(root / "README.md", "x", encoding="utf-8") as fh:
         fh.write("\n\n".join(lines) + "\n")
+
+
+def write_datasheet(root: Path, facts: dict) -> None:
+    """``README.md``: the export's datasheet with a Hugging Face dataset-card header
+    (pipelines.datasheet), rendered from the recorded ``facts``."""
+    from pipelines.datasheet import render
+
+    with open(root / "README.md", "x", encoding="utf-8") as fh:
+        fh.write(render(facts))
 
 
 def write_manifest(root: Path, manifest: dict) -> str:

@@ -116,11 +116,15 @@ def test_round_trip_export_verify_reingest(tmp_path):
         assert got == expected, layout
     imglist = (root / "openood" / "imglist.txt").read_text().splitlines()
     assert len(imglist) == len(clean) and all(line.endswith(" -1") and (root / "openood" / line[:-3]).is_file() for line in imglist)
+    assert (root / "openood" / "benchmark_imglist" / "imagenet" / "test_round_trip.txt").read_text().splitlines() == [
+        line.removeprefix("images_largescale/") for line in imglist]
     file_list = (root / "imagenet-ood" / "file_list.txt").read_text().splitlines()
     assert sorted(file_list) == sorted(m.files["imagenet-ood"].removeprefix("imagenet-ood/") for m in members.values())
     assert all(f.split("/")[0] in KEPT_CLASSES for f in file_list)  # wnid folders, original names
+    assert (root / "imagenet-ood" / "imagenetood.txt").read_text().splitlines() == (root / "imagenet-ood" / "file_list.txt").read_text().splitlines()
     meta = list(csv.DictReader(open(root / "ninco" / "metadata.csv")))
-    assert {r["class_folder"] for r in meta} == {"iceberg", "sunset", "dune"}  # readable names
+    assert {r["class"] for r in meta} == {"iceberg", "sunset", "dune"}  # readable names
+    assert all((root / "ninco" / r["file_name"]).is_file() for r in meta)
     # decisions.csv: every reviewed image with its label, reviews, top-5 and why it is (not) exported
     rows = {int(r["image_id"]): r for r in csv.DictReader(open(root / "decisions.csv"))}
     assert set(rows) == set(decided)
@@ -137,7 +141,7 @@ def test_round_trip_export_verify_reingest(tmp_path):
     assert m["version"] == 1 and m["config"]["sources"] == [source.name] and m["model"]["name"] == settings.DEFAULT_MODEL
     assert sum(c["images"] for c in m["counts"]["per_class"].values()) == len(clean)
     assert m["review_policy"]["sources"][source.name]["reviews_required"] == 1
-    assert m["files"]["decisions.csv"] == sha(root / "decisions.csv") and len(m["files"]) == 3 * len(clean) + 5
+    assert m["files"]["decisions.csv"] == sha(root / "decisions.csv") and len(m["files"]) == 3 * len(clean) + 9
     # verify, then re-ingest two layouts as sources: the same files with the same labels
     out = io.StringIO()
     call_command("verify_export", str(root), stdout=out, stderr=io.StringIO())
@@ -145,7 +149,7 @@ def test_round_trip_export_verify_reingest(tmp_path):
     back = ingest("back-imagenet-ood", root / "imagenet-ood")
     got = {(i.sha256, i.candidate_class.wnid) for i in Image.objects.filter(source=back, status="ok").select_related("candidate_class")}
     assert got == expected
-    call_command("add_source", "back-ninco", str(root / "ninco"), class_map=str(root / "ninco_class_map.csv"), stdout=io.StringIO(), stderr=io.StringIO())
+    call_command("add_source", "back-ninco", str(root / "ninco" / "NINCO" / "NINCO_OOD_classes"), class_map=str(root / "ninco_class_map.csv"), stdout=io.StringIO(), stderr=io.StringIO())
     got = {(i.sha256, i.candidate_class.wnid) for i in Image.objects.filter(source__name="back-ninco", status="ok").select_related("candidate_class")}
     assert got == expected
 
@@ -158,7 +162,7 @@ def test_exports_are_versioned_never_rewritten_and_tampering_is_named(tmp_path):
     second, out = run_export(name="ver", sources=[source.name], copy=True, layouts=["openood"])
     assert (first.version, second.version) == (1, 2) and second.status == Export.Status.DONE, out
     assert {p: p.stat().st_mtime_ns for p in root1.rglob("*")} == before  # v1 untouched
-    assert sorted(p.name for p in (Path(settings.EXPORT_ROOT) / "ver" / "v2").iterdir()) == ["decisions.csv", "manifest.json", "openood"]
+    assert sorted(p.name for p in (Path(settings.EXPORT_ROOT) / "ver" / "v2").iterdir()) == ["README.md", "decisions.csv", "manifest.json", "openood"]
     assert first.counts["placed_by"] == {"copy": first.counts["images"]}
 
     def verify(target):
@@ -439,9 +443,11 @@ def test_difficulty_split_writes_easy_and_hard_sub_splits(tmp_path):
     hard = (root / "openood" / "imglist_hard.txt").read_text().splitlines()
     easy = (root / "openood" / "imglist_easy.txt").read_text().splitlines()
     assert sorted(hard + easy) == sorted(full) and hard and easy
-    assert all(side[line.split("/")[1]] == "hard" for line in hard)
-    for layout, listing in (("imagenet-ood", "file_list"), ("ninco", "file_list")):
-        parts = [(root / layout / f"{listing}_{s}.txt").read_text().splitlines() for s in ("hard", "easy")]
+    assert all(side[line.split("/")[2]] == "hard" for line in hard)
+    for listing in ("imagenet-ood/file_list_{}.txt", "ninco/NINCO/file_list_{}.csv", "openood/benchmark_imglist/imagenet/test_by_difficulty_{}.txt"):
+        parts = [(root / listing.format(s)).read_text().splitlines() for s in ("hard", "easy")]
+        if listing.endswith(".csv"):  # NINCO's two-column list, each with its header
+            parts = [p[1:] for p in parts]
         assert len(parts[0]) + len(parts[1]) == len(full)
     with open(root / "ninco" / "metadata.csv", newline="") as fh:
         meta = list(csv.DictReader(fh))

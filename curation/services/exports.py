@@ -36,6 +36,7 @@ from curation.models import (
     Source,
 )
 from curation.selectors import class_policy, contamination_report
+from curation.services.export_datasheet import datasheet_facts
 from curation.services.id_classes import id_classes_resolve
 from curation.services.jobs import job_fail, job_mark_running
 from curation.version import code_version
@@ -510,7 +511,7 @@ def export_execute(*, export_id: int, progress: Progress | None = None, on_total
             items.append(replace(item, src=str(safe_join(root, it.image.relative_path, root_real=root_real))))
         except UnsafePath as exc:  # the file became a link out of its source after ingest
             refused.append(px.Placed(item=item, problem=f"unsafe_path: {exc}"))
-    paths = px.plan_paths(items, cfg["layouts"])
+    paths = px.plan_paths(items, cfg["layouts"], name=export.name)
     tick = _ticker(export, progress, every=500)
     placed = px.place_items(tmp, items, paths, link=cfg.get("link", True), progress=tick) + refused
     by_image = {p.item.image_id: p for p in placed}
@@ -537,20 +538,23 @@ def export_execute(*, export_id: int, progress: Progress | None = None, on_total
         certification = {"admitted_by_certificate": n_cert, "admitted_by_review": len(good) - n_cert, "certificates": sel.certificates,
                          "sentence": sentence}
         counts["certified"] = {"images": n_cert, "sentence": sentence}  # the export page states it
-        px.write_readme(tmp, [sentence])
+    model = _model_provenance(cfg["sources"], model_name)
+    contamination = {s: _contamination_summary(s) for s in cfg["sources"]}
+    facts = datasheet_facts(export=export, root=tmp, sel=sel, good=good, counts=counts, leak=leak, model=model,
+                            contamination=contamination, certificate=certification["sentence"] if certification else None)
+    px.write_datasheet(tmp, facts)
     known = {rel: p.item.sha256 for p in good for rel in p.files.values()}
     files = px.hash_tree(tmp, known=known)
     manifest = {
         **_manifest_head(export), "class_filter": sel.class_filter,
         "review_policy": {"sources": sel.review_policy, "decisions": {c.value: c.label for c in ReviewDecision}},
         "duplicate_overrides": sel.duplicate_overrides,
-        "model": _model_provenance(cfg["sources"], model_name), "wordnet": _wordnet(), "counts": counts,
+        "model": model, "wordnet": _wordnet(), "counts": counts,
         "leakage": {**{k: v for k, v in leak.items() if k != "violations"}, "violations": leak["violations"]},
-        "contamination": {s: _contamination_summary(s) for s in cfg["sources"]},
+        "contamination": contamination, "datasheet": facts,
         **({"difficulty": difficulty_info} if difficulty_info else {}),
         **({"certification": certification} if certification else {}),
-        "layouts": {"ninco": "ninco/<class name>/<file> + ninco/metadata.csv", "imagenet-ood": "imagenet-ood/<wnid>/<file> + imagenet-ood/file_list.txt",
-                    "openood": "openood/images/<wnid>/<file> + openood/imglist.txt ('<path> -1')"},
+        "layouts": {name: LAYOUTS[name].description for name in cfg["layouts"]},
         "files": files,
     }
     digest = px.write_manifest(tmp, manifest)
@@ -605,8 +609,8 @@ def _difficulty(sel: Selection, good: list, spec_text: str | None) -> tuple[dict
                    "over WordNet 3.0's noun hierarchy; the project's own measure, not SSB's (docs/exports.md)",
         "counts": {sub: {"classes": sum(1 for d in out.values() if d.subsplit == sub), "images": images[sub]} for sub in (HARD, EASY)},
         "classes": {w: d.subsplit for w, d in sorted(out.items())},
-        "files": {"ninco": "ninco/file_list_<sub>.txt", "imagenet-ood": "imagenet-ood/file_list_<sub>.txt",
-                  "openood": "openood/imglist_<sub>.txt", "classes": "difficulty.csv"},
+        "files": {"ninco": "ninco/NINCO/file_list_<sub>.csv", "imagenet-ood": "imagenet-ood/file_list_<sub>.txt",
+                  "openood": "openood/benchmark_imglist/imagenet/test_<name>_<sub>.txt, openood/imglist_<sub>.txt", "classes": "difficulty.csv"},
     }
     return out, info
 

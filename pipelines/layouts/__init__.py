@@ -53,10 +53,11 @@ def write_list(path: Path, lines: Iterable[str]) -> None:
 
 class PlanContext:
     """What a layout may need to know about the whole export while placing one item: the
-    wnids that share each readable class folder name."""
+    wnids that share each readable class folder name, and the export's name."""
 
-    def __init__(self, folders_by_name: dict[str, set[str]]):
+    def __init__(self, folders_by_name: dict[str, set[str]], name: str = ""):
         self.folders_by_name = folders_by_name
+        self.name = name
 
 
 class Layout:
@@ -88,6 +89,11 @@ class Layout:
         per sub-split in ``subsets`` (``easy``/``hard``...); ``difficulty`` is wnid ->
         pipelines.export.ClassDifficulty when the export has sub-splits."""
         raise NotImplementedError
+
+    def how_to_load(self, export_name: str) -> str:
+        """Markdown for the export's README: how each client this layout is named after loads it
+        (code that runs from the export's folder)."""
+        return f"### {self.name} (`{self.name}/`)\n\n{self.description}\n"
 
 
 LAYOUTS: dict[str, Layout] = {}  # name -> layout, in registration order
