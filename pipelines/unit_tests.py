@@ -387,7 +387,34 @@ def write_unit_tests(out: Path, *, samples: Sequence[IdSample], per_test: int = 
         w.writerow(["file", "test", "index", "width", "height", "format", "id_sample", "params"])
         for r in rows:
             w.writerow([r.file, r.test, r.index, r.width, r.height, r.format, r.id_sample, json.dumps(r.params, sort_keys=True)])
+    write_ninco_lists(out, rows)
     return rows
+
+
+# Our test names -> the names NINCO's release gives the same tests (j-cb/NINCO,
+# data/NINCO_class_names.csv, rows with benchmark status "unit test"; the class column of its
+# data/NINCO_OOD_unit_tests.csv)
+NINCO_NAMES: dict[str, str] = {
+    "uniform_noise": "uni", "gaussian_noise": "Gaussian", "rademacher_noise": "Rademacher", "pixel_permutation": "pixel_perm",
+    "black": "black", "white": "white", "grey": "grey", "monochrome": "monochrome", "tricolour": "tricolour",
+    "primary_tricolour": "tricolour_primary", "horizontal_stripes": "horizontal_stripes", "vertical_stripes": "vertical_stripes",
+    "smooth_noise": "low_freq", "smooth_noise_plus": "low_freq_channelfullscale", "smooth_colour": "low_freq_colorrange",
+    "smooth_pixel_permutation": "low_freq_pixel_perm", "blobs": "blobs",
+}
+
+
+def write_ninco_lists(out: Path, rows: Sequence[UnitTestRow]) -> None:
+    """``file_list.csv``: the two-column list NINCO's code reads (``image_location,class``,
+    locations relative to ``out``, classes under NINCO's names), and ``ninco_names.csv``, our
+    test names beside NINCO's."""
+    with open(out / "file_list.csv", "w", newline="", encoding="utf-8") as fh:
+        w = csv_cells.Writer(fh)
+        w.writerow(["image_location", "class"])
+        w.writerows([r.file, NINCO_NAMES.get(r.test, r.test)] for r in rows)
+    with open(out / "ninco_names.csv", "w", newline="", encoding="utf-8") as fh:
+        w = csv_cells.Writer(fh)
+        w.writerow(["test", "ninco_name"])
+        w.writerows([t, NINCO_NAMES.get(t, t)] for t in dict.fromkeys(r.test for r in rows))
 
 
 def id_samples_from_folder(root: Path, *, max_pixels: int | None = None) -> tuple[list[IdSample], list[tuple[str, str]]]:

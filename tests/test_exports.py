@@ -347,7 +347,7 @@ def test_unit_test_exports_from_the_command_and_the_admin(tmp_path, client, djan
     target = tmp_path / "plain"
     call_command("make_unit_tests", out=str(target), per_test=2, id_images=str(tmp_path / "ids"), tests="black,white", stdout=io.StringIO(),
                  stderr=io.StringIO())
-    assert sorted(p.name for p in target.iterdir()) == ["black", "manifest.json", "unit_tests.csv", "white"]
+    assert sorted(p.name for p in target.iterdir()) == ["black", "file_list.csv", "manifest.json", "ninco_names.csv", "unit_tests.csv", "white"]
     with pytest.raises(CommandError, match="not empty"):
         call_command("make_unit_tests", out=str(target), per_test=2, id_images=str(tmp_path / "ids"), stdout=io.StringIO(), stderr=io.StringIO())
     # the admin's form queues the same job (eager here), as a new version
