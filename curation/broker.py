@@ -8,11 +8,16 @@ only ignores connection errors there, so the worker stopped with "Unrecoverable 
 whose chunks it held (tasks waiting for a retry after a PostgreSQL outage, the task in flight)
 stayed running with no worker. Seen in tests/integration/test_service_restart.py.
 
-Here the channel gives up that restore when its connection is gone, and the worker reconnects as
-it does for any other broker error. Nothing is lost: the messages are still in Redis' set of
-unacknowledged messages, and the unacked sweep (``unacked_restore_interval``) puts them back on
-their queues once ``visibility_timeout`` has passed since they were delivered (acks_late); the
-chunk leases keep a chunk delivered twice from being worked on twice.
+The same fault stopped the worker a moment later, after it had reconnected, when the task that
+was running as Redis went away finished and its acknowledgement went to the closed channel
+(``'NoneType' object has no attribute 'client'``).
+
+Here a channel whose connection is gone gives up the restore, the acknowledgement or the
+rejection, and the worker reconnects as it does for any other broker error. Nothing is lost:
+the messages are still in Redis' set of unacknowledged messages, and the unacked sweep
+(``unacked_restore_interval``) puts them back on their queues once ``visibility_timeout`` has
+passed since they were delivered (acks_late). A step delivered again is idempotent: a chunk that
+is done is skipped, and the chunk leases keep a chunk from being worked on twice at once.
 
 Chosen by settings.CELERY_BROKER_TRANSPORT for ``redis://`` broker URLs.
 """
@@ -20,20 +25,41 @@ from __future__ import annotations
 
 import logging
 
-from kombu.transport import redis
+from kombu.transport import redis, virtual
 
 log = logging.getLogger("curation.broker")
 
 
 class QoS(redis.QoS):
+    """Ack emulation that leaves a message in Redis when the channel's connection is torn down."""
+
+    def _torn_down(self) -> bool:
+        transport = self.channel.connection
+        return transport is None or getattr(transport, "client", None) is None
+
     def restore_unacked(self, client=None):
-        if client is None and getattr(self.channel.connection, "client", None) is None:
+        if client is None and self._torn_down():
             if self._delivered:
                 log.warning("broker connection lost: %d unacknowledged message(s) stay in Redis and are delivered again "
                             "after the visibility timeout", len(self._delivered))
             self._delivered.clear()
             return None
         return super().restore_unacked(client)
+
+    def ack(self, delivery_tag):
+        # a task that finished after its channel was closed (it was running when Redis went away)
+        if self._torn_down():
+            log.warning("broker connection lost: message %s could not be acknowledged; Redis delivers it again after the "
+                        "visibility timeout (its step, done, is then skipped)", delivery_tag)
+            return virtual.QoS.ack(self, delivery_tag)
+        return super().ack(delivery_tag)
+
+    def reject(self, delivery_tag, requeue=False):
+        if self._torn_down():
+            log.warning("broker connection lost: message %s could not be rejected; Redis delivers it again after the "
+                        "visibility timeout", delivery_tag)
+            return virtual.QoS.ack(self, delivery_tag)
+        return super().reject(delivery_tag, requeue=requeue)
 
 
 class Channel(redis.Channel):
