@@ -16,7 +16,7 @@ from django.utils.http import quote_etag
 from django.views.decorators.http import require_GET, require_POST
 
 from curation import selectors
-from curation.models import Assignment, ClassDecision, Image, ReviewSettings, Source
+from curation.models import ClassDecision, Image, ReviewSettings, Source
 from curation.roles import ANNOTATOR, CURATOR, RESEARCHER, user_roles
 from curation.selectors import annotator_scope
 from curation.services.class_filter import (
@@ -30,7 +30,6 @@ from curation.services.review import (
     NothingToUndo,
     ReviewError,
     class_signal_resolve,
-    review_adjudicate,
     review_next,
     review_queue_refresh_if_built,
     review_queue_sync,
@@ -282,27 +281,75 @@ def source_settings(request, source_id: int):
     return redirect("labeling_ui:review_dashboard")
 
 
+def _adjudication_state(request, item=None) -> dict:
+    """The adjudication screen's data: the image shown (``item``, else the oldest conflict),
+    how many wait, and how many of the curator's adjudications can be undone."""
+    from curation import selectors_adjudication as adj
+
+    item = item or adj.next_conflict()
+    return {"item": adj.adjudication_payload(item) if item is not None else None, "waiting": adj.conflicts_waiting(),
+            "undoable": len(adj.adjudications_undoable(user=request.user, limit=50))}
+
+
+def _adjudication_fields(data) -> dict:
+    decision = data.get("decision") or ""
+    if not decision:
+        raise ReviewError("choose a decision: press O, I (then a top-5 number or / to search), U or N, or click its button")
+    wnids = data.get("wnids") or []
+    if isinstance(wnids, str):
+        wnids = wnids.replace(",", " ").split()
+    if not isinstance(wnids, list) or not all(isinstance(w, str) for w in wnids):
+        raise ReviewError("wnids must be a list of wnids such as n02123045")
+    note, gold = data.get("note", ""), data.get("gold")
+    if not isinstance(note, str) or not isinstance(decision, str):
+        raise ReviewError("decision and note must be text")
+    return {"item_id": object_id(data.get("item", ""), "item"), "decision": decision, "wnids": [w for w in wnids if w], "note": note,
+            "make_gold": gold in (True, "1", "on", "true")}
+
+
 @role_required(CURATOR)
 def adjudicate(request):
-    if request.method == "POST":
+    from curation.services.adjudication import adjudication_decide
+
+    if request.method == "POST":  # without JavaScript: the form posts here and the page comes back
         try:
-            if not request.POST.get("decision"):
-                raise ReviewError("choose a decision: press O, I (then a top-5 number or / to search), U or N, or click its button")
-            item = review_adjudicate(item_id=object_id(request.POST.get("item", ""), "item"), decision=request.POST.get("decision", ""),
-                                     wnids=[w for w in request.POST.get("wnids", "").replace(",", " ").split() if w],
-                                     note=request.POST.get("note", ""), make_gold=bool(request.POST.get("gold")), user=request.user)
+            item = adjudication_decide(**_adjudication_fields(request.POST), user=request.user)
         except (ReviewError, ValueError) as exc:
             messages.error(request, str(exc))
         else:
             messages.success(request, f"Image {item.image_id}: {item.final_decision}" + (" (now gold)" if item.is_gold else ""))
         return redirect("labeling_ui:adjudicate")
-    conflicts = selectors.adjudication_queue(limit=200)
-    current = conflicts[0] if conflicts else None
-    payload = None
-    if current is not None:
-        fake = Assignment(item_id=current.pk, is_gold=False, expires_at=current.created_at)
-        payload = selectors.review_payload([fake], model_name=settings.DEFAULT_MODEL)[0]
-    return render(request, "labeling_ui/adjudicate.html", {"current": current, "p": payload, "waiting": len(conflicts), "keys": KEYS})
+    state = _adjudication_state(request)
+    return render(request, "labeling_ui/adjudicate.html", {"state": state, "p": state["item"], "waiting": state["waiting"], "keys": KEYS})
+
+
+@role_required(CURATOR, api=True)
+@require_POST
+def api_adjudicate_decide(request):
+    """Record a final decision; the answer carries the next conflict, shown in place."""
+    from curation.services.adjudication import adjudication_decide
+
+    try:
+        item = adjudication_decide(**_adjudication_fields(_json_body(request)), user=request.user)
+    except (ReviewError, ValueError) as exc:
+        return JsonResponse({"error": str(exc)}, status=409 if isinstance(exc, ReviewError) and "no longer waiting" in str(exc) else 400)
+    return JsonResponse({**_adjudication_state(request), "decided": {"item": item.pk, "image": item.image_id, "decision": item.final_decision,
+                                                                     "wnids": item.final_wnids, "gold": item.is_gold}})
+
+
+@role_required(CURATOR, api=True)
+@require_POST
+def api_adjudicate_undo(request):
+    """Take back the curator's latest adjudication; the image comes back on screen when it is a
+    conflict again."""
+    from curation.services.adjudication import adjudication_undo
+
+    try:
+        item = adjudication_undo(user=request.user)
+    except ReviewError as exc:
+        return JsonResponse({"error": str(exc)}, status=409)
+    state = _adjudication_state(request, item if item.status == item.Status.CONFLICT else None)
+    return JsonResponse({**state, "undone": {"item": item.pk, "image": item.image_id, "status": item.status}})
 
 
 @role_required(CURATOR)

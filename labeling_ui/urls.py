@@ -25,6 +25,8 @@ urlpatterns = [
     path("curate/reviews/", review_views.dashboard, name="review_dashboard"),
     path("curate/reviews/source/<int:source_id>/", review_views.source_settings, name="review_source_settings"),
     path("curate/adjudicate/", review_views.adjudicate, name="adjudicate"),
+    path("api/adjudicate/decide", review_views.api_adjudicate_decide, name="api_adjudicate_decide"),
+    path("api/adjudicate/undo", review_views.api_adjudicate_undo, name="api_adjudicate_undo"),
     path("curate/classes/", review_views.classes, name="review_classes"),
     path("curate/contamination/<int:source_id>/", export_views.contamination, name="contamination"),
     path("curate/certify/<int:source_id>/", certify_views.certify, name="certify"),
@@ -51,4 +53,5 @@ urlpatterns = [
     path("evaluations/<int:run_id>/results.json", evaluation_views.evaluation_json, name="evaluation_json"),
     path("evaluations/<int:run_id>/plots/<path:rel>", evaluation_views.evaluation_plot, name="evaluation_plot"),
     path("exports/<int:export_id>/download.<str:fmt>", export_views.download, name="export_download"),
+    path("exports/<int:export_id>/datasheet/", export_views.datasheet, name="export_datasheet"),
 ]

@@ -543,7 +543,10 @@ def review_adjudicate(*, item_id: int, decision: str, wnids: Sequence[str] | Non
             raise ReviewError(f"no review item {item_id}")
         if item.done == 0:
             raise ReviewError("nobody has reviewed this image yet")
-        before = {"status": item.status, "decision": item.final_decision, "wnids": item.final_wnids}
+        # the whole previous state, so that an undo (curation/services/adjudication.py) restores it exactly
+        before = {"status": item.status, "decision": item.final_decision, "wnids": item.final_wnids, "note": item.final_note,
+                  "decided_by": item.decided_by_id, "decided_at": item.decided_at.isoformat() if item.decided_at else None,
+                  "gold": item.is_gold}
         item.status, item.final_decision, item.final_wnids, item.final_note = ReviewItem.Status.ADJUDICATED, decision, wnids, note
         item.decided_by, item.decided_at = (user if getattr(user, "pk", None) else None), timezone.now()
         item.is_gold = item.is_gold or make_gold
