@@ -2,6 +2,7 @@
 never built in memory), and a source's contamination report. Curators and researchers only."""
 from __future__ import annotations
 
+import hashlib
 import logging
 
 from django.http import Http404, HttpResponse, HttpResponseBadRequest, StreamingHttpResponse
@@ -56,6 +57,34 @@ def download(request, export_id: int, fmt: str):
     response["Cache-Control"] = "private, no-store"
     response["X-Accel-Buffering"] = "no"
     return response
+
+
+@require_GET
+@role_required(CURATOR, RESEARCHER)
+def datasheet(request, export_id: int):
+    """The export's datasheet (its README.md), as written and checked against its manifest."""
+    from django.utils.safestring import mark_safe
+
+    from pipelines.datasheet import to_html
+
+    export = get_object_or_404(Export, pk=export_id)
+    if export.status != Export.Status.DONE:
+        return HttpResponse(f"{export.label} is {export.status}: it has no datasheet", status=409, content_type="text/plain")
+    root = export_path(export)
+    try:
+        manifest = read_manifest(root)
+        intact = sha256_file(root / MANIFEST) == export.manifest_sha256
+        written = manifest["files"].get("README.md")
+        text = (root / "README.md").read_bytes() if written else b""
+    except (ExportError, OSError) as exc:
+        return HttpResponse(f"{export.label} cannot be read from {root}: {exc}", status=410, content_type="text/plain")
+    if not written:
+        raise Http404(f"{export.label} was written before exports carried a datasheet")
+    if not intact or hashlib.sha256(text).hexdigest() != written:
+        return HttpResponse(f"{export.label}: README.md or manifest.json is not the one written; run `python manage.py verify_export {root}`",
+                            status=409, content_type="text/plain")
+    return render(request, "labeling_ui/export_datasheet.html",
+                  {"export": export, "html": mark_safe(to_html(text.decode("utf-8")))})  # to_html escapes every text it renders
 
 
 def _logged(stream, export: Export):

@@ -10,7 +10,9 @@ as the card when the folder is uploaded.
 """
 from __future__ import annotations
 
+import html
 import json
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -102,8 +104,10 @@ def render(facts: dict) -> str:
         md += [f"  Curator overrides: {cf['overrides']} pinned (allow/deny), {cf['resolutions']} flags resolved by a curator."]
     md += ["", "## Image pipeline", ""]
     ip = facts["image_pipeline"]
+    weights = "; ".join(f"`{w['weights']}`" + (f" (sha256 `{w['sha256']}`)" if w["sha256"] else "") for w in ip["weights"])
     md += [
-        f"- Model: `{ip['model']}` (timm `{ip['timm_name']}`), weights: {', '.join(ip['weights']) or 'not recorded'}.",
+        f"- Model: `{ip['model']}` (timm `{ip['timm_name']}`); weights: "
+        + (weights or "no feature extraction of these sources is recorded") + ".",
         f"- Near-duplicates: cosine similarity of the model's features at or above {ip['id_dup_threshold']} that also pass the pixel "
         f"check (mean absolute pixel difference at most {ip['max_pixel_diff']}).",
         f"- Removed in the pool as near-duplicates of another candidate: {ip['near_duplicates_in_pool']}; as copies of an ID "
@@ -127,6 +131,11 @@ def render(facts: dict) -> str:
                "This is the source's rate before cleaning (NINCO Table 1), not the export's."]
     if facts.get("certificate"):
         md += ["", facts["certificate"]]
+    dif = facts.get("difficulty")
+    if dif:
+        md += ["", "## Easy / hard sub-splits", "",
+               f"{dif['rule']}. Measure: {dif['measure']}, against the ID classes `{dif['id_classes']}`.", ""]
+        md += _table(["sub-split", "classes", "images"], [[k, v["classes"], v["images"]] for k, v in dif["counts"].items()])
     md += ["", "## Changes since the previous version", ""]
     d = facts.get("diff")
     if not d:
@@ -146,3 +155,88 @@ def render(facts: dict) -> str:
            "The listings and tables:", ""]
     md += _table(["file", "sha256"], [[f"`{k}`", f"`{v}`"] for k, v in facts["checksums"].items()])
     return "\n".join(yaml) + "\n\n" + "\n".join(md) + "\n"
+
+
+# -- HTML for the export's page ----------------------------------------------------------------
+
+_INLINE = re.compile(r"`([^`]+)`|\*\*([^*]+)\*\*")
+
+
+def _inline(text: str) -> str:
+    """Escaped text with this module's inline marks: `code` and **bold**."""
+    out, pos = [], 0
+    for m in _INLINE.finditer(text):
+        out.append(html.escape(text[pos:m.start()]))
+        out.append(f"<code>{html.escape(m.group(1))}</code>" if m.group(1) is not None else f"<strong>{html.escape(m.group(2))}</strong>")
+        pos = m.end()
+    out.append(html.escape(text[pos:]))
+    return "".join(out).replace("\\|", "|")
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+
+
+def to_html(text: str) -> str:
+    """The datasheet as HTML, for the subset of Markdown ``render`` writes (headings, tables,
+    lists, fenced code, paragraphs, `code`, **bold**); everything else is escaped text. The
+    card's YAML header comes first as a preformatted block."""
+    lines = text.splitlines()
+    out: list[str] = []
+    i = 0
+    if lines and lines[0] == "---":
+        end = lines.index("---", 1) if "---" in lines[1:] else 0
+        if end:
+            out.append(f'<pre class="card-header">{html.escape(chr(10).join(lines[1:end]))}</pre>')
+            i = end + 1
+    para: list[str] = []
+
+    def flush() -> None:
+        if para:
+            out.append(f"<p>{_inline(' '.join(para))}</p>")
+            para.clear()
+
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("```"):
+            flush()
+            j = i + 1
+            while j < len(lines) and not lines[j].startswith("```"):
+                j += 1
+            lang = line[3:].strip()
+            out.append(f'<pre><code class="language-{html.escape(lang)}">{html.escape(chr(10).join(lines[i + 1:j]))}</code></pre>')
+            i = j + 1
+            continue
+        heading = re.match(r"(#{1,4}) (.*)", line)
+        if heading:
+            flush()
+            level = len(heading.group(1))
+            out.append(f"<h{level}>{_inline(heading.group(2))}</h{level}>")
+        elif line.startswith("|"):
+            flush()
+            rows = []
+            while i < len(lines) and lines[i].startswith("|"):
+                rows.append(lines[i])
+                i += 1
+            head, body = _cells(rows[0]), [_cells(r) for r in rows[2:]]
+            out.append("<table class=\"grid datasheet-table\"><thead><tr>" + "".join(f"<th>{_inline(c)}</th>" for c in head) + "</tr></thead><tbody>"
+                       + "".join("<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in r) + "</tr>" for r in body) + "</tbody></table>")
+            continue
+        elif line.startswith("- "):
+            flush()
+            items = []
+            while i < len(lines) and (lines[i].startswith("- ") or (lines[i].startswith("  ") and items)):
+                if lines[i].startswith("- "):
+                    items.append(lines[i][2:])
+                else:
+                    items[-1] += " " + lines[i].strip()
+                i += 1
+            out.append("<ul>" + "".join(f"<li>{_inline(x)}</li>" for x in items) + "</ul>")
+            continue
+        elif not line.strip():
+            flush()
+        else:
+            para.append(line.strip())
+        i += 1
+    flush()
+    return "\n".join(out)

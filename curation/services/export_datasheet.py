@@ -82,11 +82,29 @@ def _review(names: list[str], review_policy: dict) -> dict:
     }
 
 
+def _weights(model_name: str, extract_jobs: list[dict]) -> list[dict]:
+    """The weights each feature extraction used, with the sha256 of the file where it is a file
+    (the registry's default resolves to one; read when the export is written)."""
+    from pipelines.classifiers import MODELS, ModelUnavailable
+
+    out = []
+    for given in sorted({str(j["weights"]) for j in extract_jobs}):
+        where = given
+        if given == "registry default" and model_name in MODELS:
+            try:
+                where = MODELS[model_name].default_weights()
+            except ModelUnavailable as exc:
+                where = f"registry default ({exc})"
+        path = Path(where)
+        out.append({"weights": where, "sha256": sha256_file(path) if path.is_file() else ""})
+    return out
+
+
 def _image_pipeline(names: list[str], model: dict, cfg: dict, leak: dict) -> dict:
     embs = ImageEmbedding.objects.filter(image__source__name__in=names, model_name=cfg["model"])
     return {
-        "model": model["name"], "timm_name": model["timm_name"],
-        "weights": sorted({str(j["weights"]) for j in model["extract_jobs"]}),
+        "model": model["name"], "timm_name": model["timm_name"], "extract_jobs": len(model["extract_jobs"]),
+        "weights": _weights(model["name"], model["extract_jobs"]),
         "id_dup_threshold": cfg["id_dup_threshold"], "max_pixel_diff": cfg["max_pixel_diff"],
         "near_duplicates_in_pool": embs.filter(drop_reason__startswith="near_duplicate_of:").count(),
         "duplicates_of_id": embs.filter(drop_reason__startswith="duplicate_of_id:").count(),
@@ -129,7 +147,7 @@ def _limitations(facts: dict) -> list[str]:
 
 
 def datasheet_facts(*, export: Export, root: Path, sel, good: list, counts: dict, leak: dict, model: dict,
-                    contamination: dict, certificate: str | None) -> dict:
+                    contamination: dict, certificate: str | None, difficulty: dict | None = None) -> dict:
     """The datasheet's facts for an export being written into ``root`` (its lists and
     decisions.csv already there)."""
     cfg = export.config
@@ -152,6 +170,7 @@ def datasheet_facts(*, export: Export, root: Path, sel, good: list, counts: dict
         "certificate": certificate or "",
         "diff": _diff(export, {p.item.image_id: p.item.wnid for p in good}),
         "excluded": counts["excluded"],
+        "difficulty": {k: difficulty[k] for k in ("rule", "cut", "id_classes", "measure", "counts")} if difficulty else None,
         "layouts": list(cfg["layouts"]),
     }
     facts["limitations"] = _limitations(facts)

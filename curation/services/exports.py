@@ -541,7 +541,8 @@ def export_execute(*, export_id: int, progress: Progress | None = None, on_total
     model = _model_provenance(cfg["sources"], model_name)
     contamination = {s: _contamination_summary(s) for s in cfg["sources"]}
     facts = datasheet_facts(export=export, root=tmp, sel=sel, good=good, counts=counts, leak=leak, model=model,
-                            contamination=contamination, certificate=certification["sentence"] if certification else None)
+                            contamination=contamination, certificate=certification["sentence"] if certification else None,
+                            difficulty=difficulty_info)
     px.write_datasheet(tmp, facts)
     known = {rel: p.item.sha256 for p in good for rel in p.files.values()}
     files = px.hash_tree(tmp, known=known)
