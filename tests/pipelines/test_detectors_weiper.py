@@ -343,3 +343,17 @@ def test_knns_float32_screen_finds_the_float64_kth_neighbour(duplicates):
         # atol: at distance 0 (a test image equal to a fit image) |a - b| = sqrt(2 - 2 a.b), the form KNN
         # has always used, is about 1e-8 rather than 0 (a.b rounds to 1 - 1e-16), in either product
         np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-7)
+
+
+def test_fdbds_denominators_by_one_product_equal_the_direct_distances():
+    """fDBD's |w_c - w_j| (OpenOOD's denominator_matrix, computed directly there) for a head with
+    near-equal rows (taken directly) and far ones (by the product)."""
+    rng = np.random.default_rng(3)
+    w = rng.normal(0, 0.05, (40, 30))
+    w[5] = w[4] * (1 + 1e-9)
+    w[6] = w[7] + 1e-6
+    det = get_detector("fdbd").fit(Outputs(features=rng.random((20, 30)), logits=rng.random((20, 40))), Head(weight=w, bias=np.zeros(40)))
+    for c in range(40):
+        want = np.linalg.norm(w - w[c], axis=1)
+        want[c] = 1.0
+        np.testing.assert_allclose(det._denominators(c), want, rtol=1e-10, atol=0)
