@@ -106,7 +106,10 @@ def _items(assignments, have=()) -> list[dict]:
 @role_required(ANNOTATOR)
 @require_GET
 def queue(request):
-    return render(request, "labeling_ui/review_queue.html", {"q": selectors.annotator_queue(user=request.user)})
+    from curation.selectors_adjudication import RULES, my_quality
+
+    return render(request, "labeling_ui/review_queue.html", {"q": selectors.annotator_queue(user=request.user),
+                                                             "me": my_quality(user=request.user), "rules": RULES})
 
 
 @role_required(ANNOTATOR)
@@ -251,12 +254,18 @@ def image_thumbs(request):
 @role_required(CURATOR, RESEARCHER)
 @require_GET
 def dashboard(request):
+    from curation.selectors_adjudication import RULES, quality_rows
+
     d = selectors.review_dashboard()
+    quality = {q.name: q for q in quality_rows()}
+    for row in d["annotators"]:  # pace against the team and the flags (pipelines/annotator_quality.py)
+        row["q"] = quality.get(row["annotator__username"])
     sources = list(Source.objects.filter(role=Source.Role.CANDIDATE).order_by("name"))
     base = {s.source_id: s for s in d["settings"] if s.candidate_class_id is None}
     return render(request, "labeling_ui/review_dashboard.html", {
         "d": d, "sources": [(s, base.get(s.pk)) for s in sources], "orders": ReviewSettings.Order.choices, "class_run": settings.REVIEW_CLASS_RUN,
-        "can_curate": CURATOR in request_roles(request)})
+        "can_curate": CURATOR in request_roles(request), "rules": RULES,
+        "flagged": sum(1 for q in quality.values() if q.flags)})
 
 
 @role_required(CURATOR)
