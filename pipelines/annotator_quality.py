@@ -97,7 +97,7 @@ def annotator_quality(annotators: Sequence[AnnotatorTimes], rules: QualityRules 
         n = len(a.seconds)
         total = float(np.sum(np.asarray(a.seconds, dtype=float))) if n else 0.0
         med = medians[a.name]
-        others = [medians[b] for b in timed if b != a.name and medians[b] is not None]
+        others: list[float] = [m for b in timed if b != a.name and (m := medians[b]) is not None]
         team = _median(others) if others else None
         per_hour = 3600.0 * n / total if total > 0 else None
         flags = []
