@@ -162,6 +162,34 @@ def main() -> int:
               f"{pct(offset_times, 95):8.1f} {ratio:27.1f}x")
     print(f"all keyset pages: n={len(all_keyset)} p50 {statistics.median(all_keyset):.1f} ms, p95 {pct(all_keyset, 95):.1f} ms, "
           f"max {max(all_keyset):.1f} ms (goal: p95 <= 300 ms)")
+    # a numbered link or the jump box (page=N, no cursor): the page's start is read by OFFSET once
+    # (sort value and id only), then the page is shown by cursor; against page 1 of the same query
+    depths = (2, 10, 100, 1000, 5000)
+    print(f"jump to page N (ms, median of 3; x = against page 1 of the same query, same run): {', '.join(map(str, depths))}")
+    for label in ("everything, oldest first", "most similar to ID first", "one source"):
+        f = selectors.browse_filters_from(queries[label])
+
+        def timed(n: int) -> float:
+            runs = []
+            for _ in range(3):
+                t = time.perf_counter()
+                selectors.image_browse(filters=f, page=n, page_size=page_size)
+                runs.append(1000 * (time.perf_counter() - t))
+            return statistics.median(runs)
+
+        first = timed(1)
+        cells = [timed(n) for n in depths]
+        print(f"{label:50s} page 1 {first:7.1f}  " + "  ".join(f"p{n} {ms:7.1f} ({ms / first:4.1f}x)" for n, ms in zip(depths, cells)))
+        # from the deepest page reached, "previous" reads backwards by cursor (as "next" reads forwards)
+        deep = selectors.image_browse(filters=f, page=max(depths), page_size=page_size)
+        while not deep.prev_cursor and deep.number > 1:  # past the end: the last page that has rows
+            deep = selectors.image_browse(filters=f, page=deep.number // 2, page_size=page_size)
+        runs = []
+        for _ in range(3):
+            t = time.perf_counter()
+            selectors.image_browse(filters=f, before=deep.prev_cursor, page=deep.number - 1, page_size=page_size)
+            runs.append(1000 * (time.perf_counter() - t))
+        print(f"{'':50s} previous from page {deep.number}: {statistics.median(runs):.1f} ms ({statistics.median(runs) / first:.1f}x page 1)")
     return 0
 
 

@@ -169,6 +169,7 @@ class BrowsePage:
     size: int = 60
     cursor: str = ""  # the cursor this page starts after ("" on the first page)
     past_end: bool = False  # a jump beyond the last page
+    prev_cursor: str = ""  # the first row's cursor: the previous page ends before it ("" on the first page)
 
     @property
     def last(self) -> int | None:
@@ -323,40 +324,55 @@ def _seek(filters: BrowseFilters, number: int, size: int) -> str | None:
     return _cursor(got[0][0] if field_name else None, got[0][1])
 
 
-def image_browse(*, filters: BrowseFilters, after: str = "", page_size: int = 60, page: int = 1) -> BrowsePage:
+def image_browse(*, filters: BrowseFilters, after: str = "", before: str = "", page_size: int = 60, page: int = 1) -> BrowsePage:
     """One page of images matching ``filters``, in the order asked, after the cursor ``after``
-    (keyset pagination: each page costs the same however deep it is). ``page`` is the page's
-    number: with a cursor it only labels the page; without one, page N is found by reading
-    past the (N-1) pages before it, once, and the links from there are cursors again. Sorting
-    by a prediction lists only the images that have that value."""
+    (keyset pagination: each page costs the same however deep it is), or the page that ends
+    just before the cursor ``before`` (the previous page, read backwards by the same index).
+    ``page`` is the page's number: with a cursor it only labels the page; without one, page N
+    is found by reading past the (N-1) pages before it, once, and the links from there are
+    cursors again. Sorting by a prediction lists only the images that have that value."""
     if not 1 <= page <= PAGE_MAX:
         raise BrowseError(f"page={page} is outside 1..{PAGE_MAX}")
     past_end = False
-    if not after and page > 1:
+    if not after and not before and page > 1:
         sought = _seek(filters, page, page_size)
         if sought is None:
             past_end = True
         else:
             after = sought
     field_name = BROWSE_SORTS[filters.sort][0]
-    cursor = _parse_cursor(after, field_name is not None) if after else None
-    qs, field_name, count_qs, note = _ordered(filters, after=cursor)
-    rows = [] if past_end else list(qs.values(*ROW_FIELDS)[:page_size + 1])
-    more = len(rows) > page_size
-    rows = rows[:page_size]
+    numeric = field_name is not None
+    if before:
+        # backwards from the cursor: this page's rows and, one further, the row the page starts after
+        qs, field_name, count_qs, note = _ordered(filters, after=_parse_cursor(before, numeric), backwards=True)
+        back = list(qs.values(*ROW_FIELDS)[:page_size + 1])
+        rows = list(reversed(back[:page_size]))
+        more = True  # the cursor's own row follows
+        if len(back) > page_size:
+            start = back[page_size]
+            after = _cursor(start[f"emb__{field_name}"] if field_name else None, start["id"])
+        else:
+            after, page = "", 1  # nothing before it: the first page
+    else:
+        cursor = _parse_cursor(after, numeric) if after else None
+        qs, field_name, count_qs, note = _ordered(filters, after=cursor)
+        rows = [] if past_end else list(qs.values(*ROW_FIELDS)[:page_size + 1])
+        more = len(rows) > page_size
+        rows = rows[:page_size]
     for r in rows:
         r["class_label"] = class_label(r["candidate_class__wnid"], r["candidate_class__synset_name"], r["candidate_class__folder"] or "")
         r["readable"] = r["status"] == Image.Status.OK
         r["selectable"] = r["readable"] or bool(r["excluded_reason"])  # what the selection's actions can apply to
         marker = f"{r['relative_path']}: "  # ingest's message names the file's absolute path first; the tile shows the rest
         r["reason"] = r["error"].split(marker, 1)[1] if marker in r["error"] else r["error"]
-    nxt = None
-    if more and rows:
-        last = rows[-1]
-        nxt = _cursor(last[f"emb__{field_name}"] if field_name else None, last["id"])
+
+    def cursor_of(row) -> str:
+        return _cursor(row[f"emb__{field_name}"] if field_name else None, row["id"])
+
     n = count_qs.order_by().values("id")[:COUNT_CAP + 1].count()  # COUNT over a LIMITed subquery: bounded cost
-    return BrowsePage(rows=rows, next_cursor=nxt, count=min(n, COUNT_CAP), count_capped=n > COUNT_CAP, sort_note=note,
-                      number=page, size=page_size, cursor=after, past_end=past_end)
+    return BrowsePage(rows=rows, next_cursor=cursor_of(rows[-1]) if more and rows else None, count=min(n, COUNT_CAP),
+                      count_capped=n > COUNT_CAP, sort_note=note, number=page, size=page_size, cursor=after, past_end=past_end,
+                      prev_cursor=cursor_of(rows[0]) if rows and after else "")
 
 
 def browse_neighbours(*, filters: BrowseFilters, image_id: int) -> tuple[int | None, int | None]:

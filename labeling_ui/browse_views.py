@@ -71,7 +71,8 @@ def images(request):
     try:
         filters = browse_filters_from(request.GET)
         size = filters.size or settings.BROWSE_PAGE_SIZE
-        page = image_browse(filters=filters, after=request.GET.get("after", "")[:200], page_size=size, page=_page_number(request))
+        page = image_browse(filters=filters, after=request.GET.get("after", "")[:200], before=request.GET.get("before", "")[:200],
+                            page_size=size, page=_page_number(request))
     except BrowseError as exc:
         return render(request, "labeling_ui/browse.html", {"error": str(exc), "f": BrowseFilters(), **browse_choices(),
                                                            "size": settings.BROWSE_PAGE_SIZE, "typed": {
@@ -82,12 +83,18 @@ def images(request):
     # a tile's link carries the filters and this page's place, so the image page can step through
     # the same list and come back to this page
     here_query = filters.query(after=page.cursor or None, page=page.number if page.number > 1 else None)
-    numbers = [(n, _images_url(filters.query(page=n if n > 1 else None)) if n else "") for n in page.numbers()]
+    next_url = _images_url(filters.query(after=page.next_cursor, page=page.number + 1)) if page.next_cursor else ""
+    # previous: backwards by cursor from this page's first row (as cheap as next); by number
+    # where this page has no rows (a jump past the end)
+    prev_url = (_images_url(filters.query(before=page.prev_cursor, page=page.number - 1)) if page.prev_cursor
+                else _images_url(filters.query(page=page.number - 1 if page.number > 2 else None)) if page.number > 1 else "")
+    # the pages either side go by cursor too; the others are found by number (read up to them once)
+    near = {page.number - 1: prev_url, page.number + 1: next_url}
+    numbers = [(n, (near.get(n) or _images_url(filters.query(page=n if n > 1 else None))) if n else "") for n in page.numbers()]
     return render(request, "labeling_ui/browse.html", {
         "f": filters, "page": page, "cls": cls, "can_act": CURATOR in request_roles(request), **browse_choices(),
         "size": size, "page_sizes": sorted({*PAGE_SIZES, settings.BROWSE_PAGE_SIZE, size}), "top1_name": top1_label(filters.top1),
-        "next_url": _images_url(filters.query(after=page.next_cursor, page=page.number + 1)) if page.next_cursor else "",
-        "prev_url": _images_url(filters.query(page=page.number - 1 if page.number > 2 else None)) if page.number > 1 else "",
+        "next_url": next_url, "prev_url": prev_url,
         "numbers": numbers, "tile_query": here_query, "jump_fields": _hidden_fields(filters),
         "here": request.get_full_path()})
 

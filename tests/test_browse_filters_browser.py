@@ -170,8 +170,12 @@ def test_numbered_pages_jump_and_previous_next_on_the_image_page(pool, live_serv
     assert _tiles(page) == order[4:8] and "after" in _query(page) and _query(page)["page"] == "2"
     page.click("#pager .numbers a[data-page='4']")
     assert _tiles(page) == order[12:16]
+    page.click("#prev-page")  # backwards by cursor from the page's first image
+    assert _tiles(page) == order[8:12] and _query(page)["page"] == "3" and "before" in _query(page)
+    assert "page 3 of 5" in page.inner_text("#page-of")
     page.click("#prev-page")
-    assert _tiles(page) == order[8:12] and _query(page)["page"] == "3"
+    page.click("#prev-page")
+    assert _tiles(page) == order[0:4] and page.query_selector("#prev-page") is None  # back at the first page
     page.fill("#jump input[name=page]", "5")
     page.click("#jump-button")
     assert _tiles(page) == order[16:18] and _query(page)["sort"] == "-similarity"
