@@ -50,6 +50,8 @@ class ExportItem:
     wnid: str
     class_name: str  # readable class name (NINCO folder)
     file_name: str  # the original file name
+    source: str = ""  # the source's name and the file's path in it (provenance columns of table layouts)
+    source_path: str = ""
 
 
 @dataclass
@@ -81,6 +83,8 @@ def plan_paths(items: Sequence[ExportItem], layouts: Sequence[str], *, name: str
     ctx = PlanContext(folders_by_name, name=name)
     out: dict[int, dict[str, str]] = {it.image_id: {} for it in items}
     for layout in layouts:
+        if not LAYOUTS[layout].places_files:
+            continue
         taken: set[str] = set()
         for it in sorted(items, key=lambda i: (i.wnid, i.file_name, i.image_id)):
             base = LAYOUTS[layout].folder(it, ctx)
@@ -127,6 +131,12 @@ def place_items(root: Path, items: Sequence[ExportItem], paths: dict[int, dict[s
         targets = paths[it.image_id]
         first: Path | None = None
         try:
+            if not targets:  # only table layouts: the bytes are read from the source later, checked here first
+                digest = sha256_file(it.src)
+                if digest != it.sha256:
+                    p.problem = f"changed_since_ingest: {it.src} has sha256 {digest[:12]}..., ingest recorded {it.sha256[:12]}...; re-ingest the source"
+                else:
+                    p.method = "read"
             for layout, rel in targets.items():
                 dst = inside(root, rel)  # rel is built from sanitised parts; this is the last word
                 if first is None:
@@ -175,7 +185,9 @@ def write_layout_lists(root: Path, placed: Sequence[Placed], layouts: Sequence[s
     With ``difficulty`` (wnid -> its sub-split), each listing also comes once per sub-split
     (``file_list_hard.txt``, ``imglist_easy.txt``...), NINCO's metadata.csv gains the similarity
     columns, and ``difficulty.csv`` lists the classes."""
-    ok = sorted((p for p in placed if not p.problem), key=lambda p: (p.item.wnid, p.files.get(layouts[0], "")))
+    first = next((x for x in layouts if LAYOUTS[x].places_files), None)
+    ok = sorted((p for p in placed if not p.problem),
+                key=lambda p: (p.item.wnid, p.files.get(first, "") if first else p.item.file_name, p.item.image_id))
     subsplits = sorted({d.subsplit for d in difficulty.values()}) if difficulty else []
 
     def of(sub: str) -> list[Placed]:

@@ -50,7 +50,7 @@ class ExportCreateForm(forms.Form):
 
         super().__init__(*args, **kwargs)
         self.fields["layouts"].choices = [(name, layout.description) for name, layout in LAYOUTS.items()]
-        self.fields["layouts"].initial = list(LAYOUTS)
+        self.fields["layouts"].initial = [name for name, layout in LAYOUTS.items() if layout.default]
 
     def clean(self):
         data = super().clean()

@@ -41,6 +41,7 @@ from curation.services.id_classes import id_classes_resolve
 from curation.services.jobs import job_fail, job_mark_running
 from curation.version import code_version
 from pipelines.export import LAYOUTS, MANIFEST_FORMAT
+from pipelines.layouts import default_layouts
 from pipelines.names import InvalidName, check_name, inside
 from pipelines.semantic import EASY, HARD, DifficultyError, SemanticIndex, difficulty_split, parse_difficulty
 from pipelines.sources import UnsafePath, safe_join
@@ -104,7 +105,7 @@ def export_create(*, name: str, sources: list[Source], wnids: list[str] | None =
         except DifficultyError as exc:
             raise ExportRequestError(str(exc)) from None
         difficulty = difficulty.strip()
-    layouts = list(dict.fromkeys(layouts or LAYOUTS))
+    layouts = list(dict.fromkeys(layouts or default_layouts()))
     bad = [x for x in layouts if x not in LAYOUTS]
     if bad:
         raise ExportRequestError(f"unknown layout(s) {', '.join(bad)}; choose from {', '.join(LAYOUTS)}")
@@ -448,7 +449,8 @@ def _decisions_rows(sel: Selection, placed_by_image: dict, model_name: str):
         placed = placed_by_image.get(it.image_id)
         if not reason and placed is not None and placed.problem:
             reason = placed.problem.split(":")[0]
-        files = placed.files if placed is not None and not placed.problem else {}
+        exported = placed is not None and not placed.problem
+        files = placed.files if exported else {}
         yield [
             it.image_id, it.source.name, it.image.relative_path, it.image.sha256, cc.wnid if cc else "", _class_name(cc) if cc else "",
             it.final_decision, " ".join(it.final_wnids or []), it.status, it.decided_by.username if it.decided_by_id else "",
@@ -457,8 +459,8 @@ def _decisions_rows(sel: Selection, placed_by_image: dict, model_name: str):
             json.dumps(e.topk if e else []), e.dup_group if e else "", e.drop_reason if e else "",
             e.nearest_id_image_id if e and e.nearest_id_image_id else "",
             round(e.nearest_id_similarity, 4) if e and e.nearest_id_similarity is not None else "",
-            "yes" if files else "no", reason, files.get("ninco", ""), files.get("imagenet-ood", ""), files.get("openood", ""),
-            ("certificate" if it.pk in sel.certified else "review") if files else "",
+            "yes" if exported else "no", reason, files.get("ninco", ""), files.get("imagenet-ood", ""), files.get("openood", ""),
+            ("certificate" if it.pk in sel.certified else "review") if exported else "",
         ]
 
 
@@ -505,7 +507,8 @@ def export_execute(*, export_id: int, progress: Progress | None = None, on_total
     items, refused = [], []
     for it in sel.items:
         item = px.ExportItem(image_id=it.image_id, src="", sha256=it.image.sha256, wnid=it.candidate_class.wnid,
-                             class_name=_class_name(it.candidate_class), file_name=it.image.relative_path.rsplit("/", 1)[-1])
+                             class_name=_class_name(it.candidate_class), file_name=it.image.relative_path.rsplit("/", 1)[-1],
+                             source=it.source.name, source_path=it.image.relative_path)
         root, root_real = roots[it.source_id]
         try:
             items.append(replace(item, src=str(safe_join(root, it.image.relative_path, root_real=root_real))))
@@ -524,7 +527,9 @@ def export_execute(*, export_id: int, progress: Progress | None = None, on_total
         "images": len(good), "classes": len(per_class),
         "per_class": {w: {"name": sel.classes[w]["label"], "synset": sel.classes[w]["name"], "images": n} for w, n in sorted(per_class.items())},
         "excluded": dict(sorted((sel.excluded + Counter(p.problem.split(":")[0] for p in placed if p.problem)).items())),
-        "files_per_layout": {layout: len(good) for layout in cfg["layouts"]},
+        "files_per_layout": {layout: len(good) for layout in cfg["layouts"] if LAYOUTS[layout].places_files},
+        **({"rows_per_layout": {layout: len(good) for layout in cfg["layouts"] if not LAYOUTS[layout].places_files}}
+           if any(not LAYOUTS[x].places_files for x in cfg["layouts"]) else {}),
         "placed_by": dict(Counter(p.method for p in good)),
     }
     if difficulty_info:

@@ -64,6 +64,8 @@ class Layout:
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
     reference: ClassVar[str] = ""  # whose convention it is
+    places_files: ClassVar[bool] = True  # False: no image files of its own (it writes the bytes into tables)
+    default: ClassVar[bool] = True  # written when an export names no layout
 
     def folder(self, item: ExportItem, ctx: PlanContext) -> str:
         """The folder, relative to the export, that ``item`` goes into (starting with the
@@ -99,6 +101,11 @@ class Layout:
 LAYOUTS: dict[str, Layout] = {}  # name -> layout, in registration order
 
 
+def default_layouts() -> list[str]:
+    """The layouts an export writes when it names none."""
+    return [name for name, layout in LAYOUTS.items() if layout.default]
+
+
 def register_layout(cls: type[Layout]) -> type[Layout]:
     if not cls.name or cls.name in LAYOUTS:
         raise ValueError(f"layout name {cls.name!r} is empty or registered twice")
@@ -107,7 +114,7 @@ def register_layout(cls: type[Layout]) -> type[Layout]:
 
 
 # NINCO, ImageNet-OOD, OpenOOD: the order exports list them in
-_BUILT_IN = ("ninco", "imagenet_ood", "openood")
+_BUILT_IN = ("ninco", "imagenet_ood", "openood", "hf")
 
 
 def _load_all() -> None:
