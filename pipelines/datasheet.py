@@ -224,7 +224,7 @@ def to_html(text: str) -> str:
             continue
         elif line.startswith("- "):
             flush()
-            items = []
+            items: list[str] = []
             while i < len(lines) and (lines[i].startswith("- ") or (lines[i].startswith("  ") and items)):
                 if lines[i].startswith("- "):
                     items.append(lines[i][2:])
