@@ -146,26 +146,26 @@ def _limitations(facts: dict) -> list[str]:
     return out
 
 
-def datasheet_facts(*, export: Export, root: Path, sel, good: list, counts: dict, leak: dict, model: dict,
-                    contamination: dict, certificate: str | None, difficulty: dict | None = None) -> dict:
+def datasheet_facts(*, export: Export, root: Path, good: list, classes: dict, class_filter: dict, review_policy: dict, counts: dict,
+                    leak: dict, model: dict, contamination: dict, certificate: str | None, difficulty: dict | None = None) -> dict:
     """The datasheet's facts for an export being written into ``root`` (its lists and
-    decisions.csv already there)."""
+    decisions.csv already there): ``good`` the placed images, ``classes``, ``class_filter`` and
+    ``review_policy`` as the selection recorded them (curation.services.exports.Selection)."""
     cfg = export.config
     names = list(cfg["sources"])
-    source_of = {it.image_id: it.source.name for it in sel.items}
-    exported = Counter(source_of[p.item.image_id] for p in good)
-    id_spec = next((i.get("id_spec") for i in sel.class_filter.values() if i.get("id_spec")), None)
+    exported = Counter(p.item.source for p in good)
+    id_spec = next((i.get("id_spec") for i in class_filter.values() if i.get("id_spec")), None)
     facts: dict = {
         "export": {"name": export.name, "version": export.version, "split": export.split, "images": counts["images"],
                    "classes": counts["classes"], "id_classes": id_spec or "ImageNet-1K (the default ID class set)",
                    "created": (export.created_at.date().isoformat() if export.created_at else ""),
                    "creator": export.created_by.username if export.created_by_id else "", "code_version": export.job.code_version},
-        "classes": [{"wnid": w, "name": c["name"], "images": c["images"], "sources": sel.classes[w]["sources"]}
+        "classes": [{"wnid": w, "name": c["name"], "images": c["images"], "sources": classes[w]["sources"]}
                     for w, c in counts["per_class"].items()],
         "sources": _sources(names, exported),
-        "class_filter": _class_filter(names, sel.class_filter),
+        "class_filter": _class_filter(names, class_filter),
         "image_pipeline": _image_pipeline(names, model, cfg, leak),
-        "review": _review(names, sel.review_policy),
+        "review": _review(names, review_policy),
         "contamination": [{"source": s, **c} for s, c in sorted(contamination.items())],
         "certificate": certificate or "",
         "diff": _diff(export, {p.item.image_id: p.item.wnid for p in good}),

@@ -545,7 +545,8 @@ def export_execute(*, export_id: int, progress: Progress | None = None, on_total
         counts["certified"] = {"images": n_cert, "sentence": sentence}  # the export page states it
     model = _model_provenance(cfg["sources"], model_name)
     contamination = {s: _contamination_summary(s) for s in cfg["sources"]}
-    facts = datasheet_facts(export=export, root=tmp, sel=sel, good=good, counts=counts, leak=leak, model=model,
+    facts = datasheet_facts(export=export, root=tmp, good=good, classes=sel.classes, class_filter=sel.class_filter,
+                            review_policy=sel.review_policy, counts=counts, leak=leak, model=model,
                             contamination=contamination, certificate=certification["sentence"] if certification else None,
                             difficulty=difficulty_info)
     px.write_datasheet(tmp, facts)
