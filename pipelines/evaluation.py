@@ -252,7 +252,10 @@ def evaluate_model(inputs: EvalInputs, methods: list[tuple[str, dict]], *, sever
                                            "classes_used": sev.classes_used, "classes_dropped": sev.classes_dropped,
                                            "notes": sev.notes}
             entry["notes"] += det.notes
-        except (DetectorError, ValueError, np.linalg.LinAlgError) as exc:
+        except DetectorError as exc:  # cannot run on these inputs (too few fit images, no last layer, ...): why, in one line
+            entry = {"status": "skipped", "error": str(exc).splitlines()[0] if str(exc) else type(exc).__name__, "notes": [],
+                     "params": entry["params"]}
+        except (ValueError, np.linalg.LinAlgError) as exc:
             entry = {"status": "failed", "error": f"{type(exc).__name__}: {exc}", "notes": [], "params": entry["params"]}
         entry["seconds"] = round(time.perf_counter() - started, 3)
         result["detectors"][name] = entry

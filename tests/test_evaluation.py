@@ -97,7 +97,7 @@ def _world(tmp_path):
     return export
 
 
-def test_a_run_on_known_data_reports_what_the_data_say(tmp_path):
+def test_a_run_on_known_data_reports_what_the_data_say(tmp_path, role_groups):
     export = _world(tmp_path)
     run = evaluation_create(export=export, id_test="import:test", id_fit="import:fit", models=["toy"],
                             methods=["msp", "mahalanobis", "vim", "knn", "odin"], params={"knn_k": 10, "vim_dim": 4}, enqueue=False)
@@ -113,8 +113,13 @@ def test_a_run_on_known_data_reports_what_the_data_say(tmp_path):
     assert r["detectors"]["vim"]["status"] == "ok" and r["detectors"]["vim"]["classes"]["n09999901"]["auroc"] > 0.99
     assert r["id_accuracy"] > 0.8 and r["id_labelled"] == 300  # wnid labels mapped to class indices
     # ODIN needs the images: imported outputs cannot give it, and the page says so per detector
-    assert r["detectors"]["odin"]["status"] == "failed" and "computed while extracting" in r["detectors"]["odin"]["error"]
-    assert "failed: toy/odin" in run.message
+    # ... as a detector that cannot run on these sets: skipped with one line, the run goes on (issue 31.7)
+    odin = r["detectors"]["odin"]
+    assert odin["status"] == "skipped" and "computed while extracting" in odin["error"] and "\n" not in odin["error"]
+    assert "skipped (cannot run on these sets, see each row): toy/odin" in run.message and "failed" not in run.message
+    page = _client("res-page", "researcher").get(f"/evaluations/{run.pk}/").content.decode()
+    assert 'class="muted detector-skipped">not run: ' in page and "computed while extracting" in page
+    assert page.index('id="model-1"') < page.index('id="config"')  # the headline table first
     assert "1000 OOD classes" in r["severity_message"]
     assert run.export_version == f"{export.label} sha256:{export.manifest_sha256}" and run.code_version
     assert run.config["method_params"]["knn"] == {"k": 10} and run.config["sets"]["ood"]["key"] == "export:ood-v1"

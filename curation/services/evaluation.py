@@ -702,9 +702,12 @@ def evaluation_finalize(*, job_id: int, progress: Callable[[str], None] | None =
         locked = EvaluationRun.objects.select_for_update().get(pk=run.pk)
         if locked.status in (EvaluationRun.Status.DONE, EvaluationRun.Status.FAILED):
             return locked
-        failed = [f"{m}/{d}" for m, r in results["models"].items() for d, e in r["detectors"].items() if e["status"] != "ok"]
+        not_ok = [(f"{m}/{d}", e["status"]) for m, r in results["models"].items() for d, e in r["detectors"].items() if e["status"] != "ok"]
+        skipped = [name for name, st in not_ok if st == "skipped"]
+        failed = [name for name, st in not_ok if st != "skipped"]
         locked.results, locked.status, locked.finished_at = results, EvaluationRun.Status.DONE, timezone.now()
         locked.message = (f"{len(cfg['models'])} model(s) x {len(cfg['methods'])} detector(s) evaluated"
+                          + (f"; skipped (cannot run on these sets, see each row): {', '.join(skipped)}" if skipped else "")
                           + (f"; failed: {', '.join(failed)}" if failed else ""))
         locked.save(update_fields=["results", "status", "finished_at", "message"])
         Job.objects.filter(pk=job.pk).update(status=Job.Status.DONE, finished_at=locked.finished_at, message=locked.message)
