@@ -223,6 +223,8 @@ class WeiPer(Detector):
 
     def _densities(self, x: np.ndarray, msp_too: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per image: its feature histogram, its perturbed-logit histogram, its mean MSP."""
+        if not np.all(np.isfinite(x)):
+            raise DetectorError("WeiPer: some features are NaN or infinite; re-extract the set (a histogram needs finite values)")
         rule = str(self.params["histogram"])
         feats = Histograms(len(x), x.shape[1], self.feature_edges, rule)
         feats.add(slice(0, len(x)), 0, x)

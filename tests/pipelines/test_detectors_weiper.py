@@ -168,6 +168,9 @@ def test_weiper_is_reproducible_by_its_seed_and_needs_a_head():
     assert not np.array_equal(a, get_detector("weiper", r=5, seed=2).fit(fit, head).score(test))
     with pytest.raises(DetectorError, match="last layer"):
         get_detector("weiper").fit(fit, None)
+    bad = Outputs(features=np.where(np.arange(test.features.shape[1]) == 3, np.nan, test.features), logits=test.logits)
+    with pytest.raises(DetectorError, match="NaN or infinite"):
+        get_detector("weiper", r=2).fit(fit, head).score(bad)
     with pytest.raises(DetectorError, match="--weiper-histogram"):
         DETECTORS["weiper"].parameters[-1].check("weiper", "chunked")
     # ID images score above OOD ones on these data
