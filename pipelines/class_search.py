@@ -30,7 +30,7 @@ import bisect
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Generic, Iterable, Sequence, TypeVar
+from typing import Callable, Generic, Iterable, Sequence, TypeVar
 
 TIERS = ("name", "lemma", "name prefix", "name word prefix", "lemma prefix", "name or lemma contains", "gloss", "wnid")
 EXACT_TIERS = (0, 1)  # the query is a name or lemma of the class
@@ -201,7 +201,12 @@ class Ambiguous(ValueError):
     """A name that does not pick out one class; the message lists what it matches."""
 
 
-def resolve_one(query: str, index: ClassIndex[T], *, what: str, same=lambda e: e.wnid or fold(e.name)) -> list[SearchEntry[T]]:
+def _same_class(entry: SearchEntry) -> str:
+    return entry.wnid or fold(entry.name)
+
+
+def resolve_one(query: str, index: ClassIndex[T], *, what: str,
+                same: Callable[[SearchEntry[T]], object] = _same_class) -> list[SearchEntry[T]]:
     """The classes a typed name stands for, where a filter needs them: its exact matches (tiers 0
     and 1) if they are one class (``same`` says which entries are one class, e.g. the same wnid
     in several sources), else the single class the search finds at all. Anything else is
