@@ -33,6 +33,7 @@ from curation.services.review import (
     review_next,
     review_queue_refresh_if_built,
     review_queue_sync,
+    review_settings_impact,
     review_settings_save,
     review_submit,
     review_undo,
@@ -280,11 +281,23 @@ def source_settings(request, source_id: int):
             gold_rate = float(request.POST.get("gold_rate", 0) or 0)
             if not math.isfinite(gold_rate):
                 raise ValueError(f"gold rate must be a number between 0 and 1, not {gold_rate}")
-            review_settings_save(source=source, reviews_required=whole_number(request.POST.get("reviews_required", "1"), "reviews required"),
+            required = whole_number(request.POST.get("reviews_required", "1"), "reviews required")
+            if not 1 <= required <= 9:
+                raise ReviewError(f"reviews required must be between 1 and 9, not {required}")
+            impact = review_settings_impact(source=source, reviews_required=required)
+            confirmed = request.POST.get("confirm") == f"{impact.before}-{impact.after}-{impact.reopen}-{impact.decide}"
+            if impact.changes_decided_work and not confirmed:
+                # decided work would change: say what, with the counts, and ask (issue 31.2)
+                return render(request, "labeling_ui/review_settings_confirm.html",
+                              {"source": source, "impact": impact, "post": {k: v for k, v in request.POST.items()
+                                                                             if k not in ("csrfmiddlewaretoken", "confirm")},
+                               "token": f"{impact.before}-{impact.after}-{impact.reopen}-{impact.decide}"})
+            review_settings_save(source=source, reviews_required=required,
                                  order=request.POST.get("order"), gold_rate=gold_rate,
                                  group_classes=bool(request.POST.get("group_classes")) if request.POST.get("group_classes_shown") else None,
-                                 user=request.user)
-            messages.success(request, f"Review settings of {source.name} saved and applied to its queue.")
+                                 user=request.user, impact=impact if impact.changes_decided_work else None)
+            messages.success(request, f"Review settings of {source.name} saved and applied to its queue."
+                             + (f" {impact.summary()}" if impact.changes_decided_work else ""))
     except (ReviewError, ValueError) as exc:
         messages.error(request, f"{source.name}: {exc}")
     return redirect("labeling_ui:review_dashboard")

@@ -210,10 +210,52 @@ def review_queue_sync(*, source: Source, model_name: str | None = None, user: Us
     return report
 
 
+@dataclass
+class SettingsImpact:
+    """What a change of reviews per image does to work already decided (issue 31.2)."""
+    before: int
+    after: int
+    reopen: int  # decided images that go back to the queue for more reviews
+    decide: int  # open images that already have the reviews now required: decided at once
+
+    @property
+    def changes_decided_work(self) -> bool:
+        return bool(self.reopen or self.decide)
+
+    def summary(self) -> str:
+        parts = []
+        if self.reopen:
+            parts.append(f"re-opens {self.reopen} decided image{'s' if self.reopen != 1 else ''} (each goes back to the queue for "
+                         f"{'more reviews' if self.after - self.before > 1 else 'one more review'}, and leaves the next export "
+                         "until it is decided again)")
+        if self.decide:
+            parts.append(f"decides {self.decide} open image{'s' if self.decide != 1 else ''} at once from the reviews "
+                         "they already have")
+        what = " and ".join(parts) if parts else "changes no decided image"
+        return f"Reviews per image {self.before} -> {self.after} {what}."
+
+
+def review_settings_impact(*, source: Source, reviews_required: int) -> SettingsImpact:
+    """Counts, before saving, of the images a new source-wide ``reviews_required`` would re-open
+    or decide, as the queue rebuild would (classes with their own setting are not affected;
+    adjudicated images stay decided)."""
+    base = ReviewSettings.objects.filter(source=source, candidate_class__isnull=True).first()
+    before = base.reviews_required if base else ReviewSettings._meta.get_field("reviews_required").default
+    own = ReviewSettings.objects.filter(source=source, candidate_class__isnull=False).values_list("candidate_class_id", flat=True)
+    items = ReviewItem.objects.filter(source=source).exclude(candidate_class_id__in=list(own))
+    if reviews_required == before or not ReviewItem.objects.filter(source=source).exists():  # no queue: nothing to apply to
+        return SettingsImpact(before, reviews_required, 0, 0)
+    need = reviews_required + F("extra_reviews")
+    reopen = items.filter(status__in=[ReviewItem.Status.COMPLETE, ReviewItem.Status.CONFLICT]).filter(done__lt=need).count()
+    decide = items.filter(status=ReviewItem.Status.OPEN, done__gt=0).filter(done__gte=need).count()
+    return SettingsImpact(before, reviews_required, reopen, decide)
+
+
 def review_settings_save(*, source: Source, candidate_class: CandidateClass | None = None, reviews_required: int | None = None,
                          order: str | None = None, gold_rate: float | None = None, group_classes: bool | None = None,
-                         user: User | None = None) -> ReviewSettings:
-    """Set how a source (or one class) is reviewed and apply it to the open queue."""
+                         user: User | None = None, impact: SettingsImpact | None = None) -> ReviewSettings:
+    """Set how a source (or one class) is reviewed and apply it to the open queue. ``impact``:
+    the counts the curator confirmed (``review_settings_impact``), recorded in the audit."""
     if reviews_required is not None and not 1 <= reviews_required <= 9:
         raise ReviewError(f"reviews required must be between 1 and 9, not {reviews_required}")
     if order is not None and order not in ReviewSettings.Order.values:
@@ -231,7 +273,9 @@ def review_settings_save(*, source: Source, candidate_class: CandidateClass | No
     audit_record(actor=user, action="review_settings_changed", target=obj,
                  data={"source": source.name, "class": candidate_class.folder if candidate_class else None,
                        "reviews_required": obj.reviews_required, "order": obj.order, "gold_rate": obj.gold_rate,
-                       "group_classes": obj.group_classes})
+                       "group_classes": obj.group_classes,
+                       **({"confirmed": {"reviews_required": [impact.before, impact.after], "reopened": impact.reopen,
+                                         "decided": impact.decide}} if impact is not None else {})})
     review_queue_refresh_if_built(source=source, user=user)
     return obj
 
