@@ -7,7 +7,7 @@
 // Keys typed ahead: while a decision is being saved, every key pressed is queued and applied in
 // order once the screen shows what it applies to (the next image, the next page); the status line
 // counts them. If the save fails, the queued keys are not applied and the status line says how
-// many were not. A screen that cannot queue (adjudication reloads the page) refuses them visibly.
+// many were not. A screen that does not queue (adjudication: each final word is deliberate) refuses them visibly.
 (function () {
   "use strict";
   const csrf = () => decodeURIComponent((document.cookie.match(/(?:^|; )csrftoken=([^;]+)/) || [])[1] || "");
@@ -185,7 +185,7 @@
       if (busy) {
         e.preventDefault();
         if (e.repeat) return;
-        if (cfg.typeAhead === false) { status(`Still recording the last decision: ${describe(e)} was not taken; press it again when the page is back.`, "error"); return; }
+        if (cfg.typeAhead === false) { status(`Still recording the last decision: ${describe(e)} was not taken; press it again when the next image shows.`, "error"); return; }
         if (ahead.length >= MAX_AHEAD) { status(`${MAX_AHEAD} keys are already waiting: ${describe(e)} was not taken.`, "error"); return; }
         ahead.push({ key: e.key, code: e.code, shiftKey: e.shiftKey, preventDefault() {} });
         status(`Saving… ${ahead.length} key(s) typed ahead, applied in order next.`);
