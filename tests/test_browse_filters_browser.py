@@ -114,7 +114,14 @@ def test_filters_by_name_annotator_note_and_decision_source(pool, live_server, b
     page.wait_for_selector("#filters .typeahead-results li.hl")
     rows = page.eval_on_selector_all("#filters label:has(input[name=top1_name]) .typeahead-results li", "els => els.map(e => e.dataset.wnid)")
     assert rows[:2] == [ESPRESSO, ESPRESSO_MAKER]
+    # Enter right after a key takes the first row for the text as typed, not the earlier text's list:
+    # "espress" lists espresso maker first (both start with it; class order), "espresso" espresso
+    page.fill("input[name=top1_name]", "espress")
+    page.wait_for_function("document.querySelector('#filters label:has(input[name=top1_name]) li.hl')?.dataset.wnid === '%s'" % ESPRESSO_MAKER)
+    page.type("input[name=top1_name]", "o")
     page.press("input[name=top1_name]", "Enter")
+    page.wait_for_function(f"document.querySelector('input[name=top1]').value === '{ESPRESSO}'")
+    assert page.input_value("input[name=top1_name]") == "espresso"
     page.click("#apply-filters")
     page.wait_for_selector("#grid")
     assert _query(page)["top1"] == ESPRESSO

@@ -29,7 +29,7 @@
     const box = input.closest("label"), list = box.querySelector(".typeahead-results");
     const hidden = input.form.querySelector(`input[name=${input.dataset.hidden}]`);
     const sourceSelect = input.form.querySelector("select[name=source]");
-    let results = [], hl = 0, timer = null, seq = 0, typed = "";
+    let results = [], hl = 0, timer = null, seq = 0, typed = "", stale = false;
     function close() { list.hidden = true; list.replaceChildren(); results = []; }
     function pick(r) {
       hidden.value = input.dataset.kind === "class" ? r.id : r.wnid;
@@ -50,12 +50,13 @@
     }
     async function search() {
       const mine = ++seq, q = input.value.trim();
-      if (!q) { close(); return; }
+      if (!q) { stale = false; close(); return; }
       const params = new URLSearchParams({ kind: input.dataset.kind, q });
       if (input.dataset.kind === "class" && sourceSelect && sourceSelect.value) params.set("source", sourceSelect.value);
       const r = await fetch(`${input.form.dataset.classesApi}?${params}`, { credentials: "same-origin" });
       const data = await r.json().catch(() => ({}));
       if (mine !== seq) return;  // a later key's answer wins
+      stale = false;
       typed = q;
       results = r.ok ? data.results : [];
       hl = 0;
@@ -63,6 +64,7 @@
     }
     input.addEventListener("input", () => {
       if (input.value !== input.dataset.picked) hidden.value = "";  // typed over a picked class: look the text up again
+      stale = true;  // the list on screen answers an earlier text until the new answer comes
       clearTimeout(timer);
       timer = setTimeout(search, 120);
     });
@@ -71,9 +73,12 @@
         e.preventDefault();
         hl = (hl + (e.key === "ArrowDown" ? 1 : -1) + results.length) % results.length;
         [...list.children].forEach((li, i) => li.classList.toggle("hl", i === hl));
-      } else if (e.key === "Enter" && !list.hidden && results[hl]) {
+      } else if (e.key === "Enter" && (stale || (!list.hidden && results[hl]))) {
+        // Enter takes the first row for the text as typed, never a row of an earlier text's list:
+        // a search still on its way is finished first; no match sends the form (the server says why)
         e.preventDefault();
-        pick(results[hl]);
+        const take = () => { if (results[hl]) pick(results[hl]); else input.form.requestSubmit(); };
+        if (stale) { clearTimeout(timer); search().then(take); } else take();
       } else if (e.key === "Escape") {
         close();
       }

@@ -12,7 +12,7 @@
       button.disabled = false;
       list.replaceChildren();
     }
-    let typed = "";
+    let typed = "", stale = false;
     function show() {
       list.replaceChildren(...results.map((n, i) => {
         const li = window.OODClassSearch.resultRow({ name: n.label, lemmas: n.lemmas, gloss: n.gloss, wnid: n.wnid }, typed);
@@ -24,21 +24,22 @@
     }
     async function search() {
       const mine = ++seq, q = input.value.trim();
-      if (!q) { results = []; show(); return; }
+      if (!q) { stale = false; results = []; show(); return; }
       const r = await fetch(`${input.dataset.api}?q=${encodeURIComponent(q)}`, { credentials: "same-origin" });
       const data = await r.json().catch(() => ({}));
       if (mine !== seq) return;  // a later key's answer wins
       if (!r.ok) { chosen.textContent = data.error || `search failed (${r.status})`; return; }
-      typed = q; results = data.nouns; hl = 0; show();
+      stale = false; typed = q; results = data.nouns; hl = 0; show();
     }
-    input.addEventListener("input", () => { clearTimeout(timer); timer = setTimeout(search, 150); });
+    input.addEventListener("input", () => { stale = true; clearTimeout(timer); timer = setTimeout(search, 150); });
     input.addEventListener("keydown", (e) => {
       if (e.key === "ArrowDown" || e.key === "ArrowUp") {
         e.preventDefault();
         if (results.length) { hl = (hl + (e.key === "ArrowDown" ? 1 : -1) + results.length) % results.length; show(); }
       } else if (e.key === "Enter") {
+        // the first row for the text as typed: a search still on its way is finished first
         e.preventDefault();
-        if (results[hl]) choose(results[hl]);
+        if (stale) { clearTimeout(timer); search().then(() => { if (results[hl]) choose(results[hl]); }); } else if (results[hl]) choose(results[hl]);
       }
     });
   });
