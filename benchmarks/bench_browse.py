@@ -93,6 +93,7 @@ def main() -> int:
         os.environ["DATABASE_URL"] = recreate_database(admin, "oodc_bench_browse")
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "curation.settings")
     os.environ.setdefault("NLTK_DATA", str(REPO / "var" / "nltk_data"))
+    os.environ["OODC_MODEL"] = "efficientnet_lite0"  # the model the rows below are written for (the app reads its rows)
     import django
 
     django.setup()
