@@ -96,7 +96,10 @@ def _weights(model_name: str, extract_jobs: list[dict]) -> list[dict]:
             except ModelUnavailable as exc:
                 where = f"registry default ({exc})"
         path = Path(where)
-        out.append({"weights": where, "sha256": sha256_file(path) if path.is_file() else ""})
+        if path.is_file():  # the file's name and digest say which weights; this machine's folder would not
+            out.append({"weights": path.name, "sha256": sha256_file(path)})
+        else:
+            out.append({"weights": where, "sha256": ""})
     return out
 
 
