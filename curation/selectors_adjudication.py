@@ -43,6 +43,12 @@ def adjudication_payload(item: ReviewItem) -> dict:
     return p
 
 
+def class_names(wnids) -> list[str]:
+    """``label (wnid)`` for each wnid, in order."""
+    names = dict(SynsetText.objects.filter(wnid__in=list(wnids)).values_list("wnid", "label"))
+    return [f"{names.get(w, w)} ({w})" for w in wnids]
+
+
 def adjudications_undoable(*, user, limit: int = 50) -> list[AuditLog]:
     """The user's adjudications made on the adjudication screen, newest first, that were not
     undone (an undo names the entry it reverses)."""

@@ -355,8 +355,11 @@ def api_adjudicate_decide(request):
         item = adjudication_decide(**_adjudication_fields(_json_body(request)), user=request.user)
     except (ReviewError, ValueError) as exc:
         return JsonResponse({"error": str(exc)}, status=409 if isinstance(exc, ReviewError) and "no longer waiting" in str(exc) else 400)
-    return JsonResponse({**_adjudication_state(request), "decided": {"item": item.pk, "image": item.image_id, "decision": item.final_decision,
-                                                                     "wnids": item.final_wnids, "gold": item.is_gold}})
+    from curation.selectors_adjudication import class_names
+
+    return JsonResponse({**_adjudication_state(request), "decided": {
+        "item": item.pk, "image": item.image_id, "decision": item.final_decision, "wnids": item.final_wnids, "gold": item.is_gold,
+        "classes": class_names(item.final_wnids or [])}})
 
 
 @role_required(CURATOR, api=True)

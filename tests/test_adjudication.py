@@ -61,6 +61,7 @@ def test_decide_by_json_then_undo_restores_every_field_and_is_audited(conflicts)
     assert r.status_code == 200, r.content
     data = r.json()
     assert data["decided"]["decision"] == "id" and data["waiting"] == 3 and data["undoable"] == 1
+    assert data["decided"]["classes"][0].startswith("tabby") and data["decided"]["classes"][0].endswith("(n02123045)")
     assert data["item"]["item"] != first.pk and {rv["annotator"] for rv in data["item"]["reviews"]} == {"a", "b"}
     # the reviews come by class name and wnid, with note and time
     b_review = next(rv for rv in data["item"]["reviews"] if rv["annotator"] == "b")

@@ -100,6 +100,7 @@ def test_reviews_visible_decide_in_place_and_undo(conflicts, live_server, browse
     page.wait_for_selector("text=1 image waiting")
     item = ReviewItem.objects.get(pk=second)
     assert (item.status, item.final_decision, item.final_wnids) == ("adjudicated", "id", [wnid])
+    assert f"tabby ({wnid})" in page.inner_text("#adj-messages")  # the recorded class by name
     assert "Z undoes 2" in page.inner_text("#undoable")
 
     # Z takes the second back: it is on screen again, and its row is as before

@@ -75,7 +75,7 @@
     screen.status(`Recording ${labels[decision] || decision}…`);
     const r = await screen.call(root.dataset.decide, body);
     const d = r.decided;
-    const text = `Image ${d.image}: ${d.decision}${d.wnids.length ? ` (${d.wnids.join(", ")})` : ""}${d.gold ? " (now gold)" : ""}. Z takes it back.`;
+    const text = `Image ${d.image}: ${d.decision}${d.classes.length ? `: ${d.classes.join(", ")}` : ""}${d.gold ? " (now gold)" : ""}. Z takes it back.`;
     draw(r);
     message(text, "success");
     screen.status(text, "ok");
