@@ -75,6 +75,17 @@ def test_reviews_visible_decide_in_place_and_undo(conflicts, live_server, browse
     assert not fit["sideways"] and not fit["panelSideways"] and fit["whole"] and not fit["clipped"], fit
     page.screenshot(path=str(SHOTS / f"adjudicate-{width}x{height}.png"))
 
+    # searching every ID class: the search and its results in view, no sideways scroll; Esc, Esc back
+    page.keyboard.press("i")
+    page.keyboard.press("/")
+    page.keyboard.type("golden retr")
+    page.wait_for_selector("#results li.hl")
+    assert page.locator("#results li.hl").is_visible() and not _fits(page)["sideways"] and not _fits(page)["panelSideways"]
+    page.screenshot(path=str(SHOTS / f"adjudicate-search-{width}x{height}.png"))
+    page.keyboard.press("Escape")
+    page.keyboard.press("Escape")
+    assert ReviewItem.objects.get(pk=first).status == "conflict"
+
     # a decision by keys, no reload: a marker set on the window survives
     page.evaluate("window.__sameDocument = true")
     page.keyboard.press("t")
