@@ -19,7 +19,7 @@ from curation.models import ClassDecision, ClassOverride, Export, ExportMember, 
 from curation.roles import ANNOTATOR, CURATOR, RESEARCHER
 from curation.selectors import contamination_report
 from curation.services.class_filter import class_decisions_resolve
-from curation.services.review import review_adjudicate, review_queue_sync, review_items_set_gold, review_next, review_settings_save, review_submit
+from curation.services.review import review_adjudicate, review_items_set_gold, review_next, review_queue_sync, review_settings_save, review_submit
 from curation.services.users import user_create_with_role
 from tests.review_data import KEPT_CLASSES, queue_with_rows
 from tests.test_exports import random_features, run_export

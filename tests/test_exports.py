@@ -149,7 +149,8 @@ def test_round_trip_export_verify_reingest(tmp_path):
     back = ingest("back-imagenet-ood", root / "imagenet-ood")
     got = {(i.sha256, i.candidate_class.wnid) for i in Image.objects.filter(source=back, status="ok").select_related("candidate_class")}
     assert got == expected
-    call_command("add_source", "back-ninco", str(root / "ninco" / "NINCO" / "NINCO_OOD_classes"), class_map=str(root / "ninco_class_map.csv"), stdout=io.StringIO(), stderr=io.StringIO())
+    call_command("add_source", "back-ninco", str(root / "ninco" / "NINCO" / "NINCO_OOD_classes"), class_map=str(root / "ninco_class_map.csv"),
+                 stdout=io.StringIO(), stderr=io.StringIO())
     got = {(i.sha256, i.candidate_class.wnid) for i in Image.objects.filter(source__name="back-ninco", status="ok").select_related("candidate_class")}
     assert got == expected
 
