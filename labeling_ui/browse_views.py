@@ -9,7 +9,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
-from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.views.decorators.http import require_GET, require_POST
 
 from curation import selectors
@@ -27,8 +27,15 @@ from curation.selectors_browse import (
     noun_search,
     top1_label,
 )
+from curation.selectors_duplicates import (
+    DuplicateListError,
+    duplicate_group_counts,
+    duplicate_group_decided,
+    duplicate_group_list,
+    duplicate_group_neighbours,
+)
 from curation.services.browse import ActionReport, BrowseActionError, images_exclude, images_include, images_label, images_requeue
-from curation.services.duplicates import DuplicateError, duplicate_group, duplicate_groups, duplicate_override_clear, duplicate_override_set
+from curation.services.duplicates import DuplicateError, duplicate_group, duplicate_override_clear, duplicate_override_set
 from curation.services.similar import SimilarError, images_to_front
 from labeling_ui.http import object_id
 from labeling_ui.review_views import request_roles, role_required
@@ -166,18 +173,24 @@ def image_detail(request, image_id: int):
 @role_required(CURATOR, RESEARCHER)
 def duplicates(request):
     after_raw = request.GET.get("after", "")
+    state = request.GET.get("state", "")[:40]
     source = None
     if request.GET.get("source"):
         source = Source.objects.filter(name=request.GET["source"][:100]).first()
         if source is None:
             raise Http404(f"no source named {request.GET['source'][:100]!r}")
+    context = {"source": source, "state": state, "rows": [],
+               "sources": Source.objects.filter(role=Source.Role.CANDIDATE).order_by("name")}
     try:
         after = object_id(after_raw, "after") if after_raw else None
     except ValueError:
-        return render(request, "labeling_ui/duplicates.html", {"error": f"after={after_raw[:40]!r} is not a group id", "rows": []}, status=400)
-    rows, nxt = duplicate_groups(after=after, source=source)
-    return render(request, "labeling_ui/duplicates.html", {"rows": rows, "next": nxt, "source": source,
-                                                           "sources": Source.objects.filter(role=Source.Role.CANDIDATE).order_by("name")})
+        return render(request, "labeling_ui/duplicates.html", {**context, "error": f"after={after_raw[:40]!r} is not a group id"}, status=400)
+    try:
+        rows, nxt = duplicate_group_list(after=after, source=source, state=state)
+    except DuplicateListError as exc:
+        return render(request, "labeling_ui/duplicates.html", {**context, "error": str(exc), "state": ""}, status=400)
+    return render(request, "labeling_ui/duplicates.html", {**context, "rows": rows, "next": nxt,
+                                                           "counts": duplicate_group_counts(source=source)})
 
 
 @role_required(CURATOR, RESEARCHER)
@@ -196,12 +209,17 @@ def duplicate_group_page(request, image_id: int):
                 messages.success(request, f"Image {target}: {o.get_action_display()} recorded; the review queue and the next export follow it.")
         except (DuplicateError, ValueError) as exc:
             messages.error(request, str(exc))
-        return redirect("labeling_ui:duplicate_group", image_id=image_id)
+        focus = urlencode({"focus": request.POST.get("image", "")[:20]})  # the member just corrected keeps the keys' focus
+        return redirect(f"{reverse('labeling_ui:duplicate_group', args=[image_id])}?{focus}")
     try:
         group = duplicate_group(image_id=image_id)
     except DuplicateError as exc:
         raise Http404(str(exc)) from None
-    return render(request, "labeling_ui/duplicate_group.html", {"g": group, "image_id": image_id, "can_act": CURATOR in request_roles(request)})
+    prev_open, next_open = duplicate_group_neighbours(raw_group=group.raw_group)
+    return render(request, "labeling_ui/duplicate_group.html", {
+        "g": group, "image_id": image_id, "can_act": CURATOR in request_roles(request),
+        "decided": duplicate_group_decided(raw_group=group.raw_group), "prev_open": prev_open, "next_open": next_open,
+        "focus": request.GET.get("focus", "")[:20]})
 
 
 @require_GET

@@ -170,36 +170,3 @@ def duplicate_group(*, image_id: int, model_name: str | None = None) -> Duplicat
     out.id_images = {i.pk: i for i in Image.objects.filter(pk__in=id_ids).select_related("source")}
     out.members.sort(key=lambda m: (not m.kept, m.image.pk))
     return out
-
-
-@dataclass
-class GroupRow:
-    raw_group: int
-    size: int
-    members: list[int]  # a few image ids, for thumbnails
-    dropped: int
-
-
-def duplicate_groups(*, model_name: str | None = None, after: int | None = None, limit: int = 30,
-                     source: Source | None = None) -> tuple[list[GroupRow], int | None]:
-    """Groups of the search with more than one member, by representative id (keyset-paged:
-    ``after`` is the last group of the previous page); returns the rows and the next cursor."""
-    from django.db.models import Count, Q
-
-    model_name = model_name or settings.DEFAULT_MODEL
-    qs = ImageEmbedding.objects.filter(model_name=model_name, search_group__isnull=False)
-    if source is not None:
-        qs = qs.filter(image__source=source)
-    if after is not None:
-        qs = qs.filter(search_group__gt=after)
-    groups = list(qs.values("search_group").annotate(n=Count("id"), dropped=Count("id", filter=~Q(drop_reason="")))
-                  .filter(n__gt=1).order_by("search_group")[:limit + 1])
-    more = len(groups) > limit
-    groups = groups[:limit]
-    members: dict[int, list[int]] = {}
-    for g, image_id in (ImageEmbedding.objects.filter(model_name=model_name, search_group__in=[g["search_group"] for g in groups])
-                        .order_by("search_group", "image_id").values_list("search_group", "image_id")):
-        if len(members.setdefault(g, [])) < 6:
-            members[g].append(image_id)
-    rows = [GroupRow(raw_group=g["search_group"], size=g["n"], members=members.get(g["search_group"], []), dropped=g["dropped"]) for g in groups]
-    return rows, (rows[-1].raw_group if more and rows else None)
