@@ -34,7 +34,18 @@ STALE_AFTER = 3
 
 
 @pytest.fixture
-def env(services_env, tmp_path, settings):  # noqa: F811
+def env(services_env, tmp_path, settings, monkeypatch):  # noqa: F811
+    from curation.version import code_version
+
+    # one code version for the killed run (its worker and commands) and the reference run here,
+    # as other commits to the checkout may land between them (exports write it in their README)
+    monkeypatch.setenv("OODC_CODE_VERSION", "kill-and-resume-test")
+    code_version.cache_clear()
+    yield {**_env(services_env, tmp_path, settings), "OODC_CODE_VERSION": "kill-and-resume-test"}
+    code_version.cache_clear()
+
+
+def _env(base, tmp_path, settings):
     settings.JOB_STALE_AFTER_S = STALE_AFTER
     settings.FEATURE_STORE = tmp_path / "features"
     settings.EXPORT_ROOT = tmp_path / "exports"
@@ -42,7 +53,7 @@ def env(services_env, tmp_path, settings):  # noqa: F811
     settings.SOURCE_ALLOWED_ROOTS = [tmp_path / "sources"]
     settings.EVAL_CHUNK_SIZE, settings.EXTRACT_BATCH_SIZE = 2, 4  # the reference runs as the workers do
     (tmp_path / "sources").mkdir()
-    return {**services_env, "OODC_JOB_HEARTBEAT_S": "0.5", "OODC_JOB_STALE_AFTER_S": str(STALE_AFTER),
+    return {**base, "OODC_JOB_HEARTBEAT_S": "0.5", "OODC_JOB_STALE_AFTER_S": str(STALE_AFTER),
             "CELERY_VISIBILITY_TIMEOUT": "3600", "OODC_FEATURE_STORE": str(tmp_path / "features"),
             "OODC_EXPORT_ROOT": str(tmp_path / "exports"), "OODC_EVAL_ROOT": str(tmp_path / "evaluations"),
             "OODC_SOURCE_ROOTS": str(tmp_path / "sources"), "OODC_INGEST_CHUNK_SIZE": "3", "OODC_EXTRACT_CHUNK_SIZE": "4",
