@@ -1,3 +1,5 @@
+from typing import Any
+
 import numpy as np
 
 from . import OPENOOD, Detector, DetectorError, Head, Outputs, Param, register_detector
@@ -5,7 +7,7 @@ from . import OPENOOD, Detector, DetectorError, Head, Outputs, Param, register_d
 PCA_SOLVER = "covariance_eigh"
 
 
-def tied_mixture(**kwargs):
+def tied_mixture(**kwargs: Any) -> Any:
     """scikit-learn's GaussianMixture with covariance_type "tied", its E-step computing X @ L (L the
     precision's Cholesky factor) once per step instead of once per component, as scikit-learn's
     loop does: the same products and the same per-component arithmetic, so the same numbers bit
