@@ -783,6 +783,7 @@ class BetBound:
     grid: IntArray
     log_wealth_now: FloatArray  # log K(t) after the last draw, per grid point
     alpha: float = 0.05
+    path: DrawPath | None = None
 
     @property
     def remainder(self) -> int:
@@ -790,10 +791,15 @@ class BetBound:
 
 
 def betting_upper(sizes: Counts, labels: IntArray, xs: IntArray, bases: FloatArray, alpha: float, *,
-                  history_at: Sequence[int] = (), chunk: int = 4096) -> BetBound:
+                  history_at: Sequence[int] = (), chunk: int = 4096, block: int = 64) -> BetBound:
     """Anytime-valid upper bound on the total ID images over the strata after the draws
     (``labels``, ``xs``) made with base weights ``bases`` (rows per draw, or one row): the module's
-    notes above and docs/review.md. ``history_at``: draw counts at which to report the bound too."""
+    notes above and docs/review.md. ``history_at``: draw counts at which to report the bound too.
+
+    Only the grid points that can decide the bound are computed: from the top down, in blocks,
+    each dropped at its first rejection (a rejection stays one), until a block holds a point
+    never rejected; the bound at any earlier moment lies above that point, so the points below
+    it matter to no bound reported (their log-wealth is NaN in the result)."""
     if not 0 < alpha < 1:
         raise CertifyError(f"alpha must be between 0 and 1, not {alpha}")
     N = np.asarray(sizes, dtype=np.int64)
@@ -802,28 +808,48 @@ def betting_upper(sizes: Counts, labels: IntArray, xs: IntArray, bases: FloatArr
     if len(lab) != len(x) or (len(lab) and (lab.min() < 0 or lab.max() >= len(N))):
         raise CertifyError("draws must name strata of the plan and come with one outcome each")
     size = int(N.sum())
+    n = len(lab)
     grid = bound_grid(size)
+    G = len(grid)
     level = float(np.log(1 / alpha))
-    best = np.zeros(len(grid))  # running max of log K: a rejection stays a rejection
-    cur = np.zeros(len(grid))
     path = draw_path(N, lab, x, np.asarray(bases, dtype=np.float64))
-    want = sorted({int(h) for h in history_at if 0 <= int(h) <= len(lab)})
-    history: list[tuple[int, int]] = []
-    if want and want[0] == 0:
-        history.append((0, size))
-    found = np.concatenate([[0.0], np.cumsum(x)])
-    for lo in range(0, len(lab), chunk):
-        hi = min(len(lab), lo + chunk)
-        sub = DrawPath(*(getattr(path, f)[lo:hi] for f in ("found_before", "y", "y_max", "mu", "m2")))
-        lk = log_wealth(sub, grid, start=cur)
-        run = np.maximum.accumulate(np.vstack([best[None, :], lk]), axis=0)[1:]
-        for h in want:
-            if lo < h <= hi:
-                history.append((h, max(grid_upper(grid, run[h - lo - 1] >= level, size), int(found[h]))))
-        cur, best = lk[-1], run[-1]
-    total = max(grid_upper(grid, best >= level, size), int(x.sum()))
-    return BetBound(total=total, found=int(x.sum()), draws=len(lab), size=size, history=history, log_wealth=best, grid=grid,
-                    log_wealth_now=cur, alpha=alpha)
+    first_rej = np.full(G, n + 1, dtype=np.int64)  # draws after which grid point g was first rejected (n + 1: never)
+    best = np.full(G, np.nan)  # running max of log K (at the first rejection for rejected points)
+    now = np.full(G, np.nan)
+    if n == 0:
+        best[:] = 0.0
+        now[:] = 0.0
+    hi = G
+    while n and hi > 0:
+        lo = max(0, hi - block)
+        active = np.arange(lo, hi)
+        c_now = np.zeros(len(active))
+        c_best = np.zeros(len(active))
+        for start in range(0, n, chunk):
+            if len(active) == 0:
+                break
+            end = min(n, start + chunk)
+            sub = DrawPath(*(getattr(path, f)[start:end] for f in ("found_before", "y", "y_max", "mu", "m2")))
+            lk = log_wealth(sub, grid[active], start=c_now)
+            run = np.maximum.accumulate(np.vstack([c_best[None, :], lk]), axis=0)[1:]
+            rej = run >= level
+            hit = rej.any(axis=0)
+            first_rej[active[hit]] = start + np.argmax(rej[:, hit], axis=0) + 1
+            c_now, c_best = lk[-1], run[-1]
+            best[active], now[active] = c_best, c_now
+            active, c_now, c_best = active[~hit], c_now[~hit], c_best[~hit]
+        if (first_rej[lo:hi] > n).any():
+            break
+        hi = lo
+    found = np.concatenate([[0], np.cumsum(x)])
+
+    def upper_after(k: int) -> int:
+        open_ = np.flatnonzero(first_rej > k)
+        return max(grid_upper(grid, first_rej <= k, size) if len(open_) else -1, int(found[k]))
+
+    history = [(int(h), upper_after(int(h))) for h in sorted({int(h) for h in history_at if 0 <= int(h) <= n})]
+    return BetBound(total=upper_after(n), found=int(x.sum()), draws=n, size=size, history=history, log_wealth=best, grid=grid,
+                    log_wealth_now=now, alpha=alpha, path=path)
 
 
 DEFAULT_STRATA = 13
@@ -880,7 +906,13 @@ def betting_expected(sizes: Counts, labels: IntArray, xs: IntArray, base: Sequen
     H = len(N)
     level = float(np.log(1 / bound.alpha))
     nxt = np.append(bound.grid[1:], bound.size + 1)
-    open_ = (nxt - 1 > goal_total) & (bound.log_wealth < level)
+    need = nxt - 1 > goal_total
+    todo = need & np.isnan(bound.log_wealth)
+    if todo.any() and bound.path is not None:  # grid points the bound did not need: compute them now
+        lk = log_wealth(bound.path, bound.grid[todo])
+        bound.log_wealth[todo] = np.maximum(0.0, lk.max(axis=0)) if len(lk) else 0.0
+        bound.log_wealth_now[todo] = lk[-1] if len(lk) else 0.0
+    open_ = need & ~(bound.log_wealth >= level)
     if not open_.any():
         return 0
     k = int(np.argmax(open_))
@@ -903,5 +935,5 @@ def betting_expected(sizes: Counts, labels: IntArray, xs: IntArray, base: Sequen
     growth = float((1 - q.sum()) * np.log1p(b * u) + np.sum(q * np.log1p(np.maximum(b * (u - z), -1 + 1e-12))))
     if growth <= 0:
         return None
-    need = int(np.ceil((level - float(bound.log_wealth_now[k])) / growth))
-    return need if need <= room else None
+    more = int(np.ceil((level - float(bound.log_wealth_now[k])) / growth))
+    return more if more <= room else None
