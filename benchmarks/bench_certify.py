@@ -2,7 +2,7 @@
 pipelines/certify.py (the plans' default method) on simulated pools, against simple random
 sampling monitored the same way, and its cost at 1M images.
 
-    .venv/bin/python benchmarks/bench_certify.py [--pools 1000] [--size 100000] [--workers 2]
+    .venv/bin/python benchmarks/bench_certify.py [--pools 1000] [--size 100000] [--workers 2] [--minutes M]
 
 Each pool: ``size`` images, a share of them ID (0.5%, 2%, 5%); scores normal with unit
 variance, the ID images shifted so the score's AUROC between ID and OOD images is 0.8, 0.9 or
@@ -257,15 +257,25 @@ def main() -> None:
     ap.add_argument("--ref", type=int, default=50, help="pools per setting for the prior-posterior SRS reference")
     ap.add_argument("--settings", default="", help="e.g. 0.02:0.9,0.005:0.95 (default: all nine)")
     ap.add_argument("--no-timing", action="store_true")
+    ap.add_argument("--minutes", type=float, default=0, help="stop after this long and report the pools done (0: no limit)")
     a = ap.parse_args()
     settings = [(s, r) for s in SHARES for r in AUROCS]
     if a.settings:
         settings = [(float(x.split(":")[0]), float(x.split(":")[1])) for x in a.settings.split(",")]
     t0 = time.perf_counter()
-    jobs = [(p, a.size, s, r, p < a.verify, p < a.ref) for s, r in settings for p in range(a.pools)]
+    # pool by pool across the settings, so that a time limit leaves every setting the same pools
+    jobs = [(p, a.size, s, r, p < a.verify, p < a.ref) for p in range(a.pools) for s, r in settings]
+    rows = []
     with Pool(a.workers) as pool:
-        rows = pool.map(one, jobs, chunksize=4)
-    print(f"{a.pools} pools of {a.size:,} images per setting, alpha {ALPHA}, stop at bound <= {RATIO}x the remainder's "
+        for row in pool.imap(one, jobs, chunksize=1):
+            rows.append(row)
+            if a.minutes and time.perf_counter() - t0 > 60 * a.minutes:
+                pool.terminate()
+                break
+    done = len(rows) // len(settings)
+    rows = rows[: done * len(settings)]
+    note = f" (time limit of {a.minutes:g} min: {done} of the {a.pools} pools asked for)" if done < a.pools else ""
+    print(f"{done} pools of {a.size:,} images per setting{note}, alpha {ALPHA}, stop at bound <= {RATIO}x the remainder's "
           f"true contamination; {time.perf_counter() - t0:.0f} s\n")
     print("| ID share | AUROC | coverage strat. | coverage SRS | reviews strat. (median) | reviews SRS (median) | "
           "SRS / strat. | Neyman ceiling | SRS, prior-posterior CS (median) | fixed-size CP (SRS) |")
