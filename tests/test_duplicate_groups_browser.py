@@ -10,7 +10,7 @@ from django.test import Client
 
 from curation.models import DuplicateOverride, FeatureShard, Image, ImageEmbedding
 from curation.roles import CURATOR, RESEARCHER
-from curation.services.duplicates import duplicate_override_set
+from curation.services.duplicates import duplicate_override_clear, duplicate_override_set
 from curation.services.review import review_queue_sync
 from curation.services.users import user_create_with_role
 from tests.conftest import SHOTS, browser_login
@@ -123,7 +123,13 @@ def test_keys_move_correct_and_go_to_the_next_group_needing_attention(two_groups
     page.wait_for_selector("#group-state.state-open")
     assert not DuplicateOverride.objects.filter(image=e).exists()
     assert ImageEmbedding.objects.get(image=e).drop_reason == f"near_duplicate_of:{d.pk}"
-    # P: back to... no earlier group needs attention (A is decided)
+    # no earlier group needs attention (A is decided), so P has nowhere to go
     assert page.locator("#prev-open").count() == 0
     page.goto(f"{live_server.url}/curate/duplicates/?state=open")
     assert page.inner_text("[data-count=open]") == "1" and page.locator(f'.group-row[data-group="{d.pk}"]').count() == 1
+    # once A's correction is taken back, A needs attention again and P from B opens it
+    duplicate_override_clear(image_id=b.pk, user=None)
+    page.goto(f"{live_server.url}/curate/duplicates/{d.pk}/")
+    page.keyboard.press("p")
+    page.wait_for_url(f"**/curate/duplicates/{a.pk}/")
+    assert page.inner_text("#group-state") == "needs attention"
