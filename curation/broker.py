@@ -19,13 +19,19 @@ the messages are still in Redis' set of unacknowledged messages, and the unacked
 passed since they were delivered (acks_late). A step delivered again is idempotent: a chunk that
 is done is skipped, and the chunk leases keep a chunk from being worked on twice at once.
 
-Chosen by settings.CELERY_BROKER_TRANSPORT for ``redis://`` broker URLs.
+Chosen by settings.CELERY_BROKER_TRANSPORT for ``redis://`` and ``rediss://`` (TLS) broker URLs.
+Naming the transport class replaces kombu's scheme alias, and with it kombu's switch to TLS for
+the ``rediss`` scheme, so for a ``rediss://`` URL the settings also pass the TLS options
+(``broker_ssl_options``: the URL's ``ssl_*`` query options, the server's certificate verified
+when the URL names none, as redis-py does for ``rediss://``).
 """
 from __future__ import annotations
 
 import logging
+import ssl
 
 from kombu.transport import redis, virtual
+from kombu.utils.url import parse_url
 
 log = logging.getLogger("curation.broker")
 
@@ -68,3 +74,15 @@ class Channel(redis.Channel):
 
 class Transport(redis.Transport):
     Channel = Channel
+
+
+def broker_ssl_options(url: str) -> dict:
+    """The TLS options for a ``rediss://`` broker URL: its ``ssl_*`` query options (for example
+    ``?ssl_cert_reqs=required&ssl_ca_certs=/etc/ssl/redis-ca.pem``) as kombu reads them, and the
+    server's certificate required when the URL says nothing (kombu's own default for a bare
+    ``rediss://`` is to skip verification, with a warning)."""
+    if not url.startswith("rediss://"):
+        raise ValueError(f"CELERY_BROKER_URL: TLS options belong to a rediss:// URL, not {url.split('://')[0]}://")
+    options = dict(parse_url(url).get("ssl") or {})
+    options.setdefault("ssl_cert_reqs", ssl.CERT_REQUIRED)
+    return options

@@ -199,10 +199,15 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     "unacked_restore_throttle": env_int("CELERY_UNACKED_RESTORE_THROTTLE", 10),
 }
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-# A redis:// broker goes through kombu's Redis transport with the fix in curation/broker.py: a
-# worker that loses Redis while it holds unacknowledged tasks reconnects instead of stopping.
-if CELERY_BROKER_URL.startswith("redis://"):
+# A redis:// or rediss:// (TLS) broker goes through kombu's Redis transport with the fix in
+# curation/broker.py: a worker that loses Redis while it holds unacknowledged tasks reconnects
+# instead of stopping. Naming the class drops kombu's rediss alias, so TLS is asked for here.
+if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
     CELERY_BROKER_TRANSPORT = "curation.broker:Transport"
+if CELERY_BROKER_URL.startswith("rediss://"):
+    from curation.broker import broker_ssl_options
+
+    CELERY_BROKER_USE_SSL = broker_ssl_options(CELERY_BROKER_URL)
 
 # --- Jobs (curation/jobs/) --------------------------------------------------------------
 # A working process reports every JOB_HEARTBEAT_S seconds; a job nobody has reported on for
@@ -263,6 +268,8 @@ REVIEW_RECLAIM_EVERY = env_int("OODC_REVIEW_RECLAIM_EVERY", 10)  # seconds betwe
 REVIEW_CLASS_RUN = env_int("OODC_REVIEW_CLASS_RUN", 20)  # images of one class served in a row (ReviewSettings.group_classes)
 BROWSE_PAGE_SIZE = env_int("OODC_BROWSE_PAGE_SIZE", 60)  # thumbnails per page of the image browser
 EXPORT_ROOT = Path(os.environ.get("OODC_EXPORT_ROOT", DATA_DIR / "exports"))
+# an export that loses more than this share of the previous version's images says so (manifest, page, command)
+EXPORT_WARN_LOSS = env_float("OODC_EXPORT_WARN_LOSS", 0.2)
 THUMBNAIL_DIR = Path(os.environ.get("OODC_THUMBNAIL_DIR", DATA_DIR / "thumbs"))
 
 # Evaluation runs (issue 7): cached model outputs, plots and results
