@@ -22,8 +22,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from django.utils import timezone
-
 Progress = Callable[[int], None]
 STEPS = ("plan", "chunk", "finalize")
 
@@ -73,19 +71,19 @@ def single_step(*, kind: str, label: str, execute: Callable[..., Any], fail: Cal
                 queue: Callable[[str], str], resume_hint: str = "", role: str = "curator") -> JobKind:
     """A kind whose whole work is ``execute(job_id, progress, on_total)`` (itself idempotent: a
     finished job is left as it is). It gets one chunk so it has a lease like any other."""
-    from curation.models import Job, JobChunk
+    from curation.jobs.chunks import chunk_finish, chunk_start, chunks_to_do, chunks_write
+    from curation.models import Job
 
     def plan(job_id: int) -> list[int]:
-        job = Job.objects.get(pk=job_id)
-        if job.status in (Job.Status.DONE, Job.Status.FAILED):
-            return []
-        chunk, _ = JobChunk.objects.get_or_create(job=job, index=0, defaults={"payload": {}})
-        return [] if chunk.done else [0]
+        planned = chunks_to_do(Job.objects.get(pk=job_id))
+        return planned if planned is not None else chunks_write(job_id=job_id, payloads=[{}])
 
     def process(job_id: int, index: int, progress: Progress | None = None, on_total: Callable[[int], None] | None = None) -> bool:
+        chunk = chunk_start(job_id=job_id, index=index)
+        if chunk is None:  # done already, or the job is finished
+            return False
         execute(job_id, progress, on_total)
-        JobChunk.objects.filter(job_id=job_id, index=index).update(done=True, done_at=timezone.now(), lease_until=None)
-        return True
+        return chunk_finish(chunk, progress=0)  # the step keeps its own progress
 
     def finalize(job_id: int):
         return Job.objects.get(pk=job_id)

@@ -11,9 +11,10 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from curation.jobs.chunks import all_chunks_done, unfinished_chunks
 from curation.jobs.heartbeat import Heartbeat, claim_chunk, is_stale, new_owner, release_chunk, silent_for
 from curation.jobs.protocol import JobKind, Progress, kind_of, task_name
-from curation.models import Job, JobChunk
+from curation.models import Job
 from curation.outages import is_outage
 
 log = logging.getLogger("curation.jobs")
@@ -151,11 +152,12 @@ def run_step(*, job_id: int, step: str, index: int | None = None, queue_next: bo
 
 def _finalize_if_complete(job: Job) -> None:
     """Queue the finalize step of an unfinished job whose chunks are all done. The chunk that
-    finished last queues it; this covers the times it could not: two chunks committing at once
-    (each saw the other unfinished), or a finalize message lost with a broker restarting (the
-    chunk's delivery comes again, finds its chunk done, and queues it here). Finalize steps are
-    idempotent, so one queued twice does nothing the second time."""
-    if JobChunk.objects.filter(job_id=job.pk, done=False).exists() or not JobChunk.objects.filter(job_id=job.pk).exists():
+    finished last queues it (``chunks.chunk_finish`` tells exactly one chunk it was the last);
+    this covers the times that step was lost: a broker restarting as it was sent, or the worker
+    killed between the chunk's commit and the send (the chunk's delivery comes again, finds its
+    chunk done, and queues it here). Finalize steps are idempotent, so one queued twice does
+    nothing the second time."""
+    if not all_chunks_done(job.pk):
         return
     if Job.objects.filter(pk=job.pk, status__in=[Job.Status.PENDING, Job.Status.RUNNING]).exists():
         dispatch(job, "finalize")
@@ -173,7 +175,7 @@ def run_inline(job: Job, *, progress: Progress | None = None, on_total: Callable
         progress(job.progress)  # a resumed job: what is done already
     for index in indices or []:
         run_step(job_id=job.pk, step="chunk", index=index, queue_next=False, progress=progress, on_total=on_total)
-    held = JobChunk.objects.filter(job=job, done=False).count()
+    held = unfinished_chunks(job.pk)
     if held:
         raise JobNotResumable(f"job #{job.pk}: {held} chunk(s) are held by another live process; "
                               "wait for it, or resume once it is stale")

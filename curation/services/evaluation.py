@@ -21,12 +21,12 @@ import numpy as np
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
-from django.db.models import F
 from django.utils import timezone
 
 from curation.audit import audit_record
 from curation.jobs import JobActive, enqueue_on_commit, run_inline
-from curation.models import CandidateClass, EvalFeatureSet, EvaluationRun, Export, IdClassSet, Image, Job, JobChunk, Source, SynsetText
+from curation.jobs.chunks import chunk_finish, chunk_start, chunks_to_do, chunks_write, unfinished_chunks
+from curation.models import CandidateClass, EvalFeatureSet, EvaluationRun, Export, IdClassSet, Image, Job, Source, SynsetText
 from curation.services.jobs import job_fail, job_mark_running
 from curation.version import code_version
 from pipelines.names import InvalidName, atomic_write, check_name, safe_component
@@ -407,10 +407,9 @@ def _set_of(role_entry: dict) -> ImageSet:
 def evaluation_plan(*, job_id: int) -> list[int]:
     """Chunks for every (model, set) output not cached yet, and for input-level scores (ODIN)."""
     job = Job.objects.get(pk=job_id)
-    if job.status in (Job.Status.DONE, Job.Status.FAILED):
-        return []
-    if job.chunks.exists():
-        return list(job.chunks.filter(done=False).values_list("index", flat=True))
+    planned = chunks_to_do(job)
+    if planned is not None:
+        return planned
     cfg = job.config
     input_keys = _input_keys(cfg)
     fit_keys = _input_keys(cfg, fit_only=True)  # input-level arrays the ID fit set needs too (per-layer statistics)
@@ -430,17 +429,12 @@ def evaluation_plan(*, job_id: int) -> list[int]:
                 for start in range(0, n, int(cfg["chunk_size"])):
                     payloads.append({"model": model, "role": role, "what": what, "start": start,
                                      "stop": min(n, start + int(cfg["chunk_size"]))})
-    with transaction.atomic():
-        locked = Job.objects.select_for_update().get(pk=job.pk)
-        if locked.chunks.exists():
-            return list(locked.chunks.filter(done=False).values_list("index", flat=True))
-        JobChunk.objects.bulk_create([JobChunk(job=locked, index=i, payload=p) for i, p in enumerate(payloads)])
-        locked.total = sum(p["stop"] - p["start"] for p in payloads)
-        locked.save(update_fields=["total"])
+    def record(locked: Job) -> None:  # with the chunks, in their transaction
         job_mark_running(job=locked, message=f"{locked.total} images to run through {', '.join(cfg['models'])}"
                          if payloads else "every model output is cached")
         EvaluationRun.objects.filter(job=locked).update(status=EvaluationRun.Status.RUNNING)
-    return list(range(len(payloads)))
+
+    return chunks_write(job_id=job.pk, payloads=payloads, total=sum(p["stop"] - p["start"] for p in payloads), on_written=record)
 
 
 def _part_path(model: str, entry: dict, what: str, start: int, decoder: str) -> Path:
@@ -466,12 +460,10 @@ def evaluation_process_chunk(*, job_id: int, index: int, progress: Callable[[int
     from curation.services.loaded_models import loaded_model
     from pipelines.extract import extract
 
-    chunk = JobChunk.objects.select_related("job").get(job_id=job_id, index=index)
-    job = chunk.job
-    if chunk.done or job.status in (Job.Status.DONE, Job.Status.FAILED):
+    chunk = chunk_start(job_id=job_id, index=index)
+    if chunk is None:  # done already, or its job is finished
         return False
-    JobChunk.objects.filter(pk=chunk.pk).update(attempts=F("attempts") + 1)
-    p, cfg = chunk.payload, job.config
+    p, cfg = chunk.payload, chunk.job.config
     entry = cfg["sets"][p["role"]]
     items = set_items(_set_of(entry))[p["start"]:p["stop"]]
     decoder = _decoder(cfg)
@@ -508,14 +500,7 @@ def evaluation_process_chunk(*, job_id: int, index: int, progress: Callable[[int
             arrays = {**(scores if isinstance(scores, dict) else {"scores": scores}),  # per-layer arrays come with their widths
                       "keys": np.array([it.key for it in items if it.path], dtype=str)}
         atomic_write(part, lambda fh: np.savez(fh, **arrays), root=settings.EVAL_ROOT)
-    with transaction.atomic():
-        locked = JobChunk.objects.select_for_update().get(pk=chunk.pk)
-        if locked.done:
-            return False
-        locked.done, locked.done_at = True, timezone.now()
-        locked.save(update_fields=["done", "done_at"])
-        Job.objects.filter(pk=job.pk).update(progress=F("progress") + len(items))
-        return not job.chunks.filter(done=False).exists()
+    return chunk_finish(chunk, progress=len(items))  # the part file is the chunk's result, written before
 
 
 def _assemble(model: str, entry: dict, what: str, user, decoder: str) -> EvalFeatureSet:
@@ -635,8 +620,9 @@ def evaluation_finalize(*, job_id: int, progress: Callable[[str], None] | None =
     run = EvaluationRun.objects.get(job=job)
     if run.status in (EvaluationRun.Status.DONE, EvaluationRun.Status.FAILED):
         return run
-    if job.chunks.filter(done=False).exists():
-        raise EvaluationError(f"evaluation #{run.pk}: {job.chunks.filter(done=False).count()} chunk(s) are not computed yet")
+    pending = unfinished_chunks(job.pk)
+    if pending:
+        raise EvaluationError(f"evaluation #{run.pk}: {pending} chunk(s) are not computed yet")
     cfg = run.config
     extras = list(_input_keys(cfg))
     fit_extras = list(_input_keys(cfg, fit_only=True))

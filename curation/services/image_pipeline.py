@@ -17,11 +17,11 @@ import numpy as np
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import connection, transaction
-from django.db.models import F
 from django.utils import timezone
 
 from curation.audit import audit_record
 from curation.jobs import JobActive, enqueue_on_commit, run_inline
+from curation.jobs.chunks import chunk_finish, chunk_start, chunks_to_do, chunks_write, unfinished_chunks
 from curation.models import ClassDecision, ClassVisualSignal, DuplicateOverride, FeatureShard, Image, ImageEmbedding, Job, JobChunk, Source
 from curation.selectors import class_policy
 from curation.services.bulk import insert_rows
@@ -85,10 +85,9 @@ def extract_start(*, source: Source, model_name: str | None = None, weights: str
 def extract_plan(*, job_id: int) -> list[int]:
     """Split the source's readable images that lack an embedding for the model into chunks."""
     job = Job.objects.select_related("source").get(pk=job_id)
-    if job.status in (Job.Status.DONE, Job.Status.FAILED):
-        return []
-    if job.chunks.exists():
-        return list(job.chunks.filter(done=False).values_list("index", flat=True))
+    planned = chunks_to_do(job)
+    if planned is not None:
+        return planned
     model_name = job.config["model"]
     done = ImageEmbedding.objects.filter(model_name=model_name, image__source=job.source).values("image_id")
     todo = Image.objects.filter(source=job.source, status=Image.Status.OK).exclude(pk__in=done)
@@ -99,15 +98,8 @@ def extract_plan(*, job_id: int) -> list[int]:
             todo = todo.exclude(candidate_class_id__in=removed)
     ids = list(todo.order_by("pk").values_list("pk", flat=True))
     size = max(1, int(job.config.get("chunk_size") or settings.EXTRACT_CHUNK_SIZE))
-    with transaction.atomic():
-        locked = Job.objects.select_for_update().get(pk=job.pk)
-        if locked.chunks.exists():
-            return list(locked.chunks.filter(done=False).values_list("index", flat=True))
-        JobChunk.objects.bulk_create([JobChunk(job=locked, index=i, payload=ids[s:s + size]) for i, s in enumerate(range(0, len(ids), size))])
-        locked.total = len(ids)
-        locked.save(update_fields=["total"])
-        job_mark_running(job=locked, message=f"{len(ids)} images to run through {model_name}")
-    return list(range((len(ids) + size - 1) // size))
+    return chunks_write(job_id=job.pk, payloads=[ids[s:s + size] for s in range(0, len(ids), size)], total=len(ids),
+                        on_written=lambda locked: job_mark_running(job=locked, message=f"{len(ids)} images to run through {model_name}"))
 
 
 def shard_path(*, model_name: str, source_id: int, job_id: int, index: int) -> str:
@@ -119,11 +111,10 @@ def extract_process_chunk(*, job_id: int, index: int, progress: Callable[[int], 
     """Predict and extract features for one chunk. Returns True when it was the last unfinished
     chunk (the caller then queues the finalize step). ``run_model(paths, job)`` stands in for
     the model in benchmarks of the bookkeeping (benchmarks/bench_extract_bookkeeping.py)."""
-    chunk = JobChunk.objects.select_related("job__source").get(job_id=job_id, index=index)
-    job = chunk.job
-    if chunk.done or job.status in (Job.Status.DONE, Job.Status.FAILED):
+    chunk = chunk_start(job_id=job_id, index=index, related=("source",))
+    if chunk is None:  # done already, or its job is finished
         return False
-    JobChunk.objects.filter(pk=chunk.pk).update(attempts=F("attempts") + 1)
+    job = chunk.job
     model_name, source = job.config["model"], job.source
     decoder = job.config.get("decoder", "pil")
     # a chunk's ids are a sorted run: a range query and a set test cost less than a 1,000-item IN list
@@ -158,15 +149,12 @@ def extract_process_chunk(*, job_id: int, index: int, progress: Callable[[int], 
     stats = Counter(ok=int((ex.row_of >= 0).sum()), errors=len(images) - int((ex.row_of >= 0).sum()), skipped_done=len(have))
     stats.update({f"decoded_by_{k}": v for k, v in ex.counts.items() if v})
     notes = list(ex.notes)
-    with transaction.atomic():
+    def write() -> None:  # in the transaction that marks the chunk done (not run when another delivery finished it first)
         if connection.vendor == "postgresql":
             # The commit need not wait for its WAL flush: a crash can lose only whole chunks (rows and
             # done flag commit together), which are then computed again; the database stays consistent.
             with connection.cursor() as cur:
                 cur.execute("SET LOCAL synchronous_commit TO OFF")
-        locked = JobChunk.objects.select_for_update().get(pk=chunk.pk)
-        if locked.done:  # another delivery finished it first; its rows stand
-            return False
         shard = None
         if len(ex.features):
             shard, _ = FeatureShard.objects.update_or_create(
@@ -174,10 +162,8 @@ def extract_process_chunk(*, job_id: int, index: int, progress: Callable[[int], 
                                     "decoder": ex.decoder})
         shard_id = shard.pk if shard is not None else None
         insert_rows(ImageEmbedding, EMBEDDING_FIELDS, [r + (shard_id if r[2] else None,) for r in rows])
-        locked.done, locked.done_at, locked.stats = True, timezone.now(), {**dict(stats), **({"notes": notes} if notes else {})}
-        locked.save(update_fields=["done", "done_at", "stats"])
-        Job.objects.filter(pk=job_id).update(progress=F("progress") + len(chunk.payload))
-        return not JobChunk.objects.filter(job_id=job_id, done=False).exists()
+
+    return chunk_finish(chunk, progress=len(chunk.payload), stats={**dict(stats), **({"notes": notes} if notes else {})}, write=write)
 
 
 EMBEDDING_FIELDS = ("image_id", "model_name", "ok", "error", "row", "topk", "top1_wnid", "top1_prob", "max_softmax", "max_logit",
@@ -212,7 +198,7 @@ def _embedding_rows(images: list[tuple[int, str]], paths: list[str], unsafe: dic
 def extract_finalize(*, job_id: int) -> Job:
     with transaction.atomic():
         job = Job.objects.select_for_update(of=("self",)).select_related("source").get(pk=job_id)
-        if job.status in (Job.Status.DONE, Job.Status.FAILED) or JobChunk.objects.filter(job=job, done=False).exists():
+        if job.status in (Job.Status.DONE, Job.Status.FAILED) or unfinished_chunks(job.pk):
             return job
         totals: Counter = Counter()
         notes: list[str] = []

@@ -14,11 +14,12 @@ from typing import Callable
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
-from django.db.models import Count, F
+from django.db.models import Count
 from django.utils import timezone
 
 from curation.audit import audit_record
 from curation.jobs import JobActive, enqueue_on_commit, run_inline
+from curation.jobs.chunks import chunk_finish, chunk_start, chunks_to_do, chunks_write, unfinished_chunks
 from curation.models import CandidateClass, Image, ImageEmbedding, Job, JobChunk, Source
 from curation.services.jobs import job_mark_running
 from curation.services.sources import source_sync_classes
@@ -62,32 +63,27 @@ def ingest_start(*, source: Source, user: User | None = None, rehash: bool = Fal
 def ingest_plan(*, job_id: int) -> list[int]:
     """Scan the source and split its files into chunks; return the indices still to do."""
     job = Job.objects.select_related("source").get(pk=job_id)
-    if job.status in (Job.Status.DONE, Job.Status.FAILED):
-        return []
-    if job.chunks.exists():
-        return list(job.chunks.filter(done=False).values_list("index", flat=True))
+    planned = chunks_to_do(job)
+    if planned is not None:
+        return planned
     source = job.source
     scan = scan_source(source.root)  # outside any transaction: it may take a while
     classes = {c.folder: c for c in source_sync_classes(source=source, folders=scan.class_folders)}
     size = max(1, int(job.config.get("chunk_size") or settings.INGEST_CHUNK_SIZE))
     rows = [[f.rel_path, f.class_folder, f.size, f.mtime_ns] for f in scan.files]
-    with transaction.atomic():
-        locked = Job.objects.select_for_update().get(pk=job.pk)
-        if locked.chunks.exists():  # a redelivered plan lost the race; keep the first plan
-            return list(locked.chunks.filter(done=False).values_list("index", flat=True))
-        JobChunk.objects.bulk_create(
-            [JobChunk(job=locked, index=i, payload=rows[start:start + size]) for i, start in enumerate(range(0, len(rows), size))]
-        )
+
+    def record(locked: Job) -> None:  # with the chunks, in their transaction
         _record_refusals(source, classes, scan.refused)
-        locked.total = len(rows)
         locked.result = {
             "files_found": len(rows),
             "refused_paths": [r.rel_path for r in scan.refused],
             "class_folders": len(scan.class_folders),
         }
-        locked.save(update_fields=["total", "result"])
+        locked.save(update_fields=["result"])
         job_mark_running(job=locked, message=f"{len(rows)} files in {len(scan.class_folders)} class folders")
-    return list(range(0, (len(rows) + size - 1) // size))
+
+    return chunks_write(job_id=job.pk, payloads=[rows[start:start + size] for start in range(0, len(rows), size)],
+                        total=len(rows), on_written=record)
 
 
 def _record_refusals(source: Source, classes: dict[str, CandidateClass], refused) -> None:
@@ -113,14 +109,11 @@ _INSPECTED_FIELDS = ["sha256", "width", "height", "orientation", "format", "mode
 def ingest_process_chunk(*, job_id: int, index: int, progress: ProgressCallback | None = None) -> bool:
     """Inspect the files of one chunk and write their rows. Returns True when this was the last
     unfinished chunk (the caller then queues the finalize step)."""
-    chunk = JobChunk.objects.select_related("job__source").get(job_id=job_id, index=index)
-    if chunk.done:
+    chunk = chunk_start(job_id=job_id, index=index, related=("source",))
+    if chunk is None:  # done already, or its job is finished
         return False
     job = chunk.job
-    if job.status in (Job.Status.DONE, Job.Status.FAILED):
-        return False
     source = job.source
-    JobChunk.objects.filter(pk=chunk.pk).update(attempts=F("attempts") + 1)
     rehash = bool(job.config.get("rehash"))
     max_pixels = int(job.config.get("max_pixels") or settings.MAX_IMAGE_PIXELS)
     classes = {c.folder: c for c in CandidateClass.objects.filter(source=source)}
@@ -178,21 +171,14 @@ def ingest_process_chunk(*, job_id: int, index: int, progress: ProgressCallback 
             if fields["status"] == Image.Status.BROKEN:
                 stats["broken"] += 1
 
-    with transaction.atomic():
-        locked = JobChunk.objects.select_for_update().get(pk=chunk.pk)
-        if locked.done:  # another delivery of this chunk finished first
-            return False
+    def write() -> None:  # in the transaction that marks the chunk done
         Image.objects.bulk_create(new, batch_size=500)
         if changed:
             Image.objects.bulk_update(changed, _INSPECTED_FIELDS + ["updated_at"], batch_size=500)
         if stale:
             ImageEmbedding.objects.filter(image_id__in=stale).delete()
-        locked.done = True
-        locked.done_at = timezone.now()
-        locked.stats = dict(stats)
-        locked.save(update_fields=["done", "done_at", "stats"])
-        Job.objects.filter(pk=job_id).update(progress=F("progress") + len(chunk.payload))
-        return not JobChunk.objects.filter(job_id=job_id, done=False).exists()
+
+    return chunk_finish(chunk, progress=len(chunk.payload), stats=dict(stats), write=write)
 
 
 def _inspect(root: str, rel: str, max_pixels: int, root_real: str | None = None) -> dict:
@@ -215,7 +201,7 @@ def ingest_finalize(*, job_id: int) -> Job:
         job = Job.objects.select_for_update(of=("self",)).select_related("source").get(pk=job_id)
         if job.status in (Job.Status.DONE, Job.Status.FAILED):
             return job
-        if JobChunk.objects.filter(job=job, done=False).exists():
+        if unfinished_chunks(job.pk):
             return job  # not ready; the last chunk queues this again
         source = job.source
         seen: set[str] = set(job.result.get("refused_paths", []))
