@@ -36,13 +36,14 @@ def _page(request, size: int, *, prefetch: bool = False) -> dict:
     lease = review_grid_next(user=request.user, size=size, prefetch=size if prefetch else 0)
     tiles = selectors.review_payload(lease.assignments, model_name=settings.DEFAULT_MODEL)
     upcoming = [a.item_id for a in lease.upcoming]
+    images = [getattr(a, "image_id", None) for a in lease.upcoming]  # the services name them as they lease
     cls = None
     if tiles:
         first = tiles[0]
         cls = {**first["ood_class"], "id": lease.class_id, "source": first["source"],
                "closest": grid_closest_id_classes(class_id=lease.class_id, model_name=settings.DEFAULT_MODEL)}
     return {"tiles": tiles, "class": cls, "size": size,
-            "prefetch": list(ReviewItem.objects.filter(pk__in=upcoming).values_list("image_id", flat=True)) if upcoming else []}
+            "prefetch": images if None not in images else list(ReviewItem.objects.filter(pk__in=upcoming).values_list("image_id", flat=True))}
 
 
 def _size_from(request, data: dict | None = None):

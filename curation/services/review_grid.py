@@ -29,7 +29,6 @@ from curation.services.review import (
     clean_decision,
     finalize_item,
     gold_rate_of,
-    lease_one,
     review_reclaim_expired,
     review_undo,
 )
@@ -64,37 +63,52 @@ def _held(user: User, now):
 def _lease_page(user: User, scope: _ClassScope, places: list[int], exclude: list[int], now) -> list[Assignment]:
     """Lease up to ``len(places)`` open images of the class at once: their queue rows locked
     (skipping rows another annotator is leasing), the ``leased`` counters bumped under the same
-    guard as a single lease, one upsert for the assignments (leased at ``now`` + place µs)."""
+    guard as a single lease and the assignments upserted (leased at ``now`` + place µs), in one
+    transaction: three statements and one commit for the page, nothing per tile."""
     want = len(places)
     if want <= 0:
         return []
+    guarded = (ReviewItem.objects.filter(status=ReviewItem.Status.OPEN).alias(slots=F("done") + F("leased"))
+               .filter(slots__lt=F("required")))
     with transaction.atomic():
         ids = list(ReviewItem.objects.filter(scope.q(), status=ReviewItem.Status.OPEN)
                    .alias(slots=F("done") + F("leased")).filter(slots__lt=F("required"))
                    .filter(not_seen_by(user)).exclude(pk__in=exclude).order_by("priority", "id")
-                   .select_for_update(skip_locked=True, of=("self",)).values_list("id", flat=True)[:want])
+                   .select_for_update(skip_locked=True, of=("self",)).values_list("id", "image_id")[:want])
         if not ids:
             return []
-        guarded = (ReviewItem.objects.filter(status=ReviewItem.Status.OPEN).alias(slots=F("done") + F("leased"))
-                   .filter(slots__lt=F("required")))
-        taken = guarded.filter(pk__in=ids).update(leased=F("leased") + 1)
-        if taken != len(ids):  # only where rows cannot be locked (SQLite): undo and take them one by one
-            transaction.set_rollback(True)
-            ids_ok = []
-        else:
-            ids_ok = ids
-    if len(ids_ok) != len(ids):
-        ids_ok = []
-        for item_id in ids:
-            with transaction.atomic():
-                if guarded.filter(pk=item_id).update(leased=F("leased") + 1):
-                    ids_ok.append(item_id)
-    rows = [Assignment(item_id=i, annotator=user, state=Assignment.State.LEASED, is_gold=False, leased_at=now + timedelta(microseconds=1 + k),
-                       expires_at=now + timedelta(seconds=settings.REVIEW_LEASE_SECONDS), finished_at=None)
-            for k, i in zip(places, ids_ok)]
+        if guarded.filter(pk__in=[i for i, _im in ids]).update(leased=F("leased") + 1) == len(ids):
+            return _upsert_leases(user, list(zip(places, ids)), gold=False, now=now)
+        transaction.set_rollback(True)  # only where rows cannot be locked (SQLite): undo and take them one by one
+    ids_ok = []
+    for item_id, image_id in ids:
+        with transaction.atomic():
+            if guarded.filter(pk=item_id).update(leased=F("leased") + 1):
+                ids_ok.append((item_id, image_id))
+    return _upsert_leases(user, list(zip(places, ids_ok)), gold=False, now=now)
+
+
+def _upsert_leases(user: User, placed: list[tuple[int, tuple[int, int]]], *, gold: bool, now) -> list[Assignment]:
+    """One upsert for a page's leases ``[(place, (item id, image id)), ...]`` (new, or the
+    annotator's own expired lease on the image handed back, as ``review.lease_one`` does for one
+    image); the rows come back with their ids (PostgreSQL returns them), in place order, each
+    with its ``image_id`` (the screen names the next page's images from it)."""
+    rows = []
+    for k, (item_id, image_id) in placed:
+        a = Assignment(item_id=item_id, annotator=user, state=Assignment.State.LEASED, is_gold=gold,
+                       leased_at=now + timedelta(microseconds=1 + k), expires_at=now + timedelta(seconds=settings.REVIEW_LEASE_SECONDS),
+                       finished_at=None)
+        a.image_id = image_id
+        rows.append(a)
+    if not rows:
+        return []
     Assignment.objects.bulk_create(rows, update_conflicts=True, unique_fields=["item", "annotator"],
                                    update_fields=["state", "is_gold", "leased_at", "expires_at", "finished_at"])
-    return list(Assignment.objects.filter(annotator=user, item_id__in=ids_ok, state=Assignment.State.LEASED).order_by("leased_at", "id"))
+    if any(a.pk is None for a in rows):  # a database that does not return ids from an upsert
+        by_item = dict(Assignment.objects.filter(annotator=user, item_id__in=[a.item_id for a in rows]).values_list("item_id", "id"))
+        for a in rows:
+            a.pk = by_item[a.item_id]
+    return sorted(rows, key=lambda a: (a.leased_at, a.pk))
 
 
 def _lease_gold_of_class(user: User, scope: _ClassScope, places: list[int], exclude: list[int], now, rng) -> list[Assignment]:
@@ -104,19 +118,30 @@ def _lease_gold_of_class(user: User, scope: _ClassScope, places: list[int], excl
     if n <= 0:
         return []
     ids = list(ReviewItem.objects.filter(scope.q(), is_gold=True, status__in=ReviewItem.FINAL).filter(not_seen_by(user))
-               .exclude(pk__in=exclude).values_list("id", flat=True)[:200])
+               .exclude(pk__in=exclude).values_list("id", "image_id")[:200])
     rng.shuffle(ids)
-    return [lease_one(user, i, gold=True, now=now + timedelta(microseconds=1 + k)) for k, i in zip(places, ids[:n])]
+    return _upsert_leases(user, list(zip(places, ids[:n])), gold=True, now=now)
 
 
-def _pick_class(user: User, base: Q, now) -> int | None | bool:
+HELD_READ = 4 * GRID_MAX  # more live leases than two pages and the single screen's prefetch hold
+
+
+def _held_by_class(user: User, now) -> list[Assignment]:
+    """The annotator's live leases, oldest first, each with its image's class as ``class_id`` and
+    its image as ``image_id`` (one query: the page's class and its held tiles both come from it)."""
+    return list(_held(user, now).annotate(class_id=F("item__candidate_class_id"), image_id=F("item__image_id"))
+                .order_by("leased_at", "id")[:HELD_READ])
+
+
+def _pick_class(user: User, base: Q, now, held: list[Assignment] | None = None) -> int | None | bool:
     """The class the page shows: that of the annotator's oldest live lease; else the class of
     their last page while it still has images for them (one class at a time, to its end, though
     the queue itself serves classes in turns); else that of the most urgent open image they could
     get. ``False`` when nothing is left."""
-    held = list(_held(user, now).order_by("leased_at", "id").values_list("item__candidate_class_id", flat=True)[:1])
+    if held is None:
+        held = _held_by_class(user, now)
     if held:
-        return held[0]
+        return held[0].class_id
     waiting = (ReviewItem.objects.filter(base, status=ReviewItem.Status.OPEN).alias(slots=F("done") + F("leased"))
                .filter(slots__lt=F("required")).filter(not_seen_by(user)))
     last = list(Assignment.objects.filter(annotator=user, state__in=[Assignment.State.DONE, Assignment.State.SKIPPED])
@@ -182,22 +207,27 @@ def review_grid_next(*, user: User, size: int, prefetch: int = 0, rng: random.Ra
     now = timezone.now()
     scope = annotator_scope(user)
     base = scope.q()
-    class_id = _pick_class(user, base, now)
+    live = _held_by_class(user, now)
+    class_id = _pick_class(user, base, now, live)
     if class_id is False:
         if review_reclaim_expired(force=True):
             class_id = _pick_class(user, base, now)
         if class_id is False:
             return GridLease([], None)
     want = size + prefetch
-    held = list(_held(user, now).filter(item__candidate_class_id=class_id).order_by("leased_at", "id")[:want])
-    if held:  # still working on them: keep the leases alive
-        Assignment.objects.filter(pk__in=[a.pk for a in held]).update(expires_at=now + timedelta(seconds=settings.REVIEW_LEASE_SECONDS))
+    held = [a for a in live if a.class_id == class_id][:want]
+    half = now + timedelta(seconds=settings.REVIEW_LEASE_SECONDS / 2)
+    if any(a.expires_at < half for a in held):  # still working on them: keep the leases alive (as review_next does)
+        expires = now + timedelta(seconds=settings.REVIEW_LEASE_SECONDS)
+        Assignment.objects.filter(pk__in=[a.pk for a in held]).update(expires_at=expires)
+        for a in held:
+            a.expires_at = expires
     held = _fill_class(user, scope, base, class_id, held, want, now, rng)
     page, upcoming = held[:size], held[size:]
     if prefetch and not upcoming and page:
         nxt = _next_class(user, base, class_id)
         if nxt is not False:
-            ahead = list(_held(user, now).filter(item__candidate_class_id=nxt).order_by("leased_at", "id")[:prefetch])
+            ahead = [a for a in live if a.class_id == nxt][:prefetch]
             upcoming = _fill_class(user, scope, base, nxt, ahead, prefetch, now, rng, first_place=want)
     return GridLease(page, class_id, upcoming)
 
@@ -308,12 +338,12 @@ def review_grid_submit(*, user: User, marks: Sequence[dict], seconds: float | No
             audits.append(AuditLog(actor=user, action="review_decided", target_type=Review._meta.label_lower, target_id=str(r.pk),
                                    data={"image": r.item.image_id, "decision": r.decision, "wnids": r.id_wnids, "note": r.note,
                                          "gold": r.is_gold, "grid": True}))
-        AuditLog.objects.bulk_create(audits)
         saved = [r.pk for r in reviews]
-        if saved:
-            audit_record(actor=user, action=PAGE_ACTION, target=None,
-                         data={"reviews": saved, "skipped": skipped, "tiles": len(marks),
-                               "decisions": {d: sum(1 for m in marks if m.get("decision") == d) for d in ReviewDecision.values}})
+        if saved:  # the page's own entry (what undo takes back), last, in the same insert
+            audits.append(AuditLog(actor=user, action=PAGE_ACTION, target_type="", target_id="",
+                                   data={"reviews": saved, "skipped": skipped, "tiles": len(marks),
+                                         "decisions": {d: sum(1 for m in marks if m.get("decision") == d) for d in ReviewDecision.values}}))
+        AuditLog.objects.bulk_create(audits)
     return PageSaved(reviews=saved, skipped=skipped, replays=replays)
 
 
@@ -340,7 +370,7 @@ def review_grid_undo(*, user: User) -> int:
 
 # -- what the page shows beside the tiles ---------------------------------------------------------
 
-_closest_cache: dict[tuple[int, str], tuple[float, list[tuple[str, int]]]] = {}
+_closest_cache: dict[tuple[int, str], tuple[float, list[dict]]] = {}
 
 
 def grid_closest_id_classes(*, class_id: int | None, model_name: str, limit: int = 5) -> list[dict]:
@@ -355,13 +385,14 @@ def grid_closest_id_classes(*, class_id: int | None, model_name: str, limit: int
         rows = list(ImageEmbedding.objects.filter(image__candidate_class_id=class_id, model_name=model_name, ok=True)
                     .exclude(top1_wnid="").values("top1_wnid").annotate(n=Count("id")).order_by("-n", "top1_wnid")
                     .values_list("top1_wnid", "n")[:limit])
+        total = sum(n for _w, n in rows) or 1
+        texts = {t.wnid: t for t in SynsetText.objects.filter(wnid__in=[w for w, _n in rows])}
         if len(_closest_cache) > 5000:
             _closest_cache.clear()
-        hit = _closest_cache[key] = (now, rows)
-    total = sum(n for _w, n in hit[1]) or 1
-    texts = {t.wnid: t for t in SynsetText.objects.filter(wnid__in=[w for w, _n in hit[1]])}
-    return [{"wnid": w, "label": texts[w].label if w in texts else w, "gloss": texts[w].gloss if w in texts else "",
-             "count": n, "share": round(n / total, 3)} for w, n in hit[1]]
+        hit = _closest_cache[key] = (now, [{"wnid": w, "label": texts[w].label if w in texts else w,
+                                            "gloss": texts[w].gloss if w in texts else "", "count": n, "share": round(n / total, 3)}
+                                           for w, n in rows])
+    return [dict(row) for row in hit[1]]
 
 
 def grid_cache_clear() -> None:
