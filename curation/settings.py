@@ -218,6 +218,12 @@ JOB_STALE_AFTER_S = env_float("OODC_JOB_STALE_AFTER_S", 60.0)
 if not 0 < JOB_HEARTBEAT_S < JOB_STALE_AFTER_S:
     raise ValueError("OODC_JOB_HEARTBEAT_S must be positive and below OODC_JOB_STALE_AFTER_S "
                      f"(got {JOB_HEARTBEAT_S} and {JOB_STALE_AFTER_S})")
+# Every Celery worker sweeps for stale jobs every JOB_STALE_SWEEP_S seconds (0: off) and resumes
+# those silent for JOB_AUTO_RESUME_AFTER_S (never before they are stale), at most
+# JOB_AUTO_RESUME_MAX times each (curation/jobs/stale.py).
+JOB_STALE_SWEEP_S = env_float("OODC_JOB_STALE_SWEEP_S", 30.0)
+JOB_AUTO_RESUME_AFTER_S = env_float("OODC_JOB_AUTO_RESUME_AFTER_S", 120.0)
+JOB_AUTO_RESUME_MAX = env_int("OODC_JOB_AUTO_RESUME_MAX", 3)
 
 # --- Ingest -----------------------------------------------------------------------------
 INGEST_CHUNK_SIZE = env_int("OODC_INGEST_CHUNK_SIZE", 512)
