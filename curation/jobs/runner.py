@@ -11,7 +11,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from curation.jobs.chunks import all_chunks_done, unfinished_chunks
+from curation.jobs.chunks import all_chunks_done, chunks_to_do, unfinished_chunks
 from curation.jobs.heartbeat import Heartbeat, claim_chunk, is_stale, new_owner, release_chunk, silent_for
 from curation.jobs.protocol import JobKind, Progress, kind_of, task_name
 from curation.models import Job
@@ -218,10 +218,10 @@ def resume(job: Job, *, user=None, force: bool = False, progress: Progress | Non
         return Resumed(job=job, queued=1)
     if not on_workers():
         return Resumed(job=job, queued=0, result=run_inline(job, progress=progress, on_total=on_total))
-    if not job.chunks.exists():
+    pending = chunks_to_do(job)
+    if pending is None:  # never planned
         dispatch(job, "plan")
         return Resumed(job=job, queued=1)
-    pending = list(job.chunks.filter(done=False).values_list("index", flat=True))
     for index in pending:
         dispatch(job, "chunk", index)
     if not pending:
