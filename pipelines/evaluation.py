@@ -151,6 +151,29 @@ def restrict_inputs(inputs: "EvalInputs", keep: np.ndarray) -> "EvalInputs":
                       ood_shifted={k: restrict_classes(o, keep) for k, o in inputs.ood_shifted.items()})
 
 
+def restrict_to_classes(inputs: EvalInputs, wnids: Sequence[str], *, set_name: str,
+                        input_level: bool = False) -> tuple[EvalInputs, dict]:
+    """A semantic split evaluated as ImageNet-X does: every set's logits and the last layer kept
+    for the ImageNet-1K classes ``wnids`` (the ID half, ``restrict_inputs``), and the record the
+    results carry of it, saying what the figures then measure. ``input_level``: the run has
+    input-level scores (ODIN), which come from the full model."""
+    from .classifiers import imagenet_1k_classes
+
+    index = {w: i for i, w in enumerate(imagenet_1k_classes()[0])}
+    outside = [w for w in wnids if w not in index]
+    if outside:
+        raise ValueError(f"restrict logits: {len(outside)} class(es) of {set_name} are not ImageNet-1K classes ({', '.join(outside[:5])})")
+    keep = np.array([index[w] for w in wnids], dtype=np.int64)
+    record = {
+        "set": set_name, "classes": len(wnids),
+        "note": (f"logits restricted to the {len(wnids)} classes of {set_name}: the classifier "
+                 "was trained on all of its classes, the OOD half included, so this measures fine-grained separation "
+                 "of classes it has seen, not novelty (as ImageNet-X's split of ImageNet-1K)"
+                 + ("; input-level scores (ODIN) come from the full model" if input_level else "")),
+    }
+    return restrict_inputs(inputs, keep), record
+
+
 def clean(value: Any) -> Any:
     """NaN/inf -> None, numpy scalars -> Python, recursively (JSON and PostgreSQL jsonb refuse NaN)."""
     if isinstance(value, dict):

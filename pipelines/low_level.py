@@ -57,3 +57,12 @@ def differences(a: dict, b: dict, *, ratio: float = 1.25) -> list[str]:
         elif min(x, y) > 0 and max(x, y) / min(x, y) > ratio:
             out.append(f"{words}: ID {x:.3g} vs {y:.3g}")
     return out
+
+
+def low_level_report(paths: dict[str, list[str]], *, id_sets: tuple[str, ...] = ("id_test", "id_fit")
+                     ) -> tuple[dict[str, dict], dict[str, list[str]]]:
+    """The sanity check's low-level side: each set's statistics (``low_level_statistics`` of its
+    sampled files), and how every set but the ID ones differs from the first ID set (the ID test set)."""
+    stats = {role: low_level_statistics(files) for role, files in paths.items()}
+    differs = {role: differences(stats[id_sets[0]], stats[role]) for role in paths if role not in id_sets}
+    return stats, differs

@@ -614,7 +614,7 @@ def _names(wnids) -> dict[str, str]:
 
 def evaluation_finalize(*, job_id: int, progress: Callable[[str], None] | None = None) -> EvaluationRun:
     """Assemble the cache, fit and score every detector for every model, write results and plots."""
-    from pipelines.evaluation import Conventions, EvalInputs, detector_info, evaluate_model
+    from pipelines.evaluation import Conventions, EvalInputs, detector_info, evaluate_model, restrict_to_classes
 
     job = Job.objects.get(pk=job_id)
     run = EvaluationRun.objects.get(job=job)
@@ -657,24 +657,14 @@ def evaluation_finalize(*, job_id: int, progress: Callable[[str], None] | None =
                             id_shifted=shifted, ood_shifted=ood_shifted)
         restriction = cfg.get("restrict_logits")
         if restriction:
-            from pipelines.classifiers import imagenet_1k_classes
-            from pipelines.evaluation import restrict_inputs
-
-            index = {w: i for i, w in enumerate(imagenet_1k_classes()[0])}
-            inputs = restrict_inputs(inputs, np.array([index[w] for w in restriction["wnids"]], dtype=np.int64))
+            inputs, restricted = restrict_to_classes(inputs, restriction["wnids"], set_name=restriction["set"], input_level=bool(extras))
         head = inputs.head
         window = int(cfg.get("severity_window") or inputs.id_test.logits.shape[1])
         methods = [(m, cfg["method_params"].get(m, {})) for m in cfg["methods"]]
         r = evaluate_model(inputs, methods, severity_window=window, seed=int(cfg.get("seed", 0)), progress=progress,
                            conventions=Conventions(**cfg.get("conventions", {})))
         if restriction:
-            r["restricted_logits"] = {
-                "set": restriction["set"], "classes": len(restriction["wnids"]),
-                "note": (f"logits restricted to the {len(restriction['wnids'])} classes of {restriction['set']}: the classifier "
-                         "was trained on all of its classes, the OOD half included, so this measures fine-grained separation "
-                         "of classes it has seen, not novelty (as ImageNet-X's split of ImageNet-1K)"
-                         + ("; input-level scores (ODIN) come from the full model" if extras else "")),
-            }
+            r["restricted_logits"] = restricted
         r["failed_images"] = {role: len(row.failed) for role, row in rows.items()}
         r["cache"] = {role: row.pk for role, row in rows.items()}
         r["head"] = head is not None
@@ -725,10 +715,9 @@ def _sanity(cfg: dict, sets: dict[str, ImageSet], progress) -> dict:
     except (ModelUnavailable, OSError, RuntimeError) as exc:
         return {"status": "failed", "note": f"{type(exc).__name__}: {exc}"}
     result["status"] = "done"
-    from pipelines.low_level import differences, low_level_statistics
+    from pipelines.low_level import low_level_report
 
-    result["low_level"] = {role: low_level_statistics([it.path for it in items]) for role, items in paths.items()}
-    result["differs"] = {role: differences(result["low_level"]["id_test"], result["low_level"][role]) for role in others}
+    result["low_level"], result["differs"] = low_level_report({role: [it.path for it in items] for role, items in paths.items()})
     if skipped:
         result["notes"].append(f"not checked (imported outputs, no images): {', '.join(skipped)}")
     return result
