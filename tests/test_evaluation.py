@@ -581,6 +581,12 @@ def test_admin_choices_are_the_pipelines_constants():
     assert values == {"fpr_method": list(FPR_METHODS), "aupr_method": list(AUPR_METHODS), "oaa_convention": list(OAA_CONVENTIONS),
                       "severity_protocol": list(PROTOCOLS), "decoder": ["", *DECODERS], "ash_ties": list(TIE_RULES),
                       "odin_gradient": list(GRADIENTS)}
+    # the unit tests' conventions on the export form, as make_unit_tests --convention offers them
+    from curation.admin.exports import ExportCreateForm
+    from pipelines.unit_tests import CONVENTIONS
+
+    field = ExportCreateForm().fields["convention"]
+    assert [c for c, _ in field.choices] == list(CONVENTIONS) and field.initial == CONVENTIONS[0]
 
 
 def test_per_layer_outputs_are_planned_for_the_fit_set_too_and_loaded_with_their_widths(tmp_path):

@@ -16,6 +16,12 @@ from curation.services.exports import ExportRequestError, export_create, unit_te
 from curation.validators import name_field
 from pipelines.names import NAME_RULE
 from pipelines.semantic import DIFFICULTY_HELP
+from pipelines.unit_tests import CONVENTIONS
+
+# Words for the unit-test conventions; the choices themselves are pipelines.unit_tests.CONVENTIONS
+# (as make_unit_tests --convention's), the first the default
+CONVENTION_WORDS = {"paper": "paper: recipes as appendix G states them (default)",
+                    "ninco": "ninco: as NINCO's published generator computes them"}
 
 
 class ExportCreateForm(forms.Form):
@@ -41,9 +47,8 @@ class ExportCreateForm(forms.Form):
                                                  f"ID class. Empty: none; {DIFFICULTY_HELP}")
     per_test = forms.IntegerField(min_value=1, max_value=100_000, initial=400, help_text="Unit tests: images per test (NINCO: 400)")
     seed = forms.IntegerField(initial=0, help_text="Unit tests: the same seed gives the same images")
-    convention = forms.ChoiceField(choices=[("paper", "paper: recipes as appendix G states them (default)"),
-                                            ("ninco", "ninco: as NINCO's published generator computes them")],
-                                   initial="paper", required=False, help_text="Unit tests: which convention (docs/exports.md)")
+    convention = forms.ChoiceField(choices=[(c, CONVENTION_WORDS.get(c, c)) for c in CONVENTIONS],
+                                   initial=CONVENTIONS[0], required=False, help_text="Unit tests: which convention (docs/exports.md)")
 
     def __init__(self, *args, **kwargs):
         from pipelines.layouts import LAYOUTS
@@ -100,7 +105,7 @@ class ExportAdmin(NoDelete, NoChange, RecordAdmin):
                                            user=request.user)
                 else:
                     export = unit_tests_create(name=d["name"], per_test=d["per_test"], seed=d["seed"], id_source=d["id_source"], user=request.user,
-                                               convention=d.get("convention") or "paper")
+                                               convention=d.get("convention") or CONVENTIONS[0])
             except ExportRequestError as exc:
                 form.add_error(None, str(exc))
             else:
