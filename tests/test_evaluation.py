@@ -587,6 +587,13 @@ def test_admin_choices_are_the_pipelines_constants():
 
     field = ExportCreateForm().fields["convention"]
     assert [c for c, _ in field.choices] == list(CONVENTIONS) and field.initial == CONVENTIONS[0]
+    # and the corruptions' severities on the covariate-shift form, as make_covariate_shift's
+    from curation.admin.sources import CovariateShiftForm
+    from pipelines.corruptions import CORRUPTIONS, SEVERITIES
+
+    form = CovariateShiftForm()
+    assert [c for c, _ in form.fields["corruptions"].choices] == list(CORRUPTIONS)
+    assert [c for c, _ in form.fields["severities"].choices] == [str(s) for s in SEVERITIES]
 
 
 def test_per_layer_outputs_are_planned_for_the_fit_set_too_and_loaded_with_their_widths(tmp_path):

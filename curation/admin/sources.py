@@ -25,7 +25,7 @@ from curation.services.review import ReviewError, review_queue_sync
 from curation.validators import name_field
 from pipelines.class_filter import PolicyError
 from pipelines.class_filter.policy import DEFAULT_PRESET, PRESETS
-from pipelines.corruptions import CORRUPTIONS
+from pipelines.corruptions import CORRUPTIONS, SEVERITIES
 from pipelines.wordnet import WordNetUnavailable
 
 
@@ -45,7 +45,7 @@ class CovariateShiftForm(forms.Form):
     corruptions = forms.MultipleChoiceField(choices=[(c, c) for c in CORRUPTIONS], initial=["gaussian_noise", "defocus_blur"],
                                             widget=forms.CheckboxSelectMultiple,
                                             help_text="The 15 ImageNet-C benchmark corruptions, then the 4 held-out ones")
-    severities = forms.MultipleChoiceField(choices=[(str(s), str(s)) for s in range(1, 6)], initial=["5"],
+    severities = forms.MultipleChoiceField(choices=[(str(s), str(s)) for s in SEVERITIES], initial=[str(SEVERITIES[-1])],
                                            widget=forms.CheckboxSelectMultiple)
     seed = forms.IntegerField(initial=0, help_text="The same seed gives the same files")
 
