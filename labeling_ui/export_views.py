@@ -106,3 +106,55 @@ def contamination(request, source_id: int):
     except ValueError as exc:
         return HttpResponseBadRequest(f"{exc}\n", content_type="text/plain; charset=utf-8")
     return render(request, "labeling_ui/contamination.html", {"source": source, "r": selectors.contamination_report(source=source, sample=sample, seed=seed)})
+
+
+DIFF_PAGE = 200  # rows of diff.csv per page
+
+
+@require_GET
+@role_required(CURATOR, RESEARCHER)
+def diff(request, export_id: int):
+    """What an export changed against the previous version of its name: the summary, and every
+    image added or removed with its reason (diff.csv, checked against the manifest), paged;
+    ``?format=csv`` downloads the file itself."""
+    import csv
+    import io
+
+    from pipelines.export_diff import DIFF_COLUMNS, meaning, summary_line
+
+    export = get_object_or_404(Export, pk=export_id)
+    if export.status != Export.Status.DONE:
+        return HttpResponse(f"{export.label} is {export.status}: it has no difference to show", status=409, content_type="text/plain")
+    d = export.counts.get("diff")
+    if not d:
+        raise Http404(f"{export.label} is the first version of {export.name} (or was written before exports recorded their difference)")
+    change = request.GET.get("change", "")
+    if change not in ("", "added", "removed"):
+        return HttpResponseBadRequest("change must be added or removed (or left out for both)\n", content_type="text/plain; charset=utf-8")
+    try:
+        page = whole_number(request.GET.get("page", "1"), "page", lo=1, hi=10**9)
+    except ValueError as exc:
+        return HttpResponseBadRequest(f"{exc}\n", content_type="text/plain; charset=utf-8")
+    root = export_path(export)
+    try:
+        manifest = read_manifest(root)
+        intact = sha256_file(root / MANIFEST) == export.manifest_sha256
+        data = (root / d["file"]).read_bytes()
+    except (ExportError, OSError) as exc:
+        return HttpResponse(f"{export.label} cannot be read from {root}: {exc}", status=410, content_type="text/plain")
+    if not intact or hashlib.sha256(data).hexdigest() != manifest["files"].get(d["file"]):
+        return HttpResponse(f"{export.label}: {d['file']} or manifest.json is not the one written; run `python manage.py verify_export {root}`",
+                            status=409, content_type="text/plain")
+    if request.GET.get("format") == "csv":
+        response = HttpResponse(data, content_type="text/csv; charset=utf-8")
+        response["Content-Disposition"] = attachment(f"{export.label}-{d['file']}")
+        return response
+    rows = [dict(zip(DIFF_COLUMNS, r, strict=False)) for r in list(csv.reader(io.StringIO(data.decode("utf-8"))))[1:]]
+    rows = [r for r in rows if not change or r["change"] == change]
+    pages = max(1, -(-len(rows) // DIFF_PAGE))
+    page = min(page, pages)
+    return render(request, "labeling_ui/export_diff.html", {
+        "export": export, "d": d, "line": summary_line(d),
+        "reasons": [("removed", k, n, meaning(k)) for k, n in d["removed_by_reason"].items()]
+        + [("added", k, n, meaning(k)) for k, n in d["added_by_reason"].items()], "rows": rows[(page - 1) * DIFF_PAGE:page * DIFF_PAGE], "shown": len(rows),
+        "change": change, "page": page, "pages": pages, "prev": page - 1 if page > 1 else None, "next": page + 1 if page < pages else None})

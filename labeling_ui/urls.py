@@ -54,4 +54,5 @@ urlpatterns = [
     path("evaluations/<int:run_id>/plots/<path:rel>", evaluation_views.evaluation_plot, name="evaluation_plot"),
     path("exports/<int:export_id>/download.<str:fmt>", export_views.download, name="export_download"),
     path("exports/<int:export_id>/datasheet/", export_views.datasheet, name="export_datasheet"),
+    path("exports/<int:export_id>/diff/", export_views.diff, name="export_diff"),
 ]

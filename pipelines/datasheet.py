@@ -142,7 +142,14 @@ def render(facts: dict) -> str:
         md += ["This is the first version under this name."]
     else:
         md += [f"Against v{d['previous']}: {d['added']} images added, {d['removed']} removed, {d['kept']} kept; "
-               f"classes added: {', '.join(d['classes_added']) or 'none'}; classes removed: {', '.join(d['classes_removed']) or 'none'}."]
+               f"classes added: {', '.join(d['classes_added']) or 'none'}; classes removed: {', '.join(d['classes_removed']) or 'none'}. "
+               "`diff.csv` lists every image added or removed, with its reason."]
+        if d.get("warning"):
+            md += ["", f"**Warning:** {d['warning']}."]
+        reasons = [["removed", k, v] for k, v in (d.get("removed_by_reason") or {}).items()]
+        reasons += [["added", k, v] for k, v in (d.get("added_by_reason") or {}).items()]
+        if reasons:
+            md += [""] + _table(["change", "reason", "images"], reasons)
     md += ["", "## Left out", ""]
     md += _table(["reason", "images"], [[k, v] for k, v in facts["excluded"].items()]) if facts["excluded"] else ["Nothing was left out."]
     md += ["", "## Known limitations", ""]

@@ -22,11 +22,13 @@ import os
 import shutil
 import tarfile
 import zipfile
-from collections.abc import Callable, Iterator, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import IO, cast
+from typing import IO, Protocol, cast
 
+from pipelines.export_diff import DIFF_COLUMNS, DIFF_FILE, PreviousVersion, export_diff, reason_kind
 from pipelines.images import sha256_file
 from pipelines.layouts import LAYOUTS, PlanContext, write_csv
 from pipelines.layouts.ninco import readable_folder
@@ -52,6 +54,7 @@ class ExportItem:
     file_name: str  # the original file name
     source: str = ""  # the source's name and the file's path in it (provenance columns of table layouts)
     source_path: str = ""
+    synset: str = ""  # WordNet's name of the class (counts per class)
 
 
 @dataclass
@@ -180,7 +183,7 @@ DIFFICULTY_COLUMNS = ["wnid", "class_name", "semantic_similarity", "closest_id_w
 
 
 def write_layout_lists(root: Path, placed: Sequence[Placed], layouts: Sequence[str],
-                       difficulty: dict[str, ClassDifficulty] | None = None) -> None:
+                       difficulty: dict[str, ClassDifficulty] | None = None) -> dict[str, dict[int, str]]:
     """The per-layout listings: NINCO's metadata.csv, ImageNet-OOD's file list, OpenOOD's imglist.
     With ``difficulty`` (wnid -> its sub-split), each listing also comes once per sub-split
     (``file_list_hard.txt``, ``imglist_easy.txt``...), NINCO's metadata.csv gains the similarity
@@ -193,8 +196,9 @@ def write_layout_lists(root: Path, placed: Sequence[Placed], layouts: Sequence[s
     def of(sub: str) -> list[Placed]:
         return [p for p in ok if difficulty and p.item.wnid in difficulty and difficulty[p.item.wnid].subsplit == sub]
 
+    rows: dict[str, dict[int, str]] = {}  # layout -> image id -> where its row is (layouts without files of their own)
     for layout in layouts:
-        LAYOUTS[layout].write_lists(root, ok, {sub: of(sub) for sub in subsplits}, difficulty)
+        rows[layout] = LAYOUTS[layout].write_lists(root, ok, {sub: of(sub) for sub in subsplits}, difficulty) or {}
     if difficulty:
         per_class: dict[str, list[Placed]] = {}
         for p in ok:
@@ -204,6 +208,7 @@ def write_layout_lists(root: Path, placed: Sequence[Placed], layouts: Sequence[s
                   ([w, ps[0].item.class_name, f"{difficulty[w].similarity:.4f}", difficulty[w].closest_id_wnid,
                     difficulty[w].closest_id_name, difficulty[w].path_distance, difficulty[w].subsplit, len(ps)]
                    for w, ps in sorted(per_class.items(), key=lambda kv: (-difficulty[kv[0]].similarity, kv[0]))))
+    return rows
 
 
 def hash_tree(root: Path, *, known: dict[str, str] | None = None) -> dict[str, str]:
@@ -247,6 +252,109 @@ def finish(tmp: Path, final: Path) -> None:
 def clear_partial(tmp: Path) -> None:
     if tmp.exists():
         shutil.rmtree(tmp)
+
+
+# -- the recipe --------------------------------------------------------------------------------
+
+DECISIONS = "decisions.csv"
+
+
+class ExportHooks(Protocol):
+    """What the caller knows that the writer does not (the database's part of an export)."""
+
+    def difficulty(self, good: Sequence[Placed]) -> tuple[dict[str, ClassDifficulty] | None, dict | None]:
+        """The easy/hard sub-split of the exported classes and what the manifest says of it, or (None, None)."""
+
+    def decision_rows(self, placed: Mapping[int, Placed]) -> Iterable[tuple[int, list]]:
+        """(image id, cells) for every image the selection considered, exported or not, in the
+        order of decisions.csv; the layouts' columns are appended to the cells."""
+
+    def added_reason(self, p: Placed) -> str:
+        """Why an image that the previous version did not hold is in this one."""
+
+    def describe(self, root: Path, written: Written) -> tuple[dict, dict]:
+        """(the manifest's entries beyond the writer's, the datasheet's facts), once the images,
+        lists, decisions.csv and diff.csv are in ``root``. May add entries to ``written.counts``."""
+
+
+@dataclass
+class Written:
+    """What ``write_export`` did."""
+
+    placed: list[Placed]
+    good: list[Placed]
+    counts: dict
+    diff: dict | None = None
+    difficulty: dict | None = None  # what the manifest says of the sub-splits
+    manifest_sha256: str = ""
+
+
+def export_counts(placed: Sequence[Placed], layouts: Sequence[str], excluded: Mapping[str, int]) -> dict:
+    """The counts an export records: images and classes exported, per class, what was left out
+    (the selection's reasons and the files that failed their checks) and how files were placed."""
+    good = [p for p in placed if not p.problem]
+    per_class: dict[str, dict] = {}
+    for p in sorted(good, key=lambda p: p.item.wnid):
+        entry = per_class.setdefault(p.item.wnid, {"name": p.item.class_name, "synset": p.item.synset, "images": 0})
+        entry["images"] += 1
+    left_out = Counter(dict(excluded)) + Counter(reason_kind(p.problem) for p in placed if p.problem)
+    counts = {
+        "images": len(good), "classes": len(per_class), "per_class": per_class, "excluded": dict(sorted(left_out.items())),
+        "files_per_layout": {x: len(good) for x in layouts if LAYOUTS[x].places_files},
+        "placed_by": dict(Counter(p.method for p in good)),
+    }
+    if any(not LAYOUTS[x].places_files for x in layouts):
+        counts["rows_per_layout"] = {x: len(good) for x in layouts if not LAYOUTS[x].places_files}
+    return counts
+
+
+def write_export(tmp: Path, final: Path, *, name: str, layouts: Sequence[str], items: Sequence[ExportItem],
+                 refused: Sequence[Placed] = (), link: bool = True, excluded: Mapping[str, int], decision_columns: Sequence[str],
+                 hooks: ExportHooks, previous: PreviousVersion | None = None, why_not: Mapping[int, str] | None = None,
+                 warn_loss: float = 0.2, progress: Callable[[int], None] | None = None) -> Written:
+    """Write a dataset export into the empty folder ``tmp`` and move it to ``final``: plan every
+    item's path in every layout, place the files (checked against their ingest digests), the
+    layouts' lists, decisions.csv (``decision_columns`` then one column per layout), diff.csv
+    and the diff against ``previous`` (``why_not``: image id -> why the selection left it out),
+    the datasheet (README.md), and manifest.json with the sha256 of every file. ``refused``
+    items never reached the file system (their ``problem`` says why)."""
+    paths = plan_paths(items, layouts, name=name)
+    placed = place_items(tmp, items, paths, link=link, progress=progress) + list(refused)
+    good = [p for p in placed if not p.problem]
+    difficulty, difficulty_info = hooks.difficulty(good)
+    rows = write_layout_lists(tmp, placed, layouts, difficulty=difficulty)
+    by_image = {p.item.image_id: p for p in placed}
+
+    def decision_rows() -> Iterator[list]:
+        for image_id, cells in hooks.decision_rows(by_image):
+            p = by_image.get(image_id)
+            exported = p is not None and not p.problem
+            yield cells + [LAYOUTS[x].located(p, rows[x]) if exported else "" for x in layouts]
+
+    write_csv(tmp / DECISIONS, [*decision_columns, *(LAYOUTS[x].decisions_column for x in layouts)], decision_rows())
+    counts = export_counts(placed, layouts, excluded)
+    if difficulty_info:
+        counts["difficulty"] = {**difficulty_info["counts"], "rule": difficulty_info["rule"], "cut": difficulty_info["cut"],
+                                "classes": difficulty_info["classes"]}
+    written = Written(placed=placed, good=good, counts=counts, difficulty=difficulty_info)
+    if previous is not None:
+        written.diff, diff_rows = export_diff(previous, placed, why_not=why_not or {}, why_new=hooks.added_reason, warn_loss=warn_loss)
+        write_csv(tmp / DIFF_FILE, DIFF_COLUMNS, diff_rows)
+        counts["diff"] = written.diff
+    extra, facts = hooks.describe(tmp, written)
+    write_datasheet(tmp, facts)
+    known = {rel: p.item.sha256 for p in good for rel in p.files.values()}
+    subsplits = sorted({d.subsplit for d in difficulty.values()}) if difficulty else []
+    manifest = {
+        **extra, "counts": counts, "datasheet": facts,
+        **({"difficulty": difficulty_info} if difficulty_info else {}),
+        **({"diff": {k: v for k, v in written.diff.items() if not k.startswith("sample_")}} if written.diff else {}),
+        "layouts": {x: LAYOUTS[x].manifest_entry(name, subsplits) for x in layouts},
+        "files": hash_tree(tmp, known=known),
+    }
+    written.manifest_sha256 = write_manifest(tmp, manifest)
+    finish(tmp, final)
+    return written
 
 
 # -- verification ------------------------------------------------------------------------------

@@ -137,6 +137,17 @@ def test_an_export_layout_declared_in_one_place_reaches_the_cli_the_admin_and_th
     assert export.status == "done" and len(listed) == export.counts["images"] == sum(d == "ood" for d in decided.values())
     assert all((root / "flat" / name).is_file() for name in listed) and (root / "ninco" / "metadata.csv").is_file()
     assert not (root / "openood").exists()
+    # the layout's own decisions.csv column and manifest entry, with nothing written for it elsewhere
+    import csv
+    import json
+
+    with open(root / "decisions.csv", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    assert "flat_file" in rows[0] and "openood_file" not in rows[0]
+    assert sorted(r["flat_file"].removeprefix("flat/") for r in rows if r["exported"] == "yes") == sorted(listed)
+    assert all(r["flat_file"] == "" for r in rows if r["exported"] == "no")
+    entry = json.loads((root / "manifest.json").read_text())["layouts"]["flat"]
+    assert entry["description"] == flat_layout.description and entry["decisions_column"] == "flat_file" and entry["places_files"]
     said = io.StringIO()
     call_command("verify_export", str(root), stdout=said, stderr=io.StringIO())  # the manifest counts the new layout's images too
     assert "OK:" in said.getvalue()

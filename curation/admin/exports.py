@@ -40,6 +40,9 @@ class ExportCreateForm(forms.Form):
     copy_files = forms.BooleanField(required=False, help_text="Copy files instead of hard-linking them to the sources")
     leakage_override = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}),
                                        help_text="Export despite leakage (ID near-duplicates, other splits): the reason, recorded in the manifest")
+    warn_loss = forms.FloatField(required=False, min_value=0, max_value=1, widget=forms.NumberInput(attrs={"step": "0.05"}),
+                                 help_text="Clean set: say so when this export loses more than this share of the previous "
+                                           "version's images (0.2 = 20%; empty: the default, OODC_EXPORT_WARN_LOSS)")
     id_source = forms.ModelChoiceField(queryset=Source.objects.filter(role=Source.Role.ID).order_by("name"), required=False,
                                        help_text="Unit tests: the ID reference source whose sizes, formats and pixels they mirror")
     difficulty_split = forms.CharField(required=False, max_length=40,
@@ -102,7 +105,7 @@ class ExportAdmin(NoDelete, NoChange, RecordAdmin):
                     export = export_create(name=d["name"], sources=list(d["sources"]), wnids=wnids, min_per_class=d["min_per_class"],
                                            layouts=d["layouts"], split=d["split"], link=not d["copy_files"],
                                            override_leakage=d["leakage_override"], difficulty=d["difficulty_split"].strip() or None,
-                                           user=request.user)
+                                           user=request.user, warn_loss=d.get("warn_loss"))
                 else:
                     export = unit_tests_create(name=d["name"], per_test=d["per_test"], seed=d["seed"], id_source=d["id_source"], user=request.user,
                                                convention=d.get("convention") or CONVENTIONS[0])

@@ -17,7 +17,6 @@ from curation.models import (
     ClassDecision,
     ClassOverride,
     Export,
-    ExportMember,
     Image,
     ImageEmbedding,
     Review,
@@ -117,16 +116,13 @@ def _image_pipeline(names: list[str], model: dict, cfg: dict, leak: dict) -> dic
     }
 
 
-def _diff(export: Export, members: dict[int, str]) -> dict | None:
-    prev = (Export.objects.filter(name=export.name, kind=Export.Kind.DATASET, status=Export.Status.DONE, version__lt=export.version)
-            .order_by("-version").first())
-    if prev is None:
+def _diff(diff: dict | None) -> dict | None:
+    """The datasheet's part of the difference from the previous version (pipelines.export_diff)."""
+    if diff is None:
         return None
-    before = dict(ExportMember.objects.filter(export=prev).values_list("image_id", "wnid"))
-    now_classes, before_classes = set(members.values()), set(before.values())
-    return {"previous": prev.version, "added": len(set(members) - set(before)), "removed": len(set(before) - set(members)),
-            "kept": len(set(members) & set(before)), "classes_added": sorted(now_classes - before_classes),
-            "classes_removed": sorted(before_classes - now_classes)}
+    return {"previous": diff["previous"]["version"], **diff["images"],
+            "classes_added": [c["wnid"] for c in diff["classes_added"]], "classes_removed": [c["wnid"] for c in diff["classes_removed"]],
+            "removed_by_reason": diff["removed_by_reason"], "added_by_reason": diff["added_by_reason"], "warning": diff["warning"]}
 
 
 def _limitations(facts: dict) -> list[str]:
@@ -150,7 +146,8 @@ def _limitations(facts: dict) -> list[str]:
 
 
 def datasheet_facts(*, export: Export, root: Path, good: list, classes: dict, class_filter: dict, review_policy: dict, counts: dict,
-                    leak: dict, model: dict, contamination: dict, certificate: str | None, difficulty: dict | None = None) -> dict:
+                    leak: dict, model: dict, contamination: dict, certificate: str | None, difficulty: dict | None = None,
+                    diff: dict | None = None) -> dict:
     """The datasheet's facts for an export being written into ``root`` (its lists and
     decisions.csv already there): ``good`` the placed images, ``classes``, ``class_filter`` and
     ``review_policy`` as the selection recorded them (curation.services.exports.Selection)."""
@@ -171,7 +168,7 @@ def datasheet_facts(*, export: Export, root: Path, good: list, classes: dict, cl
         "review": _review(names, review_policy),
         "contamination": [{"source": s, **c} for s, c in sorted(contamination.items())],
         "certificate": certificate or "",
-        "diff": _diff(export, {p.item.image_id: p.item.wnid for p in good}),
+        "diff": _diff(diff),
         "excluded": counts["excluded"],
         "difficulty": {k: difficulty[k] for k in ("rule", "cut", "id_classes", "measure", "counts")} if difficulty else None,
         "layouts": list(cfg["layouts"]),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
@@ -41,6 +42,7 @@ from curation.services.id_classes import id_classes_resolve
 from curation.services.jobs import job_fail, job_mark_running
 from curation.version import code_version
 from pipelines.export import LAYOUTS, MANIFEST_FORMAT
+from pipelines.export_diff import PreviousMember, PreviousVersion
 from pipelines.layouts import default_layouts
 from pipelines.names import InvalidName, check_name, inside
 from pipelines.semantic import EASY, HARD, DifficultyError, SemanticIndex, difficulty_split, parse_difficulty
@@ -94,11 +96,15 @@ def _create(*, name: str, kind: str, split: str, config: dict, user, enqueue: bo
 def export_create(*, name: str, sources: list[Source], wnids: list[str] | None = None, min_per_class: int = 1,
                   layouts: list[str] | None = None, split: str = "test", link: bool = True, override_leakage: str = "",
                   model_name: str | None = None, difficulty: str | None = None, user: User | None = None, enqueue: bool = True,
-                  include_certified: bool = False) -> Export:
+                  include_certified: bool = False, warn_loss: float | None = None) -> Export:
     """Ask for a clean-set export of ``sources`` (all their classes, or those in ``wnids``).
     ``difficulty`` (``median``, ``quantile:Q`` or a threshold) also writes easy/hard sub-splits
-    by semantic similarity to the closest ID class (pipelines.semantic)."""
+    by semantic similarity to the closest ID class (pipelines.semantic). ``warn_loss``: the
+    share of the previous version's images whose loss the export warns about (default
+    settings.EXPORT_WARN_LOSS)."""
     check_export_names(name, split)
+    if warn_loss is not None and not 0 <= warn_loss <= 1:
+        raise ExportRequestError(f"the loss warned about must be a share between 0 and 1, e.g. 0.2 for 20% (got {warn_loss})")
     if difficulty is not None:
         try:
             parse_difficulty(difficulty)
@@ -124,7 +130,8 @@ def export_create(*, name: str, sources: list[Source], wnids: list[str] | None =
             raise ExportRequestError(f"unknown class(es) {', '.join(unknown)}: not a class of {', '.join(s.name for s in sources)}")
     config = {"sources": sorted(s.name for s in sources), "wnids": wnids, "min_per_class": min_per_class, "layouts": layouts,
               "split": split, "link": link, "model": model_name or settings.DEFAULT_MODEL,
-              "id_dup_threshold": settings.ID_DUP_THRESHOLD, "max_pixel_diff": settings.NEAR_DUP_MAX_PIXEL_DIFF}
+              "id_dup_threshold": settings.ID_DUP_THRESHOLD, "max_pixel_diff": settings.NEAR_DUP_MAX_PIXEL_DIFF,
+              "warn_loss": settings.EXPORT_WARN_LOSS if warn_loss is None else warn_loss}
     if difficulty is not None:
         config["difficulty"] = difficulty
     if include_certified:  # unreviewed images a met certificate admits (docs/review.md, "Review in full or certify")
@@ -439,7 +446,7 @@ def _reviews_by_item(items: list[ReviewItem]) -> dict[int, list]:
     return out
 
 
-def _decisions_rows(sel: Selection, placed_by_image: dict, model_name: str):
+def _decisions_rows(sel: Selection, placed_by_image: Mapping[int, Any], model_name: str) -> Iterator[tuple[int, list]]:
     items = [it for it, _r in sel.rows]
     reviews = _reviews_by_item(items)
     embs = {e.image_id: e for e in ImageEmbedding.objects.filter(image__in=[it.image_id for it in items], model_name=model_name)}
@@ -450,8 +457,7 @@ def _decisions_rows(sel: Selection, placed_by_image: dict, model_name: str):
         if not reason and placed is not None and placed.problem:
             reason = placed.problem.split(":")[0]
         exported = placed is not None and not placed.problem
-        files = placed.files if exported else {}
-        yield [
+        yield it.image_id, [
             it.image_id, it.source.name, it.image.relative_path, it.image.sha256, cc.wnid if cc else "", _class_name(cc) if cc else "",
             it.final_decision, " ".join(it.final_wnids or []), it.status, it.decided_by.username if it.decided_by_id else "",
             it.final_note, json.dumps([{"annotator": r.annotator.username, "decision": r.decision, "id_wnids": r.id_wnids, "note": r.note,
@@ -459,20 +465,92 @@ def _decisions_rows(sel: Selection, placed_by_image: dict, model_name: str):
             json.dumps(e.topk if e else []), e.dup_group if e else "", e.drop_reason if e else "",
             e.nearest_id_image_id if e and e.nearest_id_image_id else "",
             round(e.nearest_id_similarity, 4) if e and e.nearest_id_similarity is not None else "",
-            "yes" if exported else "no", reason, files.get("ninco", ""), files.get("imagenet-ood", ""), files.get("openood", ""),
-            ("certificate" if it.pk in sel.certified else "review") if exported else "",
+            "yes" if exported else "no", reason, ("certificate" if it.pk in sel.certified else "review") if exported else "",
         ]
 
 
+# decisions.csv: these, then one column per layout written (pipelines.layouts: Layout.decisions_column)
 DECISION_COLUMNS = [
     "image_id", "source", "source_path", "sha256", "ood_wnid", "ood_class", "final_label", "final_id_wnids", "review_status",
     "adjudicated_by", "final_note", "reviews", "top5", "duplicate_group", "duplicate_drop_reason", "nearest_id_image",
-    "nearest_id_similarity", "exported", "excluded_reason", "ninco_file", "imagenet_ood_file", "openood_file", "admitted_by",
+    "nearest_id_similarity", "exported", "excluded_reason", "admitted_by",
 ]
 
 
+def previous_version(export: Export) -> PreviousVersion | None:
+    """The latest finished dataset export of the same name before ``export``, with its members."""
+    prev = (Export.objects.filter(name=export.name, kind=Export.Kind.DATASET, status=Export.Status.DONE, version__lt=export.version)
+            .order_by("-version").first())
+    if prev is None:
+        return None
+    members: dict[int, PreviousMember] = {}
+    rows = (ExportMember.objects.filter(export=prev).select_related("image__source")
+            .values_list("image_id", "wnid", "image__source__name", "image__relative_path"))
+    for image_id, wnid, source, path in rows:
+        members[image_id] = PreviousMember(wnid=wnid, source=source, source_path=path)
+    names = {cc.wnid: _class_name(cc) for cc in CandidateClass.objects.filter(wnid__in={m.wnid for m in members.values()})}
+    members = {i: replace(m, class_name=names.get(m.wnid, "")) for i, m in members.items()}
+    return PreviousVersion(version=prev.version, label=prev.label, members=members)
+
+
+class _DatasetExport:
+    """The database's part of a dataset export (pipelines.export.ExportHooks)."""
+
+    def __init__(self, export: Export, sel: Selection, leak: dict, previous: PreviousVersion | None):
+        self.export, self.sel, self.leak, self.previous = export, sel, leak, previous
+        self.cfg = export.config
+        prev = (Export.objects.filter(name=export.name, version=previous.version, status=Export.Status.DONE).first()
+                if previous else None)
+        self.previous_at = prev.created_at if prev else None
+        self.items_by_image = {it.image_id: it for it in sel.items}
+
+    def difficulty(self, good):
+        return _difficulty(self.sel, good, self.cfg.get("difficulty"), export_name=self.export.name, layouts=self.cfg["layouts"])
+
+    def decision_rows(self, placed):
+        return _decisions_rows(self.sel, placed, self.cfg["model"])
+
+    def added_reason(self, p) -> str:
+        it = self.items_by_image.get(p.item.image_id)
+        if it is not None and it.pk in self.sel.certified:
+            return "admitted_by_certificate"
+        if it is not None and it.decided_at and self.previous_at and it.decided_at > self.previous_at:
+            return f"decided_after_v{self.previous.version}" if self.previous else "decided"
+        if self.previous and p.item.wnid not in {m.wnid for m in self.previous.members.values()}:
+            return "class_not_in_previous_version"
+        return "selection_changed"
+
+    def describe(self, root: Path, written) -> tuple[dict, dict]:
+        export, sel, cfg, counts = self.export, self.sel, self.cfg, written.counts
+        certification = None
+        if sel.certificates:
+            by_certificate = {it.image_id for it in sel.items if it.pk in sel.certified}
+            n_cert = sum(1 for p in written.good if p.item.image_id in by_certificate)
+            sentence = certificate_sentence(sel.certificates, n_cert, len(written.good))
+            certification = {"admitted_by_certificate": n_cert, "admitted_by_review": len(written.good) - n_cert,
+                             "certificates": sel.certificates, "sentence": sentence}
+            counts["certified"] = {"images": n_cert, "sentence": sentence}  # the export page states it
+        model = _model_provenance(cfg["sources"], cfg["model"])
+        contamination = {s: _contamination_summary(s) for s in cfg["sources"]}
+        facts = datasheet_facts(export=export, root=root, good=written.good, classes=sel.classes, class_filter=sel.class_filter,
+                                review_policy=sel.review_policy, counts=counts, leak=self.leak, model=model,
+                                contamination=contamination, certificate=certification["sentence"] if certification else None,
+                                difficulty=written.difficulty, diff=written.diff)
+        extra = {
+            **_manifest_head(export), "class_filter": sel.class_filter,
+            "review_policy": {"sources": sel.review_policy, "decisions": {c.value: c.label for c in ReviewDecision}},
+            "duplicate_overrides": sel.duplicate_overrides,
+            "model": model, "wordnet": _wordnet(),
+            "leakage": {**{k: v for k, v in self.leak.items() if k != "violations"}, "violations": self.leak["violations"]},
+            "contamination": contamination,
+            **({"certification": certification} if certification else {}),
+        }
+        return extra, facts
+
+
 def export_execute(*, export_id: int, progress: Progress | None = None, on_total: Callable[[int], None] | None = None) -> Export:
-    """Select, check for leakage, write. Idempotent: a finished export is returned as it is."""
+    """Select, check for leakage, write (pipelines.export.write_export), record. Idempotent: a
+    finished export is returned as it is."""
     from pipelines import export as px
 
     export = _begin(export_id)
@@ -480,11 +558,10 @@ def export_execute(*, export_id: int, progress: Progress | None = None, on_total
         return Export.objects.get(pk=export_id)
     cfg = export.config
     sel = export_select(config=cfg)
-    model_name = cfg["model"]
     Job.objects.filter(pk=export.job_id).update(total=len(sel.items), message="checking leakage")
     if on_total:
         on_total(len(sel.items))
-    leak = export_leakage(items=sel.items, split=export.split, model_name=model_name, threshold=cfg["id_dup_threshold"],
+    leak = export_leakage(items=sel.items, split=export.split, model_name=cfg["model"], threshold=cfg["id_dup_threshold"],
                           max_pixel_diff=cfg["max_pixel_diff"])
     leak["override"] = export.leakage_override
     counts = {"images": len(sel.items), "classes": len(sel.classes), "excluded": dict(sorted(sel.excluded.items()))}
@@ -503,78 +580,45 @@ def export_execute(*, export_id: int, progress: Progress | None = None, on_total
     px.clear_partial(tmp)
     tmp.mkdir(parents=True)
     Job.objects.filter(pk=export.job_id).update(message="writing files")
+    items, refused = _export_items(sel)
+    previous = previous_version(export)
+    written = px.write_export(
+        tmp, final, name=export.name, layouts=cfg["layouts"], items=items, refused=refused, link=cfg.get("link", True),
+        excluded=sel.excluded, decision_columns=DECISION_COLUMNS, hooks=_DatasetExport(export, sel, leak, previous),
+        previous=previous, why_not={it.image_id: reason for it, reason in sel.rows if reason},
+        warn_loss=float(cfg.get("warn_loss", settings.EXPORT_WARN_LOSS)), progress=_ticker(export, progress, every=500))
+    good, counts = written.good, written.counts
+    with transaction.atomic():
+        ExportMember.objects.bulk_create([ExportMember(export=export, image_id=p.item.image_id, sha256=p.item.sha256, wnid=p.item.wnid, files=p.files)
+                                          for p in good], batch_size=2000, ignore_conflicts=True)
+        problems = sum(1 for p in written.placed if p.problem)
+        msg = (f"{len(good)} images in {counts['classes']} classes written to {final}"
+               + (f"; {problems} file(s) changed or vanished since ingest (or now outside their source) were left out (see decisions.csv)" if problems else "")
+               + (f"; leakage overridden: {export.leakage_override}" if leak["violations"] else "")
+               + (f"; loses {100 * written.diff['loss_share']:.0f}% of {written.diff['previous']['label']}'s images (see its difference)"
+                  if written.diff and written.diff["warning"] else ""))
+        return _finish(export, status=Export.Status.DONE, message=msg, path=str(final.relative_to(settings.EXPORT_ROOT)),
+                       manifest_sha256=written.manifest_sha256, counts=counts, leakage=leak)
+
+
+def _export_items(sel: Selection) -> tuple[list, list]:
+    """The selected images as the writer's items (their files resolved inside their source's
+    root), and those refused because the file is now a link out of its source."""
+    from pipelines import export as px
+
     roots = {it.source_id: (it.source.root, str(Path(it.source.root).resolve())) for it in sel.items}
     items, refused = [], []
     for it in sel.items:
-        item = px.ExportItem(image_id=it.image_id, src="", sha256=it.image.sha256, wnid=it.candidate_class.wnid,
-                             class_name=_class_name(it.candidate_class), file_name=it.image.relative_path.rsplit("/", 1)[-1],
-                             source=it.source.name, source_path=it.image.relative_path)
+        cc = it.candidate_class
+        item = px.ExportItem(image_id=it.image_id, src="", sha256=it.image.sha256, wnid=cc.wnid, class_name=_class_name(cc),
+                             file_name=it.image.relative_path.rsplit("/", 1)[-1], source=it.source.name,
+                             source_path=it.image.relative_path, synset=sel.classes[cc.wnid]["name"])
         root, root_real = roots[it.source_id]
         try:
             items.append(replace(item, src=str(safe_join(root, it.image.relative_path, root_real=root_real))))
         except UnsafePath as exc:  # the file became a link out of its source after ingest
             refused.append(px.Placed(item=item, problem=f"unsafe_path: {exc}"))
-    paths = px.plan_paths(items, cfg["layouts"], name=export.name)
-    tick = _ticker(export, progress, every=500)
-    placed = px.place_items(tmp, items, paths, link=cfg.get("link", True), progress=tick) + refused
-    by_image = {p.item.image_id: p for p in placed}
-    good = [p for p in placed if not p.problem]
-    difficulty, difficulty_info = _difficulty(sel, good, cfg.get("difficulty"))
-    px.write_layout_lists(tmp, placed, cfg["layouts"], difficulty=difficulty)
-    px.write_csv(tmp / "decisions.csv", DECISION_COLUMNS, _decisions_rows(sel, by_image, model_name))
-    per_class = Counter(p.item.wnid for p in good)
-    counts = {
-        "images": len(good), "classes": len(per_class),
-        "per_class": {w: {"name": sel.classes[w]["label"], "synset": sel.classes[w]["name"], "images": n} for w, n in sorted(per_class.items())},
-        "excluded": dict(sorted((sel.excluded + Counter(p.problem.split(":")[0] for p in placed if p.problem)).items())),
-        "files_per_layout": {layout: len(good) for layout in cfg["layouts"] if LAYOUTS[layout].places_files},
-        **({"rows_per_layout": {layout: len(good) for layout in cfg["layouts"] if not LAYOUTS[layout].places_files}}
-           if any(not LAYOUTS[x].places_files for x in cfg["layouts"]) else {}),
-        "placed_by": dict(Counter(p.method for p in good)),
-    }
-    if difficulty_info:
-        counts["difficulty"] = {**difficulty_info["counts"], "rule": difficulty_info["rule"], "cut": difficulty_info["cut"],
-                                "classes": difficulty_info["classes"]}
-    certification = None
-    if sel.certificates:
-        by_certificate = {it.image_id for it in sel.items if it.pk in sel.certified}
-        n_cert = sum(1 for p in good if p.item.image_id in by_certificate)
-        sentence = certificate_sentence(sel.certificates, n_cert, len(good))
-        certification = {"admitted_by_certificate": n_cert, "admitted_by_review": len(good) - n_cert, "certificates": sel.certificates,
-                         "sentence": sentence}
-        counts["certified"] = {"images": n_cert, "sentence": sentence}  # the export page states it
-    model = _model_provenance(cfg["sources"], model_name)
-    contamination = {s: _contamination_summary(s) for s in cfg["sources"]}
-    facts = datasheet_facts(export=export, root=tmp, good=good, classes=sel.classes, class_filter=sel.class_filter,
-                            review_policy=sel.review_policy, counts=counts, leak=leak, model=model,
-                            contamination=contamination, certificate=certification["sentence"] if certification else None,
-                            difficulty=difficulty_info)
-    px.write_datasheet(tmp, facts)
-    known = {rel: p.item.sha256 for p in good for rel in p.files.values()}
-    files = px.hash_tree(tmp, known=known)
-    manifest = {
-        **_manifest_head(export), "class_filter": sel.class_filter,
-        "review_policy": {"sources": sel.review_policy, "decisions": {c.value: c.label for c in ReviewDecision}},
-        "duplicate_overrides": sel.duplicate_overrides,
-        "model": model, "wordnet": _wordnet(), "counts": counts,
-        "leakage": {**{k: v for k, v in leak.items() if k != "violations"}, "violations": leak["violations"]},
-        "contamination": contamination, "datasheet": facts,
-        **({"difficulty": difficulty_info} if difficulty_info else {}),
-        **({"certification": certification} if certification else {}),
-        "layouts": {name: LAYOUTS[name].description for name in cfg["layouts"]},
-        "files": files,
-    }
-    digest = px.write_manifest(tmp, manifest)
-    px.finish(tmp, final)
-    with transaction.atomic():
-        ExportMember.objects.bulk_create([ExportMember(export=export, image_id=p.item.image_id, sha256=p.item.sha256, wnid=p.item.wnid, files=p.files)
-                                          for p in good], batch_size=2000, ignore_conflicts=True)
-        problems = sum(1 for p in placed if p.problem)
-        msg = (f"{len(good)} images in {len(per_class)} classes written to {final}"
-               + (f"; {problems} file(s) changed or vanished since ingest (or now outside their source) were left out (see decisions.csv)" if problems else "")
-               + (f"; leakage overridden: {export.leakage_override}" if leak["violations"] else ""))
-        return _finish(export, status=Export.Status.DONE, message=msg, path=str(final.relative_to(settings.EXPORT_ROOT)),
-                       manifest_sha256=digest, counts=counts, leakage=leak)
+    return items, refused
 
 
 def certificate_sentence(certificates: dict, admitted: int, total: int) -> str:
@@ -587,7 +631,8 @@ def certificate_sentence(certificates: dict, admitted: int, total: int) -> str:
     return (f"{admitted} of the {total} images were admitted by a certificate rather than a review; " + "; ".join(parts) + ".")
 
 
-def _difficulty(sel: Selection, good: list, spec_text: str | None) -> tuple[dict | None, dict | None]:
+def _difficulty(sel: Selection, good: list, spec_text: str | None, *, export_name: str,
+                layouts: list[str]) -> tuple[dict | None, dict | None]:
     """wnid -> ClassDifficulty for the exported classes, and what the manifest says of the split:
     the measure, the ID classes it was measured against, the cut and the counts per sub-split."""
     from pipelines import export as px
@@ -616,8 +661,8 @@ def _difficulty(sel: Selection, good: list, spec_text: str | None) -> tuple[dict
                    "over WordNet 3.0's noun hierarchy; the project's own measure, not SSB's (docs/exports.md)",
         "counts": {sub: {"classes": sum(1 for d in out.values() if d.subsplit == sub), "images": images[sub]} for sub in (HARD, EASY)},
         "classes": {w: d.subsplit for w, d in sorted(out.items())},
-        "files": {"ninco": "ninco/NINCO/file_list_<sub>.csv", "imagenet-ood": "imagenet-ood/file_list_<sub>.txt",
-                  "openood": "openood/benchmark_imglist/imagenet/test_<name>_<sub>.txt, openood/imglist_<sub>.txt", "classes": "difficulty.csv"},
+        "files": {**{name: ", ".join(LAYOUTS[name].lists(export_name, "<sub>")) for name in layouts if LAYOUTS[name].lists(export_name, "<sub>")},
+                  "classes": "difficulty.csv"},
     }
     return out, info
 

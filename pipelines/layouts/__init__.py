@@ -86,16 +86,38 @@ class Layout:
         return p.files[self.name].removeprefix(f"{self.name}/")
 
     def write_lists(self, root: Path, placed: Sequence[Placed], subsets: dict[str, Sequence[Placed]],
-                    difficulty: dict | None = None) -> None:
+                    difficulty: dict | None = None) -> dict[int, str] | None:
         """The layout's listings of the placed images (sorted by class), once for all and once
         per sub-split in ``subsets`` (``easy``/``hard``...); ``difficulty`` is wnid ->
-        pipelines.export.ClassDifficulty when the export has sub-splits."""
+        pipelines.export.ClassDifficulty when the export has sub-splits. A layout without files
+        of its own returns where each image's row went (image id -> file), for decisions.csv."""
         raise NotImplementedError
 
     def how_to_load(self, export_name: str) -> str:
         """Markdown for the export's README: how each client this layout is named after loads it
         (code that runs from the export's folder)."""
         return f"### {self.name} (`{self.name}/`)\n\n{self.description}\n"
+
+    def lists(self, export_name: str, sub: str = "") -> list[str]:
+        """The listings ``write_lists`` writes, relative to the export: those of the whole set,
+        or with ``sub`` those of one sub-split (``easy``/``hard``). Named in the manifest."""
+        return []
+
+    @property
+    def decisions_column(self) -> str:
+        """The column of decisions.csv that says where each image is in this layout."""
+        return f"{self.name.replace('-', '_')}_file"
+
+    def located(self, p: Placed, rows: dict[int, str]) -> str:
+        """That column's cell for ``p``: its file here, or for a layout without files of its own
+        where ``write_lists`` put its row (``rows``: image id -> location)."""
+        return p.files.get(self.name, "") or rows.get(p.item.image_id, "")
+
+    def manifest_entry(self, export_name: str, subsplits: Sequence[str] = ()) -> dict:
+        """What manifest.json says of this layout in an export."""
+        return {"description": self.description, "reference": self.reference, "places_files": self.places_files,
+                "decisions_column": self.decisions_column, "lists": self.lists(export_name),
+                **({"subsplit_lists": {sub: self.lists(export_name, sub) for sub in subsplits}} if subsplits else {})}
 
 
 LAYOUTS: dict[str, Layout] = {}  # name -> layout, in registration order

@@ -46,8 +46,15 @@ class HuggingFaceParquet(Layout):
     def is_image(self, rel: str) -> bool:
         return False
 
+    @property
+    def decisions_column(self) -> str:
+        return "hf_shard"
+
+    def lists(self, export_name: str, sub: str = "") -> list[str]:
+        return [] if sub else ["hf/data/test-*.parquet"]  # a sub-split is the `difficulty` column, not a file
+
     def write_lists(self, root: Path, placed: Sequence[Placed], subsets: dict[str, Sequence[Placed]],
-                    difficulty: dict | None = None) -> None:
+                    difficulty: dict | None = None) -> dict[int, str]:
         try:
             import pyarrow as pa
             import pyarrow.parquet as pq
@@ -72,11 +79,15 @@ class HuggingFaceParquet(Layout):
             size += n
         out = root / "hf" / "data"
         out.mkdir(parents=True, exist_ok=True)
+        where: dict[int, str] = {}
         for k, members in enumerate(shards):
-            with pq.ParquetWriter(out / f"test-{k:05d}-of-{len(shards):05d}.parquet", schema) as writer:
+            shard = f"test-{k:05d}-of-{len(shards):05d}.parquet"
+            with pq.ParquetWriter(out / shard, schema) as writer:
                 for start in range(0, len(members), ROW_GROUP):
                     rows = [self._row(root, p, index, difficulty) for p in members[start:start + ROW_GROUP]]
                     writer.write_table(pa.Table.from_pylist(rows, schema=schema))
+            where.update((p.item.image_id, f"hf/data/{shard}") for p in members)
+        return where
 
     @staticmethod
     def _path(root: Path, p: Placed) -> str:

@@ -27,6 +27,11 @@ class ImageNetOOD(Layout):
         for sub, members in subsets.items():
             write_list(root / "imagenet-ood" / f"file_list_{sub}.txt", (self.inside(p) for p in members))
 
+    def lists(self, export_name: str, sub: str = "") -> list[str]:
+        if sub:
+            return [f"imagenet-ood/file_list_{sub}.txt"]
+        return ["imagenet-ood/file_list.txt", f"imagenet-ood/{RELEASE_LIST}"]
+
     def how_to_load(self, export_name: str) -> str:
         return """### ImageNet-OOD (`imagenet-ood/`)
 

@@ -77,6 +77,11 @@ class Ninco(Layout):
         for sub, members in subsets.items():
             write_csv(root / "ninco" / RELEASE / f"file_list_{sub}.csv", ["image_location", "class"], release_rows(members))
 
+    def lists(self, export_name: str, sub: str = "") -> list[str]:
+        if sub:
+            return [f"ninco/{RELEASE}/file_list_{sub}.csv"]
+        return ["ninco/metadata.csv", f"ninco/{RELEASE}/file_list.csv", "ninco_class_map.csv"]
+
     def how_to_load(self, export_name: str) -> str:
         return """### NINCO (`ninco/`)
 

@@ -47,6 +47,12 @@ class OpenOOD(Layout):
         # quoting: any whitespace in a file name becomes '_' too (the original name stays in decisions.csv)
         return re.sub(r"\s", "_", super().listable(name))
 
+    def lists(self, export_name: str, sub: str = "") -> list[str]:
+        key = openood_name(export_name)
+        if sub:
+            return [f"openood/{LISTS}/test_{key}_{sub}.txt", f"openood/imglist_{sub}.txt"]
+        return [f"openood/{LISTS}/test_{key}.txt", "openood/imglist.txt"]
+
     def write_lists(self, root: Path, placed: Sequence[Placed], subsets: dict[str, Sequence[Placed]],
                     difficulty: dict | None = None) -> None:
         if not placed:

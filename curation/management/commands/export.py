@@ -5,6 +5,7 @@ from curation.management.progress import InlineBar, resume_and_wait, wait_for_jo
 from curation.models import Export, Source
 from curation.services.exports import ExportRequestError, check_export_names, export_create, export_path, export_run_inline
 from pipelines.export import LAYOUTS
+from pipelines.export_diff import summary_line
 from pipelines.semantic import DIFFICULTY_HELP
 
 
@@ -41,12 +42,15 @@ class Command(BaseCommand):
                                  f"class: {DIFFICULTY_HELP}")
         parser.add_argument("--include-certified", action="store_true",
                             help="also export the unreviewed images a met certification admits (`certify`; off by default)")
+        parser.add_argument("--warn-loss", type=float, default=None, metavar="SHARE",
+                            help="warn when this export loses more than this share of the previous version's images "
+                                 "(default OODC_EXPORT_WARN_LOSS, 0.2); the difference is always listed in diff.csv")
         parser.add_argument("--queue", action="store_true", help="run on the Celery workers and wait, instead of in this process")
         parser.add_argument("--resume", action="store_true",
                             help="resume the unfinished (stale) export NAME instead of starting a new version")
 
     def handle(self, *args, name, sources, classes, classes_file, min_per_class, layouts, split, copy, override_leakage, queue,
-               resume=False, difficulty_split=None, include_certified=False, **opts):
+               resume=False, difficulty_split=None, include_certified=False, warn_loss=None, **opts):
         if resume:
             return resume_export(self, name=name, kind=Export.Kind.DATASET)
         if not sources:
@@ -64,7 +68,7 @@ class Command(BaseCommand):
             export = export_create(name=name, sources=[found[s] for s in sources], wnids=read_wnids(classes, classes_file),
                                    min_per_class=min_per_class, layouts=layouts, split=split, link=not copy,
                                    override_leakage=override_leakage, difficulty=difficulty_split, enqueue=queue,
-                                   include_certified=include_certified)
+                                   include_certified=include_certified, warn_loss=warn_loss)
         except ExportRequestError as exc:
             raise CommandError(str(exc)) from None
         self.stdout.write(f"export {export.label} (#{export.pk}) requested")
@@ -119,4 +123,13 @@ def report(cmd, export: Export) -> None:
         d = c["difficulty"]
         cmd.stdout.write(f"  difficulty split ({d['rule']}): hard {d['hard']['classes']} classes / {d['hard']['images']} images, "
                          f"easy {d['easy']['classes']} classes / {d['easy']['images']} images")
+    diff = c.get("diff")
+    if diff:
+        cmd.stdout.write(f"  {summary_line(diff)} (every image in {export_path(export) / diff['file']})")
+        for row in diff["classes_removed"][:20]:
+            cmd.stdout.write(f"    class removed: {row['wnid']} {row['name']}")
+        if diff["warning"]:
+            cmd.stdout.write(cmd.style.WARNING(f"  WARNING: {diff['warning']}"))
+    elif export.kind == Export.Kind.DATASET:
+        cmd.stdout.write(f"  the first version of {export.name}: nothing to compare with")
     cmd.stdout.write(cmd.style.SUCCESS(f"Wrote {export_path(export)} (check it with: python manage.py verify_export {export_path(export)})"))
