@@ -70,7 +70,7 @@ class EvaluationCreateForm(forms.Form):
 
     def __init__(self, *args, **kwargs):
         from pipelines.classifiers import MODELS
-        from pipelines.detectors import DETECTORS, detector_names, parameters
+        from pipelines.detectors import DETECTORS, default_detectors, detector_names, parameters
 
         super().__init__(*args, **kwargs)
         for name, values in (("fpr_method", FPR_METHODS), ("aupr_method", AUPR_METHODS), ("oaa_convention", OAA_CONVENTIONS),
@@ -82,8 +82,10 @@ class EvaluationCreateForm(forms.Form):
         self.fields["id_shifted"].choices = sets
         self.fields["models"].choices = [(name, f"{name}: {spec.description}") for name, spec in MODELS.items()]
         self.fields["models"].initial = list(MODELS)[:1]
-        self.fields["methods"].choices = [(n, f"{DETECTORS[n].label} ({DETECTORS[n].paper})") for n in detector_names()]
-        self.fields["methods"].initial = detector_names()
+        self.fields["methods"].choices = [(n, f"{DETECTORS[n].label} ({DETECTORS[n].paper})"
+                                              + (f" - not ticked by default: {DETECTORS[n].costly}" if DETECTORS[n].costly else ""))
+                                          for n in detector_names()]
+        self.fields["methods"].initial = default_detectors()
         for det, p in parameters():  # each detector's own declaration: knn_k, odin_temperature, vim_dim, ...
             if p.choices:  # a convention where the reference codes differ
                 self.fields[p.key(det)] = forms.ChoiceField(required=False, initial=p.default, choices=[(c, c) for c in p.choices],

@@ -203,7 +203,7 @@ def evaluation_create(*, export: Export | None = None, id_test: str, id_fit: str
     or ``make_covariate_shift`` output): each is reported standard, full-spectrum and as a shift
     (pipelines.metrics.full_spectrum_metrics), with the model's accuracy on it."""
     from curation.services.loaded_models import ModelNameError, check_model_name
-    from pipelines.detectors import detector_names
+    from pipelines.detectors import default_detectors, detector_names
 
     params = dict(params or {})
     ood_shifted: dict[str, str] = {}
@@ -241,7 +241,7 @@ def evaluation_create(*, export: Export | None = None, id_test: str, id_fit: str
         except ModelNameError as exc:
             raise EvaluationError(str(exc)) from None
     known = detector_names()
-    methods = list(dict.fromkeys(methods or known))
+    methods = list(dict.fromkeys(methods or default_detectors()))
     unknown = [m for m in methods if m not in known]
     if unknown:
         raise EvaluationError(f"unknown detector(s) {', '.join(unknown)}; registered: {', '.join(known)}")

@@ -177,6 +177,9 @@ class Detector:
     # The intermediate activations an input-level method reads (e.g. RankFeat: the last block's
     # map), declared so the docs and `manage.py detectors` name them
     layers: ClassVar[tuple[str, ...]] = ()
+    # Left out of the default selection (the admin form's ticks, `evaluate` without --methods):
+    # a sentence on what it costs; chosen by name it runs as any other
+    costly: ClassVar[str] = ""
 
     @classmethod
     def input_key_for(cls, params: dict) -> str:
@@ -234,6 +237,12 @@ def detector_names() -> list[str]:
     """Every registered detector, in table order (unknown newcomers last, alphabetically)."""
     rank = {n: i for i, n in enumerate(PREFERRED_ORDER)}
     return sorted(DETECTORS, key=lambda n: (rank.get(n, len(rank)), n))
+
+
+def default_detectors() -> list[str]:
+    """The detectors a run uses when it names none: every registered one but the costly ones
+    (``Detector.costly``), in table order."""
+    return [n for n in detector_names() if not DETECTORS[n].costly]
 
 
 def parameters() -> list[tuple[str, Param]]:

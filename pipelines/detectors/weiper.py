@@ -158,6 +158,10 @@ class WeiPer(Detector):
                  "Weiper/OpenOOD/openood/postprocessors/weiper_kldiv/utils.py, weiper_kldiv_postprocessor.py")
     needs_fit = True
     needs_head = True
+    # docs/benchmarks.md, issue 32: 149 s wall on an idle 2-core machine for 10,000 fit / 20,000
+    # scored images of 1,000 classes, where the 32 other output- and feature-level detectors take 44 s
+    costly = ("computes r x C = 100,000 perturbed logits per image (about 4r head products): alone it costs about "
+              "3x the other output- and feature-level detectors together")
     _src = "the authors' README, ImageNet-1K ResNet50"
     parameters = (
         Param("r", int, 100, 1, 1000, help="r, the number of perturbed heads", source=_src),

@@ -39,3 +39,6 @@ class Command(BaseCommand):
             return
         self.stdout.write(detectors_table())
         self.stdout.write(f"\n{len(DETECTORS)} detectors")
+        for name in detector_names():
+            if DETECTORS[name].costly:
+                self.stdout.write(f"not run unless named (--methods, or ticked in the admin): {name}: {DETECTORS[name].costly}")

@@ -63,7 +63,8 @@ class Command(BaseCommand):
                             help="comma-separated model names, files of names (one a line) or patterns of timm names with "
                                  "pretrained weights (e.g. 'resnet*'), as C-OOD's many-model runs (default: the default model); "
                                  "outputs are cached per model, so adding a model to an earlier run's list computes only it")
-        parser.add_argument("--methods", default="", help="comma-separated detectors (default: every registered one)")
+        parser.add_argument("--methods", default="", help="comma-separated detectors (default: every registered one but the costly ones, "
+                                                          "which `manage.py detectors` marks)")
         for det, p in parameters():  # each detector's own declaration: --knn-k, --odin-temperature, ...
             parser.add_argument(p.flag(det), dest=p.key(det), type=p.kind, default=None, choices=p.choices or None,
                                 help=f"{DETECTORS[det].label}: {p.describe()}")
