@@ -171,7 +171,7 @@ def test_a_chunk_whose_worker_is_lost_every_time_fails_its_job_in_one_line(tmp_p
     job.refresh_from_db()
     assert job.status == Job.Status.FAILED
     assert job.message == (f"ChunkAttemptsExceeded: chunk 0 of job #{job.pk} was started {MAX_ATTEMPTS} times and never finished "
-                           "(its worker was lost each time: killed, out of memory, or a crash while reading its images); "
+                           "(its worker was lost each time: killed, out of memory, or a crash in a library it runs); "
                            "fix the cause and start the work again")
     assert JobChunk.objects.get(job=job, index=0).attempts == MAX_ATTEMPTS and not JobChunk.objects.filter(done=True).exists()
     assert run_step(job_id=job.pk, step="chunk", index=1, queue_next=False) is False  # the failed job does no more work

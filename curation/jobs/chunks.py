@@ -65,10 +65,10 @@ def chunks_to_do(job: Job) -> list[int] | None:
 def chunks_write(*, job_id: int, payloads: Sequence[Any], total: int | None = None,
                  on_written: Callable[[Job], None] | None = None) -> list[int]:
     """Write the chunks of job ``job_id`` (one per payload) and its ``total`` (None: the work
-    sets its own), under the job's
-    lock, once; ``on_written(job)`` records the kind's own rows in the same transaction (the
-    job's message, the run's status...). A plan that finds the chunks written meanwhile (a
-    redelivery of the plan won the race) keeps those and returns their indices still to do."""
+    sets its own), under the job's lock, once; ``on_written(job)`` records the kind's own rows
+    in the same transaction (the job's message, the run's status...). A plan that finds the
+    chunks written meanwhile (a redelivery of the plan won the race) keeps those and returns
+    their indices still to do."""
     with transaction.atomic():
         job = Job.objects.select_for_update().get(pk=job_id)
         planned = chunks_to_do(job)
@@ -94,7 +94,7 @@ def chunk_start(*, job_id: int, index: int, related: Sequence[str] = (), max_att
     if row.attempts >= max_attempts:
         raise ChunkAttemptsExceeded(
             f"chunk {index} of job #{job_id} was started {row.attempts} times and never finished (its worker was lost each "
-            f"time: killed, out of memory, or a crash while reading its images); fix the cause and start the work again")
+            f"time: killed, out of memory, or a crash in a library it runs); fix the cause and start the work again")
     JobChunk.objects.filter(pk=row.pk).update(attempts=F("attempts") + 1)
     return Chunk(pk=row.pk, job=row.job, index=index, payload=row.payload, attempt=row.attempts + 1)
 
