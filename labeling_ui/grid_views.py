@@ -89,8 +89,10 @@ def api_grid_submit(request):
                                    and math.isfinite(seconds) else None)
     except (ReviewError, TypeError, ValueError, OverflowError) as exc:
         return JsonResponse({"error": str(exc)}, status=400)
-    return JsonResponse({"saved": {"reviews": len(saved.reviews), "skipped": saved.skipped, "replays": saved.replays},
-                         **_page(request, size, prefetch=True), "progress": selectors.annotator_progress(request.user)})
+    out = {"saved": {"reviews": len(saved.reviews), "skipped": saved.skipped, "replays": saved.replays}, **_page(request, size, prefetch=True)}
+    if data.get("progress") is True or not out["tiles"]:  # the screen asks every few pages and counts in between (review.js alike)
+        out["progress"] = selectors.annotator_progress(request.user)
+    return JsonResponse(out)
 
 
 @role_required(ANNOTATOR, api=True)

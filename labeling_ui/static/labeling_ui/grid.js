@@ -17,6 +17,7 @@
   let size = Number(localStorage.getItem("oodc-grid-size")) || Number(root.dataset.size);
   if (!(size >= MIN && size <= MAX)) size = Number(root.dataset.size);
   let tiles = [], cursor = 0, cls = null, progress = null, shownAt = 0, pages = 0;
+  let progressAt = 0, sinceProgress = 0;  // the server's count is asked for every few pages; counted here in between
   const marks = new Map();   // assignment -> {decision, wnids, note}: this page's marks, until it is sent
   const sent = [];           // the marks of the pages sent, newest last (what undo brings back)
   const zoom = window.OODZoom($("stage"), $("photo"), $("zoom-level"));
@@ -114,7 +115,7 @@
     closeView();
     tiles = data.tiles || [];
     cls = data.class;
-    if (data.progress) progress = data.progress;
+    if (data.progress) { progress = data.progress; progressAt = performance.now(); sinceProgress = 0; }
     let restored = 0;  // marks kept in this browser from before a reload or a closed tab
     for (const [a, m] of storedMarks()) if (!marks.has(a) && tiles.some((t) => t.assignment === a)) { marks.set(a, m); restored += 1; }
     for (const a of [...marks.keys()]) if (!tiles.some((t) => t.assignment === a)) marks.delete(a);
@@ -216,7 +217,14 @@
     payload.forEach((m) => { counts[m.decision] = (counts[m.decision] || 0) + 1; });
     status(`Sending the page (${payload.length} tiles)…`);
     try {
-      const data = await call(api.submit, { marks: payload, seconds: (performance.now() - shownAt) / 1000, size });
+      const ask = !progress || sinceProgress >= 3 || performance.now() - progressAt > 20000;
+      const data = await call(api.submit, { marks: payload, seconds: (performance.now() - shownAt) / 1000, size, progress: ask });
+      if (!data.progress && progress && !data.saved.replays) {  // this page, counted here until the server is asked again
+        const own = tiles.filter((t) => !t.gold);
+        progress.left = Math.max(0, progress.left - own.length);
+        progress.done_today += own.filter((t) => (marks.get(t.assignment) || { decision: "ood" }).decision !== "skip").length;
+        sinceProgress += 1;
+      }
       sent.push(explicit);
       pages += 1;
       marks.clear();
