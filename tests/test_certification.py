@@ -55,6 +55,27 @@ def _decide(user, id_items=frozenset(), limit=10_000):
     return served
 
 
+def test_a_plan_begun_under_the_doubling_schedule_goes_on_under_the_current_one(tmp_path, monkeypatch):
+    """oodc-certify/2 doubled the draws each stage (pilot 12: ends 12, 24, 48); /3 adds half
+    (12, 18, 27, 41, 60). A plan whose stages so far end at 48 gets its next stage to the first
+    end of the current schedule past 48 (60), not a stage of negative length."""
+    source = queue_with_rows(tmp_path, n=60)
+    monkeypatch.setattr(C, "STAGE_GROWTH", 2.0)
+    plan = certification_plan_create(source=source, n_strata=3, pilot=4, target=0.01, confidence=0.9, seed=3)
+    ann = _annotator()
+    _decide(ann, limit=12)
+    certification_refresh(plan=plan)
+    _decide(ann, limit=6)  # half of the stage 12..24: the next stage is due
+    certification_refresh(plan=plan)
+    plan.refresh_from_db()
+    assert [(st["start"], st["end"]) for st in plan.allocation] == [(0, 12), (12, 24), (24, 48)]
+    monkeypatch.setattr(C, "STAGE_GROWTH", 1.5)
+    _decide(ann, limit=30)
+    plan.refresh_from_db()
+    assert [(st["start"], st["end"]) for st in plan.allocation] == [(0, 12), (12, 24), (24, 48), (48, 60)]
+    assert CertificationUnit.objects.filter(plan=plan, serve__isnull=False).count() == 60
+
+
 def test_betting_plan_replays_its_draws_serves_them_first_and_stops_when_certified(tmp_path):
     """The default method: strata at pipelines.certify.tail_quantiles, a pilot of pilot x strata
     draws with probabilities in proportion to size, stages queued as reviews come in, the bound
@@ -83,7 +104,7 @@ def test_betting_plan_replays_its_draws_serves_them_first_and_stops_when_certifi
     sd = certification_refresh(plan=plan)
     plan.refresh_from_db()
     assert plan.status == CertificationPlan.Status.SAMPLING and len(plan.allocation) == 2
-    assert plan.allocation[1]["start"] == 12 and plan.allocation[1]["end"] == 24
+    assert plan.allocation[1]["start"] == 12 and plan.allocation[1]["end"] == 18  # 12 + 12 / 2
     assert AuditLog.objects.filter(action="certification_allocated").exists()
     bound_after_pilot = sd.cert.remainder_share
     seen += _decide(ann, id_items)

@@ -392,8 +392,11 @@ def _queue_stage(plan: CertificationPlan, sd: Standing) -> bool:
         k = len(stages)
         start = int(stages[-1]["end"])
         ends = C.stage_ends(len(samp), int(sz.sum()), pilot=p.pilot)
-        if k >= len(ends) or start >= int(sz.sum()):
+        if start >= int(sz.sum()):
             return False
+        # the stage ends at the schedule's first end past the draws queued (a plan whose earlier
+        # stages followed an older schedule, oodc-certify/2's doubling, goes on from where it is)
+        end = int(ends[ends > start][0])
         # counts of the draws queued so far, and the outcomes of those decided
         index = {h: j for j, h in enumerate(samp)}
         rows = [index[h] for h in CertificationUnit.objects.filter(plan=p, serve__isnull=False, stratum__in=samp)
@@ -402,7 +405,7 @@ def _queue_stage(plan: CertificationPlan, sd: Standing) -> bool:
         t = np.array([sd.reviewed[h] for h in samp], dtype=np.int64)
         s = np.array([sd.found[h] for h in samp], dtype=np.int64)
         base = C.stage_weights(sz, t, s, cv, stage=k)
-        lab = C.draw_strata(sizes=sz, drawn=queued, base=base, n=int(ends[k]) - start, seed=p.seed, stream=k)
+        lab = C.draw_strata(sizes=sz, drawn=queued, base=base, n=end - start, seed=p.seed, stream=k)
         nxt = {h: int(queued[j]) for j, h in enumerate(samp)}
         by_key = {(u.stratum, u.draw): u for u in CertificationUnit.objects.filter(plan=p, serve__isnull=True, stratum__in=samp)
                   .only("id", "stratum", "draw")}

@@ -376,3 +376,24 @@ def test_grid_bound_and_expected_reviews():
     more = C.betting_expected([100_000], lab, xs, [1.0], b, goal)
     assert more is not None and 100 < more < 50_000
     assert C.betting_expected([100_000], lab, xs, [1.0], b, b.total + 10) == 0
+
+
+def test_stage_schedule_and_draw_weights_follow_the_plan_rule():
+    """oodc-certify/3: a pilot of 5 draws per stratum in proportion to size, then stages that each
+    add half the draws made so far (rounded up), and after the pilot pi_h = 0.4 x N_h sqrt(r_h) /
+    sum + 0.6 x N_h / sum. Written here from that rule (docs/review.md), not from the helpers."""
+    assert C.PILOT_PER_STRATUM == 5 and C.STAGE_GROWTH == 1.5 and C.NEYMAN_MIX == 0.4
+    assert C.CODE_VERSION == "oodc-certify/3"
+    ends = [13 * 5]
+    while ends[-1] < 100_000:
+        ends.append(min(100_000, math.ceil(ends[-1] * 1.5)))
+    assert list(C.stage_ends(13, 100_000)) == ends
+    assert ends[:6] == [65, 98, 147, 221, 332, 498]
+    assert list(C.stage_ends(3, 20, pilot=4)) == [12, 18, 20]
+    sizes = [700, 200, 80, 20]
+    rates = [0.001, 0.01, 0.1, 0.6]
+    ney = [n * math.sqrt(r) for n, r in zip(sizes, rates)]
+    want = [0.4 * a / sum(ney) + 0.6 * n / sum(sizes) for a, n in zip(ney, sizes)]
+    got = C.bet_allocation(sizes, [5] * 4, [0, 0, 1, 3], rates=np.array(rates))
+    assert got == pytest.approx(want, rel=1e-12)
+    assert C.stage_weights(sizes, None, None, None, stage=0) == pytest.approx([n / 1000 for n in sizes])
