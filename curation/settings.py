@@ -224,6 +224,8 @@ if not 0 < JOB_HEARTBEAT_S < JOB_STALE_AFTER_S:
 JOB_STALE_SWEEP_S = env_float("OODC_JOB_STALE_SWEEP_S", 30.0)
 JOB_AUTO_RESUME_AFTER_S = env_float("OODC_JOB_AUTO_RESUME_AFTER_S", 120.0)
 JOB_AUTO_RESUME_MAX = env_int("OODC_JOB_AUTO_RESUME_MAX", 3)
+# Imported by every worker as it starts: the sweep starts when the worker is ready.
+CELERY_IMPORTS = ("curation.jobs.stale",)
 
 # --- Ingest -----------------------------------------------------------------------------
 INGEST_CHUNK_SIZE = env_int("OODC_INGEST_CHUNK_SIZE", 512)

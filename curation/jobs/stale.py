@@ -4,7 +4,7 @@ A job whose worker died (killed, out of memory, its machine gone) turns stale af
 ``JOB_STALE_AFTER_S`` (60 s) without a sign of life; the tasks that worker held come back from
 Redis only after the broker's visibility timeout (an hour), and ``resume_job`` needs a person.
 Every Celery worker therefore runs a **sweep** on a thread of its main process (started when the
-worker is ready, ``curation/celery.py``): every ``JOB_STALE_SWEEP_S`` seconds it looks for
+worker is ready: workers import this module, ``CELERY_IMPORTS`` in curation/settings.py): every ``JOB_STALE_SWEEP_S`` seconds it looks for
 unfinished jobs silent for ``JOB_AUTO_RESUME_AFTER_S`` (and stale), and resumes them with the
 runner's own ``resume`` (done chunks kept, the rest queued again).
 
@@ -32,6 +32,7 @@ import threading
 from dataclasses import dataclass
 from datetime import timedelta
 
+from celery.signals import worker_ready, worker_shutdown
 from django.conf import settings
 from django.db import connection
 from django.utils import timezone
@@ -156,3 +157,13 @@ def start_sweeper() -> Sweeper | None:
 def stop_sweeper() -> None:
     if _sweeper is not None:
         _sweeper.stop()
+
+
+@worker_ready.connect
+def _start_on_worker(**_kwargs):
+    start_sweeper()
+
+
+@worker_shutdown.connect
+def _stop_on_worker(**_kwargs):
+    stop_sweeper()
