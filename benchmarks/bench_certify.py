@@ -7,9 +7,10 @@ sampling monitored the same way, and its cost at 1M images.
 Each pool: ``size`` images, a share of them ID (0.5%, 2%, 5%); scores normal with unit
 variance, the ID images shifted so the score's AUROC between ID and OOD images is 0.8, 0.9 or
 0.95. Stratified ("strat."): the plan's default strata (``pipelines.certify.tail_quantiles``), a
-pilot of ``PILOT`` draws per stratum with stratum probabilities in proportion to size (a simple
-random sample of the pool), then stages, each twice as long as all draws before it, with
-probabilities from ``bet_allocation`` on the rates fitted to every draw before the stage. SRS:
+pilot of ``PILOT_PER_STRATUM`` draws per stratum with stratum probabilities in proportion to size
+(a simple random sample of the pool), then stages (``stage_ends``: each adds ``STAGE_GROWTH`` - 1
+times the draws made), with probabilities from ``bet_allocation`` on the rates fitted to every
+draw before the stage. SRS:
 the same martingale with one stratum (pi = 1). The curator looks after every review.
 
 Per pool, the martingale K_i(t) is computed for the grid points from g(T) (the largest grid
