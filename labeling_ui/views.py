@@ -26,6 +26,7 @@ def home(request):
         context["sources"] = selectors.source_summaries()
         context["jobs"] = selectors.recent_jobs(limit=10)
         context["class_filter_runs"] = selectors.class_filter_runs(limit=10)
+        context["can_browse"] = bool(roles & {CURATOR, RESEARCHER})  # the image browser's own rule: no link that answers 403
     return render(request, "labeling_ui/home.html", context)
 
 
