@@ -198,7 +198,7 @@ def browse_queryset(f: BrowseFilters, *emb_conditions: Q):
     ``emb_conditions``) go into one ``filter()`` so they share one join: Django joins a
     multi-valued relation again for each separate filter() call, which costs a join per
     condition and defeats the sorted index scan."""
-    from django.db.models import BigIntegerField, Exists, FilteredRelation, OuterRef
+    from django.db.models import BigIntegerField, Exists, FilteredRelation, Max, OuterRef
     from django.db.models.functions import Cast
 
     from curation.models import AuditLog, CertificationPlan, CertificationUnit, Review
@@ -238,9 +238,10 @@ def browse_queryset(f: BrowseFilters, *emb_conditions: Q):
     elif f.decided in ("adjudication", "curator"):
         # a curator's label from the browser is audited as an adjudication "via" the browser; the
         # latest adjudication of an item says which it was. One pass over the adjudications'
-        # entries (DISTINCT ON the item, newest first), not a look-up per image
+        # entries (the newest entry per item: the highest id, as entries are only appended), not a
+        # look-up per image; GROUP BY rather than DISTINCT ON, which SQLite (the demo's database) lacks
         latest = (AuditLog.objects.filter(action="review_adjudicated", target_type="curation.reviewitem")
-                  .order_by("target_id", "-created_at", "-id").distinct("target_id").values("id"))
+                  .order_by().values("target_id").annotate(newest=Max("id")).values("newest"))
         by_curator = (AuditLog.objects.filter(id__in=latest, data__via__isnull=False)
                       .annotate(item_id=Cast("target_id", BigIntegerField())).values("item_id"))
         where.append(Q(review_item__status="adjudicated"))

@@ -77,3 +77,21 @@ def test_settings_confirmation_button_names_the_images_it_reopens(pool, client):
     assert r.status_code == 200
     button = re.search(rb'<button[^>]*id="confirm-settings"[^>]*>(.*?)</button>', r.content, re.S).group(1).decode()
     assert button == "Change it: re-open 3 images"
+
+
+@pytest.mark.parametrize("decided", ["adjudication", "curator"])
+def test_decision_source_filters_are_sql_the_demos_sqlite_runs(decided):
+    """The demo serves from SQLite: the 'Decided by' filters once used DISTINCT ON (PostgreSQL only),
+    a 500 there. Compiled by Django's SQLite backend; the PostgreSQL results are checked in
+    tests/test_browse_filters_browser.py."""
+    from django.db import connections
+    from django.db.backends.sqlite3.base import DatabaseWrapper
+
+    from curation.selectors_browse import browse_filters_from, browse_queryset
+
+    sqlite = DatabaseWrapper({**connections["default"].settings_dict, "ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"},
+                             alias="sqlite_check")
+    qs = browse_queryset(browse_filters_from({"decided": decided}))
+    sql, params = qs.query.get_compiler(connection=sqlite).as_sql()
+    assert "review_adjudicated" in str(params) + sql  # the audit log is read, not skipped
+    sqlite.close()
