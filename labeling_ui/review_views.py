@@ -16,7 +16,7 @@ from django.utils.http import quote_etag
 from django.views.decorators.http import require_GET, require_POST
 
 from curation import selectors
-from curation.models import ClassDecision, Image, ReviewSettings, Source
+from curation.models import ClassDecision, ClassVisualSignal, Image, ReviewSettings, Source
 from curation.roles import ANNOTATOR, CURATOR, RESEARCHER, user_roles
 from curation.selectors import annotator_scope
 from curation.services.class_filter import (
@@ -29,6 +29,7 @@ from curation.services.renditions import VARIANTS, RenditionError, rendition, th
 from curation.services.review import (
     NothingToUndo,
     ReviewError,
+    class_rejection_impact,
     class_signal_resolve,
     review_next,
     review_queue_refresh_if_built,
@@ -398,10 +399,17 @@ def classes(request):
                     raise ReviewError("this folder has no WordNet synset: map it to a noun (search), or keep it unmapped with a description "
                                       "annotators will read")
                 else:
+                    impact = _rejection_needs_confirmation(request, d.candidate_class, verdict)
+                    if isinstance(impact, HttpResponse):
+                        return impact
                     class_decisions_resolve(decision_ids=[pk], resolution={"accept": "keep", "reject": "remove"}[verdict], note=note,
-                                            user=request.user)
+                                            user=request.user, impact=impact.as_dict() if impact else None)
             else:
-                sig = class_signal_resolve(signal_id=pk, resolution=verdict, note=note, user=request.user)
+                signal = get_object_or_404(ClassVisualSignal.objects.select_related("candidate_class"), pk=pk)
+                impact = _rejection_needs_confirmation(request, signal.candidate_class, verdict)
+                if isinstance(impact, HttpResponse):
+                    return impact
+                sig = class_signal_resolve(signal_id=pk, resolution=verdict, note=note, user=request.user, impact=impact)
                 source = sig.candidate_class.source
             report = review_queue_refresh_if_built(source=source, user=request.user)
             messages.success(request, f"Class {verdict}ed." + (f" Queue: {report.summary()}" if report else ""))
@@ -409,6 +417,22 @@ def classes(request):
             messages.error(request, f"could not record it: {exc}")
         return redirect("labeling_ui:review_classes")
     return render(request, "labeling_ui/review_classes.html", {"entries": selectors.flagged_classes()})
+
+
+def _rejection_needs_confirmation(request, candidate_class, verdict: str):
+    """For a rejection that withdraws decided or reviewed work: the confirmation page with its
+    counts, unless the POST confirms exactly those counts (then the impact, for the audit).
+    None for anything else (issue 31.2)."""
+    if verdict != "reject":
+        return None
+    impact = class_rejection_impact(candidate_class=candidate_class)
+    if not impact.changes_decided_work:
+        return None
+    if request.POST.get("confirm") == impact.token:
+        return impact
+    return render(request, "labeling_ui/class_reject_confirm.html",
+                  {"impact": impact, "token": impact.token,
+                   "post": {k: v for k, v in request.POST.items() if k not in ("csrfmiddlewaretoken", "confirm")}})
 
 
 json_body = _json_body  # the same JSON rule for the grid and find-similar APIs

@@ -25,7 +25,10 @@ Placed = Any  # pipelines.export.Placed (typed loosely: that module imports this
 # decisions.csv's excluded_reason and of the placement checks)
 MEANINGS = {  # the first prefix that matches gives the meaning: the longer codes come first
     "class_not_in_previous_version": "its class is new in this version",
-    "review_": "not decided: waiting for (more) reviews, or reviews in conflict",
+    "review_open": "not decided: waiting for (more) reviews (raising the reviews per image re-opens decided images)",
+    "review_conflict": "its reviews disagree: waiting for a curator's adjudication",
+    "review_withdrawn": "taken out of the review queue (its class was rejected or flagged, or it stopped being reviewable)",
+    "review_": "not decided",
     "final_": "decided, but the final label is not ood",
     "image_": "the image file is not usable",
     "excluded_by_curator": "a curator excluded the image",

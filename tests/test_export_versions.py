@@ -5,7 +5,6 @@ expected differences are computed here from the database's members, not by the c
 from __future__ import annotations
 
 import csv
-import io
 import json
 from pathlib import Path
 

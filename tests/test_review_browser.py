@@ -73,6 +73,8 @@ def test_annotator_reviews_twenty_images_with_the_keyboard_only(queue, live_serv
             expected[image] = ({"o": "ood", "u": "unclear", "n": "not_target"}[action], [])
         done += 1
         _wait_saved(page, done)
+        if action == "search":  # the status line names the class, not only its wnid
+            assert "Saved: id: golden retriever (n02099601)" in page.inner_text("#status")
         if k == undo_at:  # take it back: the same image returns, decided again
             undone_image = image
             page.keyboard.press("z")

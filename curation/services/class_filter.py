@@ -209,7 +209,8 @@ class ClassDecisionError(ValueError):
     pass
 
 
-def class_decisions_resolve(*, decision_ids: Iterable[int], resolution: str, note: str = "", user: User | None = None) -> int:
+def class_decisions_resolve(*, decision_ids: Iterable[int], resolution: str, note: str = "", user: User | None = None,
+                            impact: dict | None = None) -> int:
     """A curator decides flagged classes (keep or remove), in bulk, with a note. Rows that are
     not flags are left alone; returns how many were resolved. Each one is audited."""
     if resolution not in (ClassDecision.Resolution.KEEP, ClassDecision.Resolution.REMOVE):
@@ -225,7 +226,8 @@ def class_decisions_resolve(*, decision_ids: Iterable[int], resolution: str, not
             _apply_effective(row, overrides.get(row.wnid))
             row.save(update_fields=["resolution", "resolution_note", "resolved_by", "resolved_at", "resolution_from", "decision", "rule", "detail"])
             audit_record(actor=user, action=f"class_flag_{resolution}", target=row,
-                         data={"run": row.run_id, "wnid": row.wnid, "key": row.key, "rule": row.rule_name, "note": note})
+                         data={"run": row.run_id, "wnid": row.wnid, "key": row.key, "rule": row.rule_name, "note": note,
+                               **({"confirmed_impact": impact} if impact else {})})
             n += 1
     return n
 

@@ -614,7 +614,55 @@ def review_items_set_gold(*, item_ids: Iterable[int], gold: bool, user: User | N
     return len(ids)
 
 
-def class_signal_resolve(*, signal_id: int, resolution: str, note: str = "", user: User | None = None) -> ClassVisualSignal:
+@dataclass
+class RejectionImpact:
+    """What rejecting a class does to work already done on its images (issue 31.2)."""
+    class_label: str
+    images: int  # its images in the review queue
+    decided_ood: int  # decided clean: they leave the next export
+    decided_other: int  # decided id/unclear, or in conflict
+    open_reviewed: int  # open, with reviews already given: withdrawn with them
+    reviews: int  # reviews recorded on its images (kept, no longer counted)
+    exported: int  # its images in finished exports (those stay as written)
+
+    @property
+    def changes_decided_work(self) -> bool:
+        return bool(self.decided_ood or self.decided_other or self.open_reviewed)
+
+    @property
+    def token(self) -> str:
+        """What a confirmation must send back: the counts it was shown."""
+        return f"{self.images}-{self.decided_ood}-{self.decided_other}-{self.open_reviewed}"
+
+    def summary(self) -> str:
+        return (f"Rejecting {self.class_label} takes its {self.images} images out of review and export: {self.decided_ood} decided "
+                f"clean leave the next export, {self.open_reviewed} open images with reviews leave the queue, and "
+                f"{self.decided_other} decided id/unclear or in conflict no longer count ({self.reviews} reviews stay on record).")
+
+    def as_dict(self) -> dict:
+        return {"images": self.images, "decided_ood": self.decided_ood, "decided_other": self.decided_other,
+                "open_reviewed": self.open_reviewed, "reviews": self.reviews, "exported": self.exported}
+
+
+def class_rejection_impact(*, candidate_class: CandidateClass) -> RejectionImpact:
+    """Counts, before a curator rejects ``candidate_class``, of the decided and reviewed work on
+    its images that the rejection withdraws."""
+    from curation.models import ExportMember, Review
+
+    items = ReviewItem.objects.filter(candidate_class=candidate_class)
+    final = items.filter(status__in=ReviewItem.FINAL)
+    return RejectionImpact(
+        class_label=(f"{candidate_class.synset_name.split('.')[0].replace('_', ' ')} ({candidate_class.wnid})"
+                     if candidate_class.synset_name else str(candidate_class.folder or candidate_class.wnid)),
+        images=items.count(), decided_ood=final.filter(final_decision=ReviewDecision.OOD).count(),
+        decided_other=final.exclude(final_decision=ReviewDecision.OOD).count() + items.filter(status=ReviewItem.Status.CONFLICT).count(),
+        open_reviewed=items.filter(status=ReviewItem.Status.OPEN, done__gt=0).count(),
+        reviews=Review.objects.filter(item__candidate_class=candidate_class, is_gold=False).count(),
+        exported=ExportMember.objects.filter(image__review_item__candidate_class=candidate_class).values("image_id").distinct().count())
+
+
+def class_signal_resolve(*, signal_id: int, resolution: str, note: str = "", user: User | None = None,
+                         impact: RejectionImpact | None = None) -> ClassVisualSignal:
     """Accept or reject a class flagged as visually ambiguous; rejecting withdraws its images
     from the review queue."""
     if resolution not in ("accept", "reject"):
@@ -625,7 +673,8 @@ def class_signal_resolve(*, signal_id: int, resolution: str, note: str = "", use
         sig.resolved_by = user if getattr(user, "pk", None) else None
         sig.save(update_fields=["resolution", "resolution_note", "resolved_by", "resolved_at"])
         audit_record(actor=user, action=f"class_signal_{resolution}", target=sig,
-                     data={"class": str(sig.candidate_class), "reason": sig.reason, "note": note})
+                     data={"class": str(sig.candidate_class), "reason": sig.reason, "note": note,
+                           **({"confirmed_impact": impact.as_dict()} if impact else {})})
     return sig
 
 

@@ -84,3 +84,4 @@ def test_every_reason_the_export_can_give_has_a_meaning():
         assert meaning(code), code
     assert meaning("something_new") == ""
     assert "new in this version" in meaning("class_not_in_previous_version") and "not kept" in meaning("class_rejected")
+    assert meaning("review_open") != meaning("review_conflict") and "adjudication" in meaning("review_conflict")

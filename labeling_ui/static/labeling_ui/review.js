@@ -83,7 +83,7 @@
     } catch (e) { status(`Could not load your queue: ${e.message}. Reload to try again.`, "error"); }
   }
 
-  async function decide(decision, wnids) {
+  async function decide(decision, wnids, labels) {
     const item = items[0];
     if (!item) return false;
     status("Saving…");
@@ -105,7 +105,8 @@
         sinceProgress += 1;
       }
       render();
-      const what = decision === "id" ? `id (${wnids.join(", ")})` : decision;
+      const names = (wnids || []).map((w, i) => (labels && labels[i] ? `${labels[i]} (${w})` : w));
+      const what = decision === "id" ? `id: ${names.join(", ")}` : decision;
       status(`Saved: ${what} · ${sessionCount} reviewed this session`, "ok");
       return true;
     } catch (e) {
@@ -138,7 +139,7 @@
   const screen = window.OODScreen({
     root, classesUrl: api.classes,
     top5: () => (items[0] ? items[0].top5 : []),
-    record: (decision, wnids) => decide(decision, wnids),
+    record: (decision, wnids, labels) => decide(decision, wnids, labels),
     direct: { o: "ood", u: "unclear", n: "not_target", s: "skip" },
     keys: { z: () => undo(), m: () => moreLikeThis(items[0]) },
     before: (e, mode) => !!items[0] && zoom.key(e, mode !== "id"),

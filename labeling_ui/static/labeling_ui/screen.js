@@ -40,7 +40,8 @@
        root: element (gets the id-mode / searching / saving classes),
        classesUrl: the ID-class list for the search,
        top5: () => [{wnid, label}] of what the keys act on now (empty: nothing to decide),
-       record: (decision, wnids) => a Promise (resolves false or throws when not saved) or nothing,
+       record: (decision, wnids, labels) => a Promise (resolves false or throws when not saved) or nothing
+               (labels: the chosen ID classes' names, beside their wnids),
        direct: {key: decision} recorded at once (o, u, n, s),
        keys: {key: (ev) => void | Promise}: the screen's own keys (a Promise makes the screen busy),
        before: (ev) => true when the screen handled the key itself (zoom, cursor),
@@ -82,7 +83,7 @@
       showChosen();
       document.querySelectorAll("#top5 li.picked").forEach((li) => li.classList.remove("picked"));
     }
-    function recordChosen() { if (chosen.length) return decide("id", chosen.map((c) => c.wnid)); }
+    function recordChosen() { if (chosen.length) return decide("id", chosen.map((c) => c.wnid), chosen.map((c) => c.label)); }
     function pick(wnid, label, more) {
       if (!chosen.some((c) => c.wnid === wnid)) chosen.push({ wnid, label });
       const li = document.querySelector(`#top5 li[data-wnid="${wnid}"]`);
@@ -125,9 +126,9 @@
       }
       if (ahead.length) status(`Saving… ${ahead.length} key(s) typed ahead, applied in order next.`);
     }
-    function decide(decision, wnids) {
+    function decide(decision, wnids, labels) {
       leaveId();
-      const out = cfg.record(decision, wnids || []);
+      const out = cfg.record(decision, wnids || [], labels || []);
       if (out && typeof out.then === "function") return act(() => out);
       return out;
     }
