@@ -154,6 +154,23 @@ def test_browser_filters_pages_and_acts_on_a_selection(pool, live_server, browse
     top1 = ImageEmbedding.objects.get(image=img).top1_wnid
     assert top1 in text
     _both_sizes(page, "image-detail")
+    # a curator's "id" label by the ID class's name (the class search of the review screen), not a typed wnid
+    page.goto(f"{live_server.url}/curate/images/?source=cands")
+    box = next(b for b in page.query_selector_all("#grid input[name=ids]") if int(b.get_attribute("value")) not in picked)
+    target = int(box.get_attribute("value"))
+    box.click()
+    page.click("input.id-class-search")
+    page.keyboard.type("golden retr")
+    page.wait_for_selector("#label-id-results li.hl")
+    assert "golden retriever" in page.inner_text("#label-id-results li.hl")
+    page.keyboard.press("Enter")
+    assert page.input_value("input[name=wnids]") == "n02099601" and page.input_value("select[name=decision]") == "id"
+    assert "golden retriever (n02099601)" in page.inner_text("#label-id-picked")
+    page.fill("input[name=label_reason]", "a dog in the corner")
+    page.press("input[name=label_reason]", "Enter")
+    page.wait_for_selector("ul.messages")
+    item = ReviewItem.objects.get(image_id=target)
+    assert item.final_decision == "id" and item.final_wnids == ["n02099601"]
     assert not errors, errors
 
 

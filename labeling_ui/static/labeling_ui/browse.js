@@ -17,6 +17,40 @@
     const button = input.form && input.form.querySelector("button[value=label]");
     if (button) button.click();
   }));
+  // The label's ID classes by name, with the review screen's class search (issue 31.4): type,
+  // arrows and Enter or a click pick one (Shift keeps the list open for another); its wnid goes
+  // into the wnids box, its name beside it, and the label becomes "id". Esc closes the list.
+  const idInput = document.querySelector("input.id-class-search");
+  if (idInput && window.OODIdSearch) {
+    const list = document.getElementById("label-id-results"), picked = document.getElementById("label-id-picked");
+    const wnidsBox = idInput.form.querySelector("input[name=wnids]"), decision = idInput.form.querySelector("select[name=decision]");
+    const chosen = [];
+    const finder = window.OODIdSearch(idInput.dataset.classesUrl, idInput, list, (wnid, name, more) => {
+      const typed = wnidsBox.value.replace(/,/g, " ").split(/\s+/).filter(Boolean);
+      if (!typed.includes(wnid)) wnidsBox.value = [...typed, wnid].join(" ");
+      if (!chosen.some((c) => c.wnid === wnid)) chosen.push({ wnid, name });
+      picked.textContent = chosen.filter((c) => wnidsBox.value.includes(c.wnid)).map((c) => `${c.name} (${c.wnid})`).join(", ");
+      if (decision) decision.value = "id";
+      finder.clear();
+      list.hidden = !more;
+      if (!more) idInput.blur();
+    }, (msg) => { picked.textContent = msg; });
+    idInput.addEventListener("focus", () => { finder.open(); });
+    idInput.addEventListener("input", () => { list.hidden = !idInput.value.trim(); });
+    idInput.addEventListener("blur", () => { list.hidden = true; });
+    idInput.addEventListener("keydown", (e) => {
+      if (e.key === "ArrowDown" || e.key === "ArrowUp") { e.preventDefault(); finder.move(e.key === "ArrowDown" ? 1 : -1); }
+      else if (e.key === "Escape") { finder.clear(); list.hidden = true; }
+      else if (e.key === "Enter") {
+        e.preventDefault();  // Enter here picks a class, it does not submit the form
+        const row = finder.current();
+        if (row) {
+          const li = list.querySelector("li.hl");
+          if (li) li.dispatchEvent(new MouseEvent("mousedown", { shiftKey: e.shiftKey }));
+        }
+      }
+    });
+  }
   // a note on the duplicate-group page is not a decision: Enter there submits nothing
   document.querySelectorAll(".member input[name=note]").forEach((input) => input.addEventListener("keydown", (e) => {
     if (e.key === "Enter") e.preventDefault();
