@@ -211,7 +211,7 @@ class Command(BaseCommand):
             "sanity check: whether randomly initialised networks already separate the sets (then low-level cues, not meaning, differ)",
         ):
             out.write(f"  {line}")
-        out.write(self.style.MIGRATE_HEADING("Shortened for the demo (about 3 minutes on 2 cores); the full run"))
+        out.write(self.style.MIGRATE_HEADING("Shortened for the demo (about 3 minutes on an idle 2-core machine, longer on a shared one); the full run"))
         out.write(f"  left out: {', '.join(demo_leaves_out())} (input-level: passes of their own over every image); "
                   f"ID fit {EVAL_FIT_PER_CLASS} images per class, so ViM's "
                   f"principal space is {DEMO_VIM_DIM}-d instead of the paper's 512; {DEMO_SANITY_SEEDS} random networks "
