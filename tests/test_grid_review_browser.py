@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import re
+import time
 
 import pytest
 from django.contrib.auth.models import User
@@ -294,8 +295,13 @@ def test_thumbnails_in_one_request_next_class_prefetched_and_marks_kept_over_a_r
     assert classes == {SUNSET, ICEBERG}, classes
     icebergs = {a.item.image_id for a in held if a.item.candidate_class.wnid == ICEBERG}
     page.wait_for_function(f"document.querySelectorAll('#tiles .tile').length === {len(rest)}")
-    page.wait_for_timeout(500)
-    asked = {int(i) for url in thumb_requests for i in url.split("ids=")[1].split(",")}
+    # the prefetch's thumbnail request goes out while this page is shown: wait for it (not a fixed time)
+    deadline = time.monotonic() + 20
+    while True:
+        asked = {int(i) for url in thumb_requests for i in url.split("ids=")[1].split(",")}
+        if icebergs <= asked or time.monotonic() > deadline:
+            break
+        page.wait_for_timeout(100)
     assert icebergs <= asked, "the next class's thumbnails were fetched while this page was shown"
     n_requests = len(thumb_requests)
     page.keyboard.press("Enter")
