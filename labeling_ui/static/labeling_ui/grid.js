@@ -74,16 +74,18 @@
     const imgs = $("tiles").querySelectorAll(".tile img");
     tiles.forEach((t, i) => { if (imgs[i] && !imgs[i].src) imgs[i].src = imageUrl(t.image, "thumb"); });
   }
+  let shownPage = 0;  // which render the thumbnails being fetched are for
   function loadThumbs(prefetch) {
-    const page = tiles.map((t) => t.image);
+    const page = tiles.map((t) => t.image), mine = ++shownPage;
     const keep = new Set([...page, ...prefetch]);
     for (const id of [...thumbs.keys()]) if (!keep.has(id)) thumbs.delete(id);
     showThumbs();
-    fetchThumbs(page).then(showThumbs).catch(() => {}).finally(fallbackThumbs)
+    // the fallback is for this page only: a later page (sent meanwhile) fetches its own
+    fetchThumbs(page).then(showThumbs).catch(() => {}).finally(() => { if (mine === shownPage) fallbackThumbs(); })
       .then(() => fetchThumbs(prefetch)).then(() => {
         // decoded ahead too, so the next page paints at once
         preloaded = prefetch.filter((id) => thumbs.has(id)).map((id) => { const im = new Image(); im.src = thumbs.get(id); return im; });
-      }).catch(() => { preloaded = prefetch.map((id) => { const im = new Image(); im.src = imageUrl(id, "thumb"); return im; }); });
+      }).catch(() => { preloaded = []; });  // the next page fetches its own when it is shown
   }
   function paintTile(i) {
     const t = tiles[i], d = $("tiles").children[i];
