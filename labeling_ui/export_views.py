@@ -40,15 +40,10 @@ def download(request, export_id: int, fmt: str):
     layout = request.GET.get("layout") or None
     if layout and layout not in export.config.get("layouts", []):
         raise Http404(f"{export.label} has no {layout} layout")
-    root = export_path(export)
-    try:
-        manifest = read_manifest(root)
-        intact = sha256_file(root / MANIFEST) == export.manifest_sha256
-    except (ExportError, OSError) as exc:
-        return HttpResponse(f"{export.label} cannot be read from {root}: {exc}", status=410, content_type="text/plain")
-    if not intact:
-        return HttpResponse(f"{export.label}: manifest.json is not the one written; run `python manage.py verify_export {root}`",
-                            status=409, content_type="text/plain")
+    written = _as_written(export)
+    if isinstance(written, HttpResponse):
+        return written
+    root, manifest, _ = written
     content_type, writer = FORMATS[fmt]
     prefix = export.label + (f"-{layout}" if layout else "")
     stream = writer(root, archive_members(root, manifest, layout=layout), prefix=prefix, expected=manifest["files"])
@@ -70,21 +65,34 @@ def datasheet(request, export_id: int):
     export = get_object_or_404(Export, pk=export_id)
     if export.status != Export.Status.DONE:
         return HttpResponse(f"{export.label} is {export.status}: it has no datasheet", status=409, content_type="text/plain")
+    written = _as_written(export, "README.md", absent=f"{export.label} was written before exports carried a datasheet")
+    if isinstance(written, HttpResponse):
+        return written
+    text = written[2]
+    return render(request, "labeling_ui/export_datasheet.html",
+                  {"export": export, "html": mark_safe(to_html(text.decode("utf-8")))})  # to_html escapes every text it renders
+
+
+def _as_written(export: Export, name: str = "", *, absent: str = ""):
+    """(folder, manifest, bytes of ``name``) of a finished export, each checked to be what was
+    written (the manifest against the digest recorded then, ``name`` against the manifest), or
+    the answer to give: 410 when it cannot be read, 409 when a file is not the one written,
+    404 (``absent``) when the manifest does not list ``name``."""
     root = export_path(export)
     try:
         manifest = read_manifest(root)
         intact = sha256_file(root / MANIFEST) == export.manifest_sha256
-        written = manifest["files"].get("README.md")
-        text = (root / "README.md").read_bytes() if written else b""
+        listed = not name or name in manifest["files"]
+        data = (root / name).read_bytes() if name and intact and listed else b""
     except (ExportError, OSError) as exc:
         return HttpResponse(f"{export.label} cannot be read from {root}: {exc}", status=410, content_type="text/plain")
-    if not written:
-        raise Http404(f"{export.label} was written before exports carried a datasheet")
-    if not intact or hashlib.sha256(text).hexdigest() != written:
-        return HttpResponse(f"{export.label}: README.md or manifest.json is not the one written; run `python manage.py verify_export {root}`",
+    if intact and not listed:
+        raise Http404(absent or f"{export.label} has no {name}")
+    if not intact or (name and hashlib.sha256(data).hexdigest() != manifest["files"].get(name)):
+        what = f"{name} or {MANIFEST}" if name else MANIFEST
+        return HttpResponse(f"{export.label}: {what} is not the one written; run `python manage.py verify_export {root}`",
                             status=409, content_type="text/plain")
-    return render(request, "labeling_ui/export_datasheet.html",
-                  {"export": export, "html": mark_safe(to_html(text.decode("utf-8")))})  # to_html escapes every text it renders
+    return root, manifest, data
 
 
 def _logged(stream, export: Export):
@@ -135,16 +143,10 @@ def diff(request, export_id: int):
         page = whole_number(request.GET.get("page", "1"), "page", lo=1, hi=10**9)
     except ValueError as exc:
         return HttpResponseBadRequest(f"{exc}\n", content_type="text/plain; charset=utf-8")
-    root = export_path(export)
-    try:
-        manifest = read_manifest(root)
-        intact = sha256_file(root / MANIFEST) == export.manifest_sha256
-        data = (root / d["file"]).read_bytes()
-    except (ExportError, OSError) as exc:
-        return HttpResponse(f"{export.label} cannot be read from {root}: {exc}", status=410, content_type="text/plain")
-    if not intact or hashlib.sha256(data).hexdigest() != manifest["files"].get(d["file"]):
-        return HttpResponse(f"{export.label}: {d['file']} or manifest.json is not the one written; run `python manage.py verify_export {root}`",
-                            status=409, content_type="text/plain")
+    written = _as_written(export, d["file"])
+    if isinstance(written, HttpResponse):
+        return written
+    data = written[2]
     if request.GET.get("format") == "csv":
         response = HttpResponse(data, content_type="text/csv; charset=utf-8")
         response["Content-Disposition"] = attachment(f"{export.label}-{d['file']}")

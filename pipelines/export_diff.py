@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 DIFF_FILE = "diff.csv"
@@ -67,6 +68,11 @@ class PreviousVersion:
     version: int
     label: str
     members: Mapping[int, PreviousMember]  # image id -> member
+    written_at: datetime | None = None  # when it was written (an image decided after it is "decided after vN")
+
+    @property
+    def wnids(self) -> set[str]:
+        return {m.wnid for m in self.members.values()}
 
 
 def reason_kind(reason: str) -> str:
@@ -94,7 +100,7 @@ def export_diff(previous: PreviousVersion, placed: Sequence[Placed], *, why_not:
     for i in added:
         it = good[i].item
         rows.append(["added", i, it.wnid, it.class_name, it.source, it.source_path, why_new(good[i])])
-    classes_before = {m.wnid for m in before.values()}
+    classes_before = previous.wnids
     classes_now = {p.item.wnid for p in good.values()}
     names = {m.wnid: m.class_name for m in before.values()} | {p.item.wnid: p.item.class_name for p in good.values()}
     loss = len(removed) / len(before) if before else 0.0

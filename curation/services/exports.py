@@ -490,7 +490,7 @@ def previous_version(export: Export) -> PreviousVersion | None:
         members[image_id] = PreviousMember(wnid=wnid, source=source, source_path=path)
     names = {cc.wnid: _class_name(cc) for cc in CandidateClass.objects.filter(wnid__in={m.wnid for m in members.values()})}
     members = {i: replace(m, class_name=names.get(m.wnid, "")) for i, m in members.items()}
-    return PreviousVersion(version=prev.version, label=prev.label, members=members)
+    return PreviousVersion(version=prev.version, label=prev.label, members=members, written_at=prev.created_at)
 
 
 class _DatasetExport:
@@ -499,9 +499,7 @@ class _DatasetExport:
     def __init__(self, export: Export, sel: Selection, leak: dict, previous: PreviousVersion | None):
         self.export, self.sel, self.leak, self.previous = export, sel, leak, previous
         self.cfg = export.config
-        prev = (Export.objects.filter(name=export.name, version=previous.version, status=Export.Status.DONE).first()
-                if previous else None)
-        self.previous_at = prev.created_at if prev else None
+        self.previous_wnids = previous.wnids if previous else set()  # once, not per added image
         self.items_by_image = {it.image_id: it for it in sel.items}
 
     def difficulty(self, good):
@@ -514,9 +512,10 @@ class _DatasetExport:
         it = self.items_by_image.get(p.item.image_id)
         if it is not None and it.pk in self.sel.certified:
             return "admitted_by_certificate"
-        if it is not None and it.decided_at and self.previous_at and it.decided_at > self.previous_at:
-            return f"decided_after_v{self.previous.version}" if self.previous else "decided"
-        if self.previous and p.item.wnid not in {m.wnid for m in self.previous.members.values()}:
+        prev = self.previous
+        if prev is not None and it is not None and it.decided_at and prev.written_at and it.decided_at > prev.written_at:
+            return f"decided_after_v{prev.version}"
+        if prev is not None and p.item.wnid not in self.previous_wnids:
             return "class_not_in_previous_version"
         return "selection_changed"
 

@@ -44,6 +44,7 @@ from curation.models import (
 )
 from curation.selectors import Scope, annotator_scope, class_policy, not_seen_by
 from curation.services.certification import certification_lease_orders, certification_quiet, certification_tick
+from pipelines.names import class_label
 from pipelines.review_order import class_runs
 
 SECONDS_CAP = 300.0  # a longer gap is a break, not work on the image
@@ -652,8 +653,7 @@ def class_rejection_impact(*, candidate_class: CandidateClass) -> RejectionImpac
     items = ReviewItem.objects.filter(candidate_class=candidate_class)
     final = items.filter(status__in=ReviewItem.FINAL)
     return RejectionImpact(
-        class_label=(f"{candidate_class.synset_name.split('.')[0].replace('_', ' ')} ({candidate_class.wnid})"
-                     if candidate_class.synset_name else str(candidate_class.folder or candidate_class.wnid)),
+        class_label=class_label(candidate_class.wnid, candidate_class.synset_name, candidate_class.folder),
         images=items.count(), decided_ood=final.filter(final_decision=ReviewDecision.OOD).count(),
         decided_other=final.exclude(final_decision=ReviewDecision.OOD).count() + items.filter(status=ReviewItem.Status.CONFLICT).count(),
         open_reviewed=items.filter(status=ReviewItem.Status.OPEN, done__gt=0).count(),
