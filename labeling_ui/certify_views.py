@@ -13,6 +13,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from curation.models import CertificationPlan, Source
 from curation.roles import CURATOR, RESEARCHER
 from curation.services.certification import (
+    SEED_MAX,
     CertificationError,
     certification_close,
     certification_plan_create,
@@ -46,6 +47,16 @@ def bound_plot_svg(history: list[tuple[int, float]], target: float) -> str:
     return svg[svg.find("<svg"):]
 
 
+def _seed(request) -> int | None:
+    """The plan's seed from the form: blank for a random one (the service draws it)."""
+    raw = request.POST.get("seed", "").strip()
+    if not raw:
+        return None
+    if not raw.isdigit() or int(raw) > SEED_MAX:
+        raise ValueError(f"seed must be a whole number from 0 to {SEED_MAX}, or blank for a random one; not {raw[:20]!r}")
+    return int(raw)
+
+
 def _number(request, name: str, default: str, lo: float, hi: float) -> float:
     raw = request.POST.get(name, default)
     try:
@@ -70,7 +81,7 @@ def certify(request, source_id: int):
                 full_top=_number(request, "full_top", "0", 0, 0.5), confidence=_number(request, "confidence", "0.95", 0.5, 0.999),
                 target=_number(request, "target", "0.5", 0.001, 99) / 100,
                 pilot=int(_number(request, "pilot", str(C.PILOT_PER_STRATUM), 1, 10_000)), method=request.POST.get("method", C.BETTING),
-                score=request.POST.get("score", CertificationPlan.Score.NEAREST_ID), user=request.user)
+                score=request.POST.get("score", CertificationPlan.Score.NEAREST_ID), seed=_seed(request), user=request.user)
         except (ValueError, CertificationError) as exc:
             return HttpResponseBadRequest(f"{exc}\n", content_type="text/plain; charset=utf-8")
         messages.success(request, f"Plan {plan.pk}: the pilot is in the review queue.")

@@ -217,8 +217,12 @@ def test_the_page_plans_shows_the_bound_and_keeps_roles(tmp_path):
     assert c.get(url).status_code == 200
     assert c.post(url, {"strata": "x"}).status_code == 400
     assert c.post(url, {"target": "-1"}).status_code == 400
-    r = c.post(url, {"strata": "2", "pilot": "3", "target": "20", "confidence": "0.9"})
-    assert r.status_code == 302
+    for bad in ("-1", "1.5", "x", str(2**48)):
+        r = c.post(url, {"strata": "2", "pilot": "3", "target": "20", "seed": bad})
+        assert r.status_code == 400 and b"seed must be a whole number" in r.content, bad
+    assert not CertificationPlan.objects.filter(source=source).exists()
+    r = c.post(url, {"strata": "2", "pilot": "3", "target": "20", "confidence": "0.9", "seed": " 41 "})
+    assert r.status_code == 302 and CertificationPlan.objects.get(source=source).seed == 41
     page = c.get(url).content.decode()
     assert "<svg" in page and "Plan " in page and 'id="cert-strata"' in page
     ann = _annotator()

@@ -27,6 +27,8 @@ from curation.models import CertificationPlan, CertificationUnit, ImageEmbedding
 from curation.version import code_version
 from pipelines import certify as C
 
+SEED_MAX = 2**48 - 1  # the largest seed a plan draws for itself; a chosen one is held to the same range
+
 OPEN = (CertificationPlan.Status.PILOT, CertificationPlan.Status.SAMPLING)
 
 
@@ -80,6 +82,8 @@ def certification_plan_create(*, source: Source, score: str = CertificationPlan.
               else C.stratify(values, n_strata, full_top=full_top))
     except C.CertifyError as e:
         raise CertificationError(str(e)) from None
+    if seed is not None and not 0 <= seed <= SEED_MAX:
+        raise CertificationError(f"seed must be from 0 to {SEED_MAX} (or left out for a random one), not {seed}")
     seed = int(seed if seed is not None else secrets.randbits(48))
     H = len(st.full)
     cov = C.stratum_covariate(values, st.labels, H)

@@ -34,10 +34,19 @@ def test_a_killed_workers_job_is_resumed_by_one_of_the_other_workers_sweeps(serv
     good = make_image_folder(tmp_path / "pool", n_good=40, classes=["sky", "hayfield"])
     w1 = workers.start("w1", slow=("curation.services.ingest:_inspect", 0.3))
     job = queue_ingest(env, "pool", tmp_path / "pool", chunk_size=4)
-    wait_until(lambda: JobChunk.objects.filter(job=job, done=True).count() >= 2, 120, "two chunks done", workers)
+
+    def mid_chunk():
+        # Killed while a chunk is under way (leased, not done), so w1 dies holding its message. Killed
+        # just after a chunk's commit, w1 could have acked it and fetched nothing yet: the chunks left
+        # would all wait in the queue, and w2 and w3 would finish the job with no resume (it failed so).
+        chunks = JobChunk.objects.filter(job=job)
+        return chunks.filter(done=True).count() >= 2 and chunks.filter(done=False, lease_until__isnull=False).exists()
+
+    wait_until(mid_chunk, 120, "two chunks done and a third under way", workers)
     workers.kill(w1)
     job.refresh_from_db()
     assert job.status == "running" and JobChunk.objects.filter(job=job, done=True).count() < 10, "finished before the kill"
+    held = JobChunk.objects.get(job=job, done=False, lease_until__isnull=False)
     assert not _audits(job, stale.RESUMED)
 
     w2, w3 = workers.start("w2"), workers.start("w3")  # two sweepers, and no person
@@ -53,6 +62,8 @@ def test_a_killed_workers_job_is_resumed_by_one_of_the_other_workers_sweeps(serv
     paths = list(Image.objects.filter(source=Source.objects.get(name="pool")).values_list("relative_path", flat=True))
     assert len(paths) == len(set(paths)) == len(good)  # every file once: the lost chunk redone, nothing twice
     assert JobChunk.objects.filter(job=job, done=True).count() == 10
+    held.refresh_from_db()
+    assert held.attempts == 2  # the chunk w1 died in, started again once, by the resume
     assert sum(sum(c.stats.values()) for c in JobChunk.objects.filter(job=job)) == len(good)
 
 
