@@ -28,7 +28,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar, Sequence
 
 import numpy as np
 
@@ -316,6 +316,41 @@ def require_head(head: Head | None, what: str) -> Head:
         raise DetectorError(f"{what} needs the classifier's last layer (weight and bias); import 'weight' and 'bias' with the .npz "
                             "or evaluate a model this toolkit can load")
     return head
+
+
+def stage_rows(lm: Any, paths: Sequence[str], *, stages: int, per_map: Callable[[Any], Any], what: str, batch_size: int = 16,
+               max_pixels: int | None = None, progress: Callable[[int], None] | None = None, decoder: str = "pil") -> dict[str, np.ndarray]:
+    """The last ``stages`` stage outputs of ``lm`` (timm's ``forward_intermediates``), each turned
+    into one vector per image by ``per_map`` (a [batch, ...] tensor in float64 -> [batch, width]),
+    concatenated: {"scores": [n, sum of widths], NaN rows for files that cannot be decoded,
+    "widths": each stage's width}. For the detectors that read several layers (Gram, the
+    Mahalanobis ensemble); ``what`` names the detector in errors."""
+    import torch
+
+    from pipelines.extract import batches
+    from pipelines.images import DEFAULT_MAX_PIXELS
+
+    model = lm.model
+    if not hasattr(model, "forward_intermediates"):
+        raise DetectorError(f"{what}: {lm.name} has no forward_intermediates (timm's access to its stages)")
+    rows: np.ndarray | None = None
+    widths: list[int] = []
+    for idx, x, bad in batches(lm, paths, decoder=decoder, batch_size=batch_size, num_workers=0 if decoder == "pil" else None,
+                               max_pixels=max_pixels or DEFAULT_MAX_PIXELS):
+        if x is not None:
+            with torch.inference_mode():
+                vecs = [per_map(m.double()) for m in model.forward_intermediates(x, indices=stages, intermediates_only=True)]
+            widths = [int(v.shape[1]) for v in vecs]
+            if rows is None:
+                rows = np.full((len(paths), sum(widths)), np.nan)
+            rows[idx] = torch.cat(vecs, dim=1).cpu().numpy()
+        if progress:
+            progress(len(idx) + len(bad))
+    if rows is None:
+        if len(paths):
+            raise DetectorError(f"{what}: none of the images could be decoded")
+        return {"scores": np.zeros((0, 0)), "widths": np.zeros(0, dtype=np.int64)}
+    return {"scores": rows, "widths": np.array(widths, dtype=np.int64)}
 
 
 def _load_all() -> None:

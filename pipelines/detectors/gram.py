@@ -23,7 +23,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from . import OPENOOD, Detector, DetectorError, Head, Outputs, Param, register_detector, softmax
+from . import OPENOOD, Detector, DetectorError, Head, Outputs, Param, register_detector, softmax, stage_rows
 
 
 def gram_key(stages: int, max_power: int) -> str:
@@ -149,30 +149,5 @@ def gram_layers(lm: Any, paths: Sequence[str], *, stages: int, max_power: int, b
                 progress: Callable[[int], None] | None = None, decoder: str = "pil") -> dict[str, np.ndarray]:
     """{"scores": [n, sum of widths] the Gram vectors of the last ``stages`` stage outputs (NaN rows
     for files that cannot be decoded), "widths": channels * max_power per layer}."""
-    import torch
-
-    from pipelines.extract import batches
-    from pipelines.images import DEFAULT_MAX_PIXELS
-
-    model = lm.model
-    if not hasattr(model, "forward_intermediates"):
-        raise DetectorError(f"Gram: {lm.name} has no forward_intermediates (timm's access to its stages)")
-    rows: np.ndarray | None = None
-    widths: list[int] = []
-    for idx, x, bad in batches(lm, paths, decoder=decoder, batch_size=batch_size, num_workers=0 if decoder == "pil" else None,
-                               max_pixels=max_pixels or DEFAULT_MAX_PIXELS):
-        if x is not None:
-            with torch.inference_mode():
-                maps = model.forward_intermediates(x, indices=stages, intermediates_only=True)
-                vecs = [gram_vectors(m.double(), max_power) for m in maps]
-            widths = [int(v.shape[1]) for v in vecs]
-            if rows is None:
-                rows = np.full((len(paths), sum(widths)), np.nan)
-            rows[idx] = torch.cat(vecs, dim=1).cpu().numpy()
-        if progress:
-            progress(len(idx) + len(bad))
-    if rows is None:
-        if len(paths):
-            raise DetectorError("Gram: none of the images could be decoded")
-        return {"scores": np.zeros((0, 0)), "widths": np.zeros(0, dtype=np.int64)}
-    return {"scores": rows, "widths": np.array(widths, dtype=np.int64)}
+    return stage_rows(lm, paths, stages=stages, per_map=lambda m: gram_vectors(m, max_power), what="Gram", batch_size=batch_size,
+                      max_pixels=max_pixels, progress=progress, decoder=decoder)

@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from . import OPENOOD, Detector, DetectorError, Head, Outputs, Param, register_detector
+from . import OPENOOD, Detector, DetectorError, Head, Outputs, Param, register_detector, stage_rows
 from .mahalanobis import min_distances, shared_precision
 
 
@@ -85,30 +85,10 @@ def pooled_layers(lm: Any, paths: Sequence[str], *, stages: int, batch_size: int
                   progress: Callable[[int], None] | None = None, decoder: str = "pil") -> dict[str, np.ndarray]:
     """{"scores": [n, sum of widths] the last ``stages`` stage outputs averaged over positions and
     concatenated (NaN rows for files that cannot be decoded), "widths": each layer's width}."""
-    import torch
+    return stage_rows(lm, paths, stages=stages, per_map=_position_mean, what="Mahalanobis ensemble", batch_size=batch_size,
+                      max_pixels=max_pixels, progress=progress, decoder=decoder)
 
-    from pipelines.extract import batches
-    from pipelines.images import DEFAULT_MAX_PIXELS
 
-    model = lm.model
-    if not hasattr(model, "forward_intermediates"):
-        raise DetectorError(f"Mahalanobis ensemble: {lm.name} has no forward_intermediates (timm's access to its stages)")
-    rows: np.ndarray | None = None
-    widths: list[int] = []
-    for idx, x, bad in batches(lm, paths, decoder=decoder, batch_size=batch_size, num_workers=0 if decoder == "pil" else None,
-                               max_pixels=max_pixels or DEFAULT_MAX_PIXELS):
-        if x is not None:
-            with torch.inference_mode():
-                maps = model.forward_intermediates(x, indices=stages, intermediates_only=True)
-                pooled = [m.double().mean(dim=(2, 3)) if m.dim() == 4 else m.double().mean(dim=1) for m in maps]
-            widths = [int(p.shape[1]) for p in pooled]
-            if rows is None:
-                rows = np.full((len(paths), sum(widths)), np.nan)
-            rows[idx] = torch.cat(pooled, dim=1).cpu().numpy()
-        if progress:
-            progress(len(idx) + len(bad))
-    if rows is None:
-        if len(paths):
-            raise DetectorError("Mahalanobis ensemble: none of the images could be decoded")
-        return {"scores": np.zeros((0, 0)), "widths": np.zeros(0, dtype=np.int64)}
-    return {"scores": rows, "widths": np.array(widths, dtype=np.int64)}
+def _position_mean(m: Any) -> Any:
+    """A stage output averaged over its positions: [b, c, h, w] (CNN) or [b, tokens, c] (ViT) -> [b, c]."""
+    return m.mean(dim=(2, 3)) if m.dim() == 4 else m.mean(dim=1)
