@@ -25,6 +25,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
+
+from scripts.serving import runserver_argv, served  # noqa: E402
+
 PLANTED_WNID = "n02123045"  # tabby cat
 
 
@@ -162,19 +165,8 @@ def main() -> int:
 
     django.setup()
     planted = populate(args.images, args.classes, data / "pool")
-    server = subprocess.Popen([sys.executable, "manage.py", "runserver", f"127.0.0.1:{args.port}", "--noreload"], cwd=REPO, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    base = f"http://127.0.0.1:{args.port}"
     results = {}
-    try:
-        import urllib.request
-
-        for _ in range(100):
-            try:
-                urllib.request.urlopen(f"{base}/healthz", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.3)
+    with served(runserver_argv(args.port), env=env, port=args.port, quiet=True) as base:
         from playwright.sync_api import sync_playwright
 
         with sync_playwright() as p:
@@ -185,9 +177,6 @@ def main() -> int:
                 results[name] = run(page, base, planted)
                 page.context.close()
             browser.close()
-    finally:
-        os.killpg(server.pid, 15)
-        server.wait(timeout=30)
 
     from django.db.models import Count
 

@@ -16,8 +16,6 @@ import json
 import os
 import random
 import secrets
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -28,18 +26,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from scripts.serving import free_port, gunicorn_argv, served  # noqa: E402
+
 
 def pct(values, q):
     if not values:
         return float("nan")
     values = sorted(values)
     return values[min(len(values) - 1, int(round(q / 100 * (len(values) - 1))))]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def recreate_database(admin_url: str, name: str) -> str:
@@ -192,16 +186,7 @@ def main() -> int:
     cookies = populate(args.images, args.annotators, data_dir)
 
     port = free_port()
-    gunicorn = subprocess.Popen([str(Path(sys.executable).parent / "gunicorn"), "curation.wsgi", "-w", str(args.workers), "-b", f"127.0.0.1:{port}",
-                                 "--log-level", "warning"], cwd=REPO, env=env, start_new_session=True)
-    try:
-        for _ in range(100):
-            try:
-                http.client.HTTPConnection("127.0.0.1", port, timeout=1).request("GET", "/healthz")
-                break
-            except OSError:
-                time.sleep(0.2)
-        time.sleep(1.0)
+    with served(gunicorn_argv(port, workers=args.workers), env=env, port=port, settle_s=1.0):
         deadline = time.monotonic() + args.seconds
         clients = [Annotator(port, c, deadline, args.replay_every, args.think) for c in cookies]
         t0 = time.perf_counter()
@@ -210,9 +195,6 @@ def main() -> int:
         for c in clients:
             c.join()
         wall = time.perf_counter() - t0
-    finally:
-        os.killpg(gunicorn.pid, signal.SIGTERM)
-        gunicorn.wait(timeout=30)
 
     from django.db.models import Count, F, Sum
 

@@ -18,7 +18,6 @@ import json
 import os
 import random
 import secrets
-import signal
 import subprocess
 import sys
 import threading
@@ -29,7 +28,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from bench_review_load import free_port, pct, populate, recreate_database  # noqa: E402
+from bench_review_load import pct, populate, recreate_database  # noqa: E402
+
+from scripts.serving import free_port, gunicorn_argv, served  # noqa: E402
 
 
 class Client(threading.Thread):
@@ -149,17 +150,7 @@ def main() -> int:
     grid = grid_available() and not args.no_grid
 
     port = free_port()
-    gunicorn = subprocess.Popen([str(Path(sys.executable).parent / "gunicorn"), "curation.wsgi", "-w", str(args.workers),
-                                 "--threads", str(args.threads), "--keep-alive", "30", "-b", f"127.0.0.1:{port}", "--log-level", "warning"],
-                                cwd=REPO, env=env, start_new_session=True)
-    try:
-        for _ in range(150):
-            try:
-                http.client.HTTPConnection("127.0.0.1", port, timeout=1).request("GET", "/healthz")
-                break
-            except OSError:
-                time.sleep(0.2)
-        time.sleep(1.0)
+    with served(gunicorn_argv(port, workers=args.workers, threads=args.threads, keep_alive=30), env=env, port=port, settle_s=1.0):
         deadline = time.monotonic() + args.seconds
         clients = [Client(port, c, deadline, "grid" if grid and k % 2 else "single", args.page, args.think_single, args.think_tile)
                    for k, c in enumerate(cookies)]
@@ -169,9 +160,6 @@ def main() -> int:
         for c in clients:
             c.join()
         wall = time.perf_counter() - t0
-    finally:
-        os.killpg(gunicorn.pid, signal.SIGTERM)
-        gunicorn.wait(timeout=30)
 
     from django.db.models import Count, F, Sum
 

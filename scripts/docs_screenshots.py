@@ -13,10 +13,7 @@ from __future__ import annotations
 import argparse
 import csv
 import os
-import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -58,6 +55,8 @@ def main() -> int:
     sys.path.insert(0, str(REPO))
     import django
 
+    from scripts.serving import runserver_argv, served
+
     django.setup()
     from django.conf import settings
 
@@ -84,17 +83,8 @@ def main() -> int:
         embedding_map_start(source=pool)
 
     env = {**os.environ, "DJANGO_DEBUG": "1"}  # runserver serves the static files
-    server = subprocess.Popen([sys.executable, "manage.py", "runserver", f"127.0.0.1:{args.port}", "--noreload"], cwd=REPO, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    base = f"http://127.0.0.1:{args.port}"
     shots = []
-    try:
-        for _ in range(100):
-            try:
-                urllib.request.urlopen(f"{base}/healthz", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.3)
+    with served(runserver_argv(args.port), env=env, port=args.port, quiet=True) as base:
         from playwright.sync_api import sync_playwright
 
         with sync_playwright() as p:
@@ -125,9 +115,6 @@ def main() -> int:
             shots.append(out / "embedding-map-1366x768.jpg")
             page.screenshot(path=str(shots[-1]), type="jpeg", quality=82)
             browser.close()
-    finally:
-        os.killpg(server.pid, 15)
-        server.wait(timeout=30)
     for s in shots:
         print(f"wrote {s.relative_to(REPO) if s.is_relative_to(REPO) else s}")
     print(f"find similar from image {planted.pk} ({planted.relative_path})")
