@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import io
 import re
-import time
 
 import pytest
 from django.contrib.auth.models import User
@@ -261,8 +260,6 @@ def test_thumbnails_in_one_request_next_class_prefetched_and_marks_kept_over_a_r
     thumb_requests, per_tile = [], []
     page.on("request", lambda r: thumb_requests.append(r.url) if "/api/images/thumbs" in r.url else
             (per_tile.append(r.url) if re.search(r"/images/\d+/thumb$", r.url) else None))
-    thumb_answers = []
-    page.on("requestfinished", lambda r: thumb_answers.append(r.url) if "/api/images/thumbs" in r.url else None)
     browser_login(page, live_server.url, "ann1", "/review/grid/")
     _wait_page(page, 0)
     page.wait_for_function("[...document.querySelectorAll('#tiles .tile img')].every((i) => i.complete && i.naturalWidth > 0)")
@@ -298,16 +295,11 @@ def test_thumbnails_in_one_request_next_class_prefetched_and_marks_kept_over_a_r
     icebergs = {a.item.image_id for a in held if a.item.candidate_class.wnid == ICEBERG}
     page.wait_for_function(f"document.querySelectorAll('#tiles .tile').length === {len(rest)}")
     # the prefetch's thumbnails arrive while this page is shown (a person takes seconds per page):
-    # wait for that answer, not a fixed time
-    deadline = time.monotonic() + 30
-    while True:
-        asked = {int(i) for url in thumb_requests for i in url.split("ids=")[1].split(",")}
-        arrived = {int(i) for url in thumb_answers for i in url.split("ids=")[1].split(",")}
-        if icebergs <= arrived or time.monotonic() > deadline:
-            break
-        page.wait_for_timeout(100)
-    page.wait_for_timeout(300)  # the answer's JSON is read into the page's store
+    # wait until the page holds them (data-ahead: how many it decoded ahead), not a fixed time
+    page.wait_for_function("document.querySelector('#grid-review').dataset.ahead !== undefined", timeout=30000)
+    asked = {int(i) for url in thumb_requests for i in url.split("ids=")[1].split(",")}
     assert icebergs <= asked, "the next class's thumbnails were fetched while this page was shown"
+    assert int(page.get_attribute("#grid-review", "data-ahead")) >= len(icebergs)
     n_requests = len(thumb_requests)
     page.keyboard.press("Enter")
     _wait_page(page, 2)

@@ -85,6 +85,7 @@
       .then(() => fetchThumbs(prefetch)).then(() => {
         // decoded ahead too, so the next page paints at once
         preloaded = prefetch.filter((id) => thumbs.has(id)).map((id) => { const im = new Image(); im.src = thumbs.get(id); return im; });
+        if (mine === shownPage) root.dataset.ahead = String(preloaded.length);  // the next page's thumbnails held
       }).catch(() => { preloaded = []; });  // the next page fetches its own when it is shown
   }
   function paintTile(i) {
@@ -139,6 +140,7 @@
     showProgress();
     shownAt = performance.now();
     root.dataset.page = String(pages);
+    delete root.dataset.ahead;
     // this page's thumbnails, then the next page's (more of this class, or the next class's
     // first page), loading while this one is decided
     loadThumbs(data.prefetch || []);
