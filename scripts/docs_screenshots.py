@@ -1,23 +1,56 @@
-"""Screenshots for docs/ from the demo's data, at 1366x768, in Debian's headless Chromium.
+"""Every screenshot in docs/, from the demo's data, at 1366x768, in Debian's headless Chromium.
 
     bash scripts/demo.sh --no-serve --data DIR            # or: OODC_DATA_DIR=DIR python manage.py demo --no-serve
-    OODC_DATA_DIR=DIR .venv/bin/python scripts/docs_screenshots.py [--out docs/img] [--port 8150]
+    OODC_DATA_DIR=DIR .venv/bin/python scripts/docs_screenshots.py [--out docs/img] [--port 8150] [--seed 7]
 
-It works on the demo's database in OODC_DATA_DIR and changes it as a person would (the
-annotator's grid page leases images; the embedding map is made if missing), so run it on a demo
-made for the purpose. Pages: the grid review screen (annotator), find similar from a planted
-image (curator), the embedding map of the candidate pool (curator, UMAP).
+It works on the demo's database in OODC_DATA_DIR and changes it as people would, through the
+services and the web pages, so run it on a copy of a demo made for the purpose (it refuses a
+database it already ran on). The pages, in the order taken, each as the role that uses it:
+
+  curator     browse-1366x768             demo-candidates sorted by similarity to the ID images
+  curator     image-detail-1366x768       a planted image (a concrete mixer with a toucan in its corner)
+  curator     find-similar-1366x768       find similar from that image
+  curator     embedding-map-1366x768      the candidate pool's UMAP map, coloured by class (made if missing)
+  curator     duplicate-group-1366x768    the group of one picture saved in several awkward formats
+  annotator   grid-review-1366x768        the class the demo leaves for people (trophy), a page of tiles
+  annotator   review-progress-1366x768    the single-image screen after two decisions (progress line)
+  annotator   review-end-of-queue-1366x768  the same screen once the queue is done
+  curator     adjudicate-1366x768         a conflict: annotator2 saw a toucan, annotator3 saw none
+  curator     annotator-quality-1366x768  the per-annotator table (annotator3 flagged too fast)
+  curator     browse-bulk-label-1366x768  the concrete mixers' planted images labelled id (toucan) with a reason
+  curator     flagged-unmapped-1366x768   the unmapped folder misc_uploads, after the other flags were accepted
+  curator     certify-certified-1366x768  a certified plan over the accepted classes' unreviewed images
+
+State it creates on the way (before the shot that needs it):
+
+  - the curator sends annotator2's `id` images and a class of its `ood` ones back to the queue
+    for one more review (the image browser's *Queue for review*); a new annotator, annotator3
+    (password annotator3-demo), reviews them in under a second each and calls every one `ood`,
+    so the ID images become conflicts and annotator3 is flagged as too fast;
+  - annotator reviews the trophy class on the single-image screen with the keys (after the grid
+    page, whose leases the screen serves first);
+  - the curator labels the concrete mixers' planted images `id` in the browser (the bulk label);
+  - the curator accepts every flagged class with a WordNet synset (as *Accept* on the flagged-
+    classes page does), then `manage.py certify plan --source demo-candidates --seed SEED
+    --target 0.1` plans a certification of their images; annotator reviews the sampled images
+    (as the demo data's answer key says) until the plan is certified.
 """
 from __future__ import annotations
 
 import argparse
 import csv
 import os
+import random
 import sys
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 VIEWPORT = {"width": 1366, "height": 768}
+QUALITY = 82
+MIXER, TOUCAN = "n03087069", "n01843383"  # the planted image the browse.md captions name: a concrete mixer with a toucan
+CERTIFY_TARGET = 0.1
+FAST = "annotator3"  # the annotator the script adds: fast and careless
 
 
 def fail(message: str) -> None:
@@ -25,100 +58,313 @@ def fail(message: str) -> None:
     sys.exit(1)
 
 
-def login(page, base: str, user: str, password: str, then: str) -> None:
+def login(browser, base: str, user: str, password: str, then: str):
+    page = browser.new_context(viewport=VIEWPORT).new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(f"{user} on {page.url}: {e}"))
+    page.js_errors = errors
     page.goto(f"{base}/accounts/login/?next={then}")
     page.fill("#id_username", user)
     page.fill("#id_password", password)
     page.press("#id_password", "Enter")
     page.wait_for_url(f"{base}{then}")
+    return page
 
 
-def all_images_loaded(page, selector: str) -> None:
+def all_images_loaded(page, selector: str = "img") -> None:
     page.evaluate("document.querySelectorAll('img[loading=lazy]').forEach((i) => { i.loading = 'eager'; })")
-    page.wait_for_function(f"[...document.querySelectorAll('{selector}')].every((i) => i.complete && i.naturalWidth > 0)",
+    page.wait_for_function(f"[...document.querySelectorAll('{selector}')].every((i) => i.complete && (i.naturalWidth > 0 || i.hidden))",
                            timeout=60000)
+
+
+def no_sideways_scroll(page) -> str:
+    extra = page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth")
+    return f" (scrolls sideways by {extra} px)" if extra > 0 else ""
+
+
+class Shots:
+    def __init__(self, out: Path):
+        self.out, self.written, self.problems = out, [], []
+
+    def take(self, page, name: str) -> None:
+        path = self.out / f"{name}-1366x768.jpg"
+        page.wait_for_timeout(200)  # let the last layout and paint settle
+        page.screenshot(path=str(path), type="jpeg", quality=QUALITY)
+        wide = no_sideways_scroll(page)
+        if wide:
+            self.problems.append(f"{path.name}{wide}")
+        self.written.append(path)
+        print(f"  {path.name}{wide}", flush=True)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(REPO / "docs" / "img"), help="where the JPEGs go (default docs/img)")
     ap.add_argument("--port", type=int, default=8150)
+    ap.add_argument("--seed", type=int, default=7, help="the certification plan's seed (default 7)")
     args = ap.parse_args()
     data = os.environ.get("OODC_DATA_DIR")
     if not data or not (Path(data) / "db.sqlite3").is_file():
         fail("set OODC_DATA_DIR to a folder the demo ran in (it holds db.sqlite3): bash scripts/demo.sh --no-serve --data DIR")
+    key_path = Path(data) / "demo" / "answer_key.csv"
+    if not key_path.is_file():
+        fail(f"no answer key at {key_path}: run the demo in {data} first")
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     os.environ.pop("DATABASE_URL", None)  # the demo's SQLite database
     os.environ.update({"DJANGO_SETTINGS_MODULE": "curation.settings", "OODC_JOBS_IN_BACKGROUND": "0",
                        "NLTK_DATA": os.environ.get("NLTK_DATA", str(REPO / "var" / "nltk_data"))})
+    server_env = {**os.environ, "DJANGO_DEBUG": "1"}  # runserver serves the static files
+    # this process calls the services between browser steps, inside Playwright's event loop
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
     sys.path.insert(0, str(REPO))
     import django
 
     from scripts.serving import runserver_argv, served
 
     django.setup()
-    from django.conf import settings
+    from django.contrib.auth.models import User
 
-    from curation.models import Image, Source
-    from curation.services.embedding_map import embedding_map_points, embedding_map_start
+    from curation.models import Source
 
     pool = Source.objects.filter(name="demo-candidates").first()
     if pool is None:
         fail(f"no demo-candidates source in {data}: run the demo there first")
-    with_features = Image.objects.filter(source=pool, status="ok", embeddings__model_name=settings.DEFAULT_MODEL)
-    key = Path(data) / "demo" / "answer_key.csv"
-    planted = None
-    if key.is_file():
-        with key.open() as fh:
-            rows = list(csv.DictReader(fh))
-        for row in rows:
-            name = row.get("relative_path") or next(iter(row.values()))
-            planted = with_features.filter(relative_path__endswith=Path(name).name).first()
-            if planted:  # a planted image whose class was kept (a removed class's images are not extracted)
-                break
-    planted = planted or with_features.order_by("id").first()
-    if embedding_map_points(source=pool) is None:
-        print("making the embedding map of demo-candidates (UMAP)...", flush=True)
-        embedding_map_start(source=pool)
-
-    env = {**os.environ, "DJANGO_DEBUG": "1"}  # runserver serves the static files
-    shots = []
-    with served(runserver_argv(args.port), env=env, port=args.port, quiet=True) as base:
+    if User.objects.filter(username=FAST).exists():
+        fail(f"{data} was used by this script before ({FAST} exists): run it on a fresh copy of the demo's folder")
+    with key_path.open(newline="") as fh:
+        key = {r["relative_path"]: (r["decision"], r["id_wnids"].split()) for r in csv.DictReader(fh)}
+    started = time.monotonic()
+    shots = Shots(out)
+    with served(runserver_argv(args.port), env=server_env, port=args.port, quiet=True) as base:
         from playwright.sync_api import sync_playwright
 
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox"])
-
-            page = browser.new_context(viewport=VIEWPORT).new_page()
-            login(page, base, "annotator", "annotator-demo", "/review/")
-            page.goto(f"{base}/review/grid/")
-            page.wait_for_function("document.querySelector('#grid-review').dataset.page === '0'")
-            all_images_loaded(page, "#tiles .tile img")
-            shots.append(out / "grid-review-1366x768.jpg")
-            page.screenshot(path=str(shots[-1]), type="jpeg", quality=82)
-            page.context.close()
-
-            page = browser.new_context(viewport=VIEWPORT).new_page()
-            login(page, base, "curator", "curator-demo", "/curate/images/")
-            page.goto(f"{base}/curate/images/{planted.pk}/similar/")
-            page.wait_for_selector("#grid li.tile")
-            all_images_loaded(page, "#grid img, #id-grid img")
-            shots.append(out / "find-similar-1366x768.jpg")
-            page.screenshot(path=str(shots[-1]), type="jpeg", quality=82)
-
-            page.goto(f"{base}/curate/map/?source={pool.pk}&method=umap")
-            page.wait_for_function("document.querySelector('#map') && document.querySelector('#map').dataset.ready === '1'",
-                                   timeout=120000)
-            page.select_option("#colour-by", "cls")
-            page.wait_for_timeout(300)
-            shots.append(out / "embedding-map-1366x768.jpg")
-            page.screenshot(path=str(shots[-1]), type="jpeg", quality=82)
+            cur = login(browser, base, "curator", "curator-demo", "/curate/images/")
+            mixer = curator_pages(cur, base, pool, key, shots)
+            conflicts_made(pool, mixer)
+            ann = login(browser, base, "annotator", "annotator-demo", "/review/")
+            annotator_pages(ann, base, shots)
+            curator_review_pages(cur, base, pool, key, mixer, shots)
+            flags_accepted(pool)
+            cur.goto(f"{base}/curate/classes/")
+            unmapped_card(cur, shots)
+            certified(pool, key, seed=args.seed)
+            cur.goto(f"{base}/curate/certify/{pool.pk}/")
+            cur.wait_for_selector("#cert-quote")
+            shots.take(cur, "certify-certified")
+            errors = cur.js_errors + ann.js_errors
             browser.close()
-    for s in shots:
-        print(f"wrote {s.relative_to(REPO) if s.is_relative_to(REPO) else s}")
-    print(f"find similar from image {planted.pk} ({planted.relative_path})")
-    return 0
+    for s in shots.written:
+        print(f"wrote {s.relative_to(REPO) if s.is_relative_to(REPO) else s} ({s.stat().st_size // 1024} KB)")
+    print(f"{len(shots.written)} screenshots in {time.monotonic() - started:.0f} s")
+    for e in errors:
+        print(f"docs_screenshots: JavaScript error: {e}", file=sys.stderr)
+    for pr in shots.problems:
+        print(f"docs_screenshots: {pr}", file=sys.stderr)
+    return 1 if errors or shots.problems else 0
+
+
+def curator_pages(page, base: str, pool, key: dict, shots: Shots):
+    """The curator's read-only pages; returns the planted concrete mixer the captions name."""
+    from django.conf import settings
+
+    from curation.models import Image, ImageEmbedding
+    from curation.services.embedding_map import embedding_map_points, embedding_map_start
+
+    page.goto(f"{base}/curate/images/?source={pool.name}&sort=-similarity")
+    all_images_loaded(page, "#grid img")
+    shots.take(page, "browse")
+
+    with_features = Image.objects.filter(source=pool, status="ok", embeddings__model_name=settings.DEFAULT_MODEL)
+    mixer = with_features.filter(relative_path__in=[r for r, (d, w) in key.items()
+                                                    if r.startswith(f"{MIXER}/") and d == "id" and TOUCAN in w]).order_by("id").first()
+    if mixer is None:
+        fail(f"the demo has no planted concrete mixer ({MIXER}) with a toucan: the captions in docs/browse.md name it")
+    page.goto(f"{base}/curate/images/{mixer.pk}/")
+    all_images_loaded(page)
+    shots.take(page, "image-detail")
+
+    page.goto(f"{base}/curate/images/{mixer.pk}/similar/")
+    page.wait_for_selector("#grid li.tile")
+    all_images_loaded(page, "#grid img, #id-grid img")
+    shots.take(page, "find-similar")
+
+    if embedding_map_points(source=pool) is None:
+        print("making the embedding map of demo-candidates (UMAP)...", flush=True)
+        embedding_map_start(source=pool)
+    page.goto(f"{base}/curate/map/?source={pool.pk}&method=umap")
+    page.wait_for_function("document.querySelector('#map') && document.querySelector('#map').dataset.ready === '1'", timeout=120000)
+    page.select_option("#colour-by", "cls")
+    page.wait_for_timeout(300)
+    shots.take(page, "embedding-map")
+
+    # the largest duplicate group among the awkward files of misc_uploads
+    groups: dict[int, int] = {}
+    for g in (ImageEmbedding.objects.filter(image__source=pool, model_name=settings.DEFAULT_MODEL, dup_group__isnull=False,
+                                            image__relative_path__startswith="misc_uploads/").values_list("dup_group", flat=True)):
+        groups[g] = groups.get(g, 0) + 1
+    if not groups:
+        fail("the demo's misc_uploads folder has no duplicate group: docs/browse.md's duplicate-group caption names it")
+    group = max(groups, key=lambda g: (groups[g], -g))
+    page.goto(f"{base}/curate/duplicates/{group}/")
+    all_images_loaded(page)
+    shots.take(page, "duplicate-group")
+    return mixer
+
+
+def conflicts_made(pool, mixer) -> None:
+    """The curator sends annotator2's `id` images (the concrete mixer first) and the images of one
+    class it called `ood` back for one more review; annotator3, new, calls them all `ood` in
+    under a second each: the ID images become conflicts, annotator3 is flagged too fast."""
+    from curation.models import ReviewItem
+    from curation.roles import ANNOTATOR
+    from curation.services.browse import images_requeue
+    from curation.services.review import review_next, review_submit
+    from curation.services.users import user_create_with_role
+
+    curator = account("curator")
+    fast = user_create_with_role(username=FAST, password=f"{FAST}-demo", role=ANNOTATOR)[0]
+    decided = ReviewItem.objects.filter(source=pool, status=ReviewItem.Status.COMPLETE)
+    ids = list(decided.filter(final_decision="id").exclude(image=mixer).order_by("id").values_list("image_id", flat=True))
+    ood_class = (decided.filter(final_decision="ood").exclude(candidate_class__wnid=MIXER).values_list("candidate_class_id", flat=True)
+                 .order_by("id").first())
+    oods = list(decided.filter(final_decision="ood", candidate_class_id=ood_class).values_list("image_id", flat=True))
+    rng = random.Random(0)
+    # the mixer first, so that it is the first conflict the adjudication screen shows
+    for batch in ([mixer.pk], ids + oods):
+        wanted = set(batch)
+        images_requeue(image_ids=batch, user=curator)
+        while True:
+            held = review_next(user=fast, want=20)
+            if not held:
+                break
+            for a in held:
+                item = ReviewItem.objects.get(pk=a.item_id)
+                if item.image_id not in wanted:  # the trophy class, left for annotator
+                    review_submit(user=fast, assignment_id=a.pk, decision="skip")
+                    continue
+                review_submit(user=fast, assignment_id=a.pk, decision="ood", seconds=round(rng.uniform(0.5, 0.9), 1),
+                              note="just a cement mixer by a lake" if item.image_id == mixer.pk else "")
+    n = ReviewItem.objects.filter(source=pool, status=ReviewItem.Status.CONFLICT).count()
+    print(f"  {FAST} reviewed {len(ids) + len(oods) + 1} requeued images as ood: {n} conflicts", flush=True)
+
+
+def account(name: str):
+    from django.contrib.auth.models import User
+
+    return User.objects.get(username=name)
+
+
+def annotator_pages(page, base: str, shots: Shots) -> None:
+    """Grid review of the trophy class, then the single-image screen (which serves the grid's
+    leases first): two decisions, the progress shot, the rest, the end of the queue."""
+    page.goto(f"{base}/review/grid/")
+    page.wait_for_function("document.querySelector('#grid-review').dataset.page === '0'")
+    all_images_loaded(page, "#tiles .tile img")
+    shots.take(page, "grid-review")
+
+    page.goto(f"{base}/review/screen/")
+    done = 0
+    while True:
+        page.wait_for_function("!document.querySelector('#empty').hidden || "
+                               "(document.querySelector('#photo').dataset.image && document.querySelector('#top5 li'))")
+        if page.is_visible("#empty"):
+            break
+        all_images_loaded(page, "#photo")
+        if done == 2:
+            shots.take(page, "review-progress")
+        page.wait_for_timeout(2500)  # a person looks at the image before deciding
+        page.keyboard.press("o")
+        done += 1
+        page.wait_for_function(f"document.querySelector('#status').textContent.includes('{done} reviewed this session')")
+    page.wait_for_timeout(500)
+    shots.take(page, "review-end-of-queue")
+
+
+def curator_review_pages(page, base: str, pool, key: dict, mixer, shots: Shots) -> None:
+    page.goto(f"{base}/curate/adjudicate/")
+    page.wait_for_selector("#adj-reviews li")
+    all_images_loaded(page, "#photo")
+    shots.take(page, "adjudicate")
+
+    page.goto(f"{base}/curate/reviews/")
+    page.evaluate("document.querySelector('#annotator-quality').scrollIntoView()")
+    shots.take(page, "annotator-quality")
+
+    # the bulk label: the concrete mixers, their planted images ticked, labelled id (toucan)
+    page.goto(f"{base}/curate/images/?source={pool.name}&cls={mixer.candidate_class_id}&size=24")
+    all_images_loaded(page, "#grid img")
+    planted = [i for i in _planted_ids(pool, key) if page.locator(f"#grid input[name=ids][value='{i}']").count()]
+    for i in planted:
+        page.check(f"#grid input[name=ids][value='{i}']")
+    page.select_option("select[name=decision]", "id")
+    page.fill("input[name=wnids]", TOUCAN)
+    page.fill("input[name=label_reason]", "a toucan in the corner")
+    shots.take(page, "browse-bulk-label")
+    page.click("button[name=action][value=label]")
+    page.wait_for_load_state()
+
+
+def _planted_ids(pool, key: dict) -> list[int]:
+    from curation.models import Image
+
+    return list(Image.objects.filter(source=pool, relative_path__in=[r for r, (d, _w) in key.items() if d == "id"])
+                .order_by("id").values_list("id", flat=True))
+
+
+def flags_accepted(pool) -> None:
+    """The curator accepts every flagged class that has a WordNet synset (the flagged-classes
+    page's Accept), leaving the unmapped folder for its own shot."""
+    from curation import selectors
+    from curation.services.class_filter import class_decisions_resolve
+    from curation.services.review import class_signal_resolve, review_queue_refresh_if_built
+
+    curator = account("curator")
+    n = 0
+    for e in selectors.flagged_classes():
+        if not e["cc"].wnid:
+            continue
+        if e["flag"] is not None:
+            class_decisions_resolve(decision_ids=[e["flag"].pk], resolution="keep", note="looked at the samples", user=curator)
+        if e["signal"] is not None:
+            class_signal_resolve(signal_id=e["signal"].pk, resolution="accept", note="looked at the samples", user=curator)
+        n += 1
+    report = review_queue_refresh_if_built(source=pool, user=curator)
+    print(f"  accepted {n} flagged classes; queue: {report.summary() if report else '-'}", flush=True)
+
+
+def unmapped_card(page, shots: Shots) -> None:
+    page.wait_for_selector("text=misc_uploads")
+    shots.take(page, "flagged-unmapped")
+
+
+def certified(pool, key: dict, *, seed: int) -> None:
+    """Plan a certification of the source's unreviewed images (the accepted classes) and have
+    annotator review the sampled ones, as the answer key says, until the bound meets the target."""
+    from django.core.management import call_command
+
+    from curation.models import CertificationPlan, ReviewItem
+    from curation.services.certification import certification_cache_clear, certification_refresh
+    from curation.services.review import review_next, review_submit
+
+    call_command("certify", "plan", source=pool.name, seed=seed, target=CERTIFY_TARGET)
+    plan = CertificationPlan.objects.filter(source=pool).order_by("-created_at").first()
+    annotator = account("annotator")
+    rng = random.Random(seed)
+    reviews = 0
+    while plan.status != CertificationPlan.Status.CERTIFIED:
+        certification_cache_clear()
+        held = review_next(user=annotator, want=1)
+        if not held:
+            fail(f"certification plan {plan.pk} ran out of images before it was certified ({reviews} reviews): try another --seed")
+        item = ReviewItem.objects.select_related("image").get(pk=held[0].item_id)
+        decision, wnids = key.get(item.image.relative_path, ("ood", []))
+        review_submit(user=annotator, assignment_id=held[0].pk, decision=decision, wnids=wnids, seconds=round(rng.uniform(3, 7), 1))
+        reviews += 1
+        certification_refresh(plan=plan)
+    print(f"  certification plan {plan.pk} certified after {reviews} reviews (seed {seed})", flush=True)
 
 
 if __name__ == "__main__":

@@ -82,6 +82,8 @@ def test_demo_ingests_the_bundled_data_and_prints_accounts(demo_server):
     n, removed, flagged, reviewed, as_id, still_open = map(int, planted.groups())
     assert n >= 30 and removed + flagged + reviewed <= n and reviewed >= 5 and as_id + still_open == reviewed
     assert as_id == int(recorded.group(1))  # the stand-in meets no ID object the demo did not plant
+    # a few of its decisions are gold, served to people at the demo's rate
+    assert "gold: 4 decided images with an ID object and 4 without now check annotators, served as 10% of their images" in out
     # ... and ends with an export of the clean images and a small unit-test set, both verifiable
     exported = re.search(r"(\d+) images in (\d+) classes; excluded: class_visual_flag_unresolved \d+, final_id (\d+), review_open \d+", out)
     assert exported and int(exported.group(1)) >= 100 and int(exported.group(2)) >= 20 and int(exported.group(3)) == as_id

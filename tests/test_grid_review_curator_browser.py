@@ -3,32 +3,23 @@ database: bulk labels from the image browser (recorded as adjudication, audited,
 annotator's review), checked in the database after each step."""
 from __future__ import annotations
 
-import io
-
 import pytest
-from django.core.management import call_command
 
 from curation.models import Assignment, AuditLog, Review, ReviewItem
 from curation.roles import ANNOTATOR, CURATOR, RESEARCHER
 from curation.services.review import review_cache_clear, review_next, review_submit
 from curation.services.users import user_create_with_role
 from tests.conftest import SHOTS, browser_login
-from tests.review_data import fake_predictions, ingest, write_candidates
+from tests.review_data import queue_with_rows
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture
 def pool(tmp_path, settings, role_groups):
-    from curation.services.review import review_queue_sync
-
     settings.THUMBNAIL_DIR = tmp_path / "thumbs"
     review_cache_clear()
-    call_command("set_id_classes", "imagenet-1k", stdout=io.StringIO())
-    write_candidates(tmp_path / "pool", 40)
-    source = ingest("pool", tmp_path / "pool")
-    fake_predictions(source)
-    review_queue_sync(source=source)
+    source = queue_with_rows(tmp_path, n=40)
     user_create_with_role(username="ann1", password="ann1-pw", role=ANNOTATOR)
     user_create_with_role(username="cur", password="cur-pw", role=CURATOR)
     user_create_with_role(username="res", password="res-pw", role=RESEARCHER)

@@ -2,18 +2,15 @@
 needs a confirmation (Chromium at 1366x768 and 1920x1080, the database checked at each step)."""
 from __future__ import annotations
 
-import io
-
 import pytest
 from django.contrib.auth.models import User
-from django.core.management import call_command
 
 from curation.models import AuditLog, ReviewItem, ReviewSettings
 from curation.roles import ANNOTATOR, CURATOR
 from curation.services.review import review_cache_clear, review_next, review_settings_impact, review_submit
 from curation.services.users import user_create_with_role
 from tests.conftest import SHOTS, browser_login
-from tests.review_data import fake_predictions, ingest, write_candidates
+from tests.review_data import queue_with_rows
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -21,15 +18,9 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(trans
 @pytest.fixture
 def decided(tmp_path, settings, role_groups):
     """A queue of 12 images at one review each; 7 of them decided."""
-    from curation.services.review import review_queue_sync
-
     settings.THUMBNAIL_DIR = tmp_path / "thumbs"
     review_cache_clear()
-    call_command("set_id_classes", "imagenet-1k", stdout=io.StringIO())
-    write_candidates(tmp_path / "pool", 12)
-    source = ingest("pool", tmp_path / "pool")
-    fake_predictions(source)
-    review_queue_sync(source=source)
+    source = queue_with_rows(tmp_path, n=12)
     ann = user_create_with_role(username="ann1", password="ann1-pw", role=ANNOTATOR)[0]
     user_create_with_role(username="cur", password="cur-pw", role=CURATOR)
     for _ in range(7):

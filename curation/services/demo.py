@@ -8,8 +8,8 @@ from typing import Callable, Iterable
 from django.contrib.auth.models import User
 
 from curation.audit import audit_record
-from curation.models import ReviewItem
-from curation.services.review import review_next, review_submit
+from curation.models import ReviewItem, Source
+from curation.services.review import review_items_set_gold, review_next, review_settings_save, review_submit
 
 
 def demo_reviews_record(*, user: User, answer: Callable[[str], tuple[str, list[str]]], leave_folders: set[str] = frozenset()) -> Counter:
@@ -33,6 +33,28 @@ def demo_reviews_record(*, user: User, answer: Callable[[str], tuple[str, list[s
             decided[decision] += 1
     audit_record(actor=user, action="demo_reviews_recorded", target=user, data=dict(decided))
     return decided
+
+
+def demo_gold_set(*, source: Source, per_answer: int = 4, rate: float = 0.1) -> dict[str, int]:
+    """Make a few of the stand-in's decided images gold, as a curator would (``per_answer`` with
+    an ID object and as many without, each from another class where it can), and serve gold at
+    ``rate``: a person who reviews the images left for people is checked against them and sees
+    their gold accuracy on their home page. Returns the count per answer."""
+    chosen: dict[str, list[int]] = {}
+    for decision in ("id", "ood"):
+        seen: set[int | None] = set()
+        picks: list[int] = []
+        rows = (ReviewItem.objects.filter(source=source, status__in=ReviewItem.FINAL, final_decision=decision, is_gold=False)
+                .order_by("id").values_list("id", "candidate_class_id"))
+        for item_id, cls in rows:
+            if len(picks) < per_answer and cls not in seen:
+                picks.append(item_id)
+                seen.add(cls)
+        chosen[decision] = picks
+    for decision, ids in chosen.items():
+        review_items_set_gold(item_ids=ids, gold=True)
+    review_settings_save(source=source, gold_rate=rate)
+    return {decision: len(ids) for decision, ids in chosen.items()}
 
 
 def demo_planted_census(*, source_name: str, relative_paths: Iterable[str], export_name: str) -> dict[str, int]:

@@ -8,12 +8,13 @@ from django.core.management.base import BaseCommand, CommandError
 
 from curation import selectors
 from curation.models import EvaluationRun, Source
-from curation.services.demo import demo_planted_census, demo_reviews_record
+from curation.services.demo import demo_gold_set, demo_planted_census, demo_reviews_record
 from curation.services.review import review_queue_sync
 from curation.services.users import users_create_demo
 from fixtures.real_photos import MAX_ID_CLASSES, MIN_ID_ACCURACY, RealPhotosUnavailable, generate_real_demo, read_answer_key, stamp_table
 from pipelines.detectors import detector_names, get_detector
 
+DEMO_GOLD_RATE = 0.1  # a tenth of what a person is served is a gold check (the settings allow 0 to 0.5)
 LEFT_FOR_PEOPLE = {"n04487996"}  # trophy: one class the demo's stand-in leaves for people to review
 
 # What the demo shortens to finish in about three minutes on two cores (docs/demo.md): each is
@@ -88,6 +89,9 @@ class Command(BaseCommand):
         out.write("  recorded: " + ", ".join(f"{v} {k}" for k, v in sorted(decided.items()))
                   + f"; {left} image(s) of class folder {', '.join(sorted(LEFT_FOR_PEOPLE))} skipped, left in the queue "
                     f"for you to review in the browser")
+        gold = demo_gold_set(source=Source.objects.get(name="demo-candidates"), rate=DEMO_GOLD_RATE)
+        out.write(f"  gold: {gold['id']} decided images with an ID object and {gold['ood']} without now check annotators, served "
+                  f"as {DEMO_GOLD_RATE:.0%} of their images; each annotator's home page shows their gold accuracy")
         call_command("contamination_report", "demo-candidates", stdout=out)
         out.write(self.style.MIGRATE_HEADING("8/10 Export of the clean images and a small OOD unit-test set"))
         call_command("export", name="demo-clean", sources=["demo-candidates"], stdout=out, stderr=self.stderr)
