@@ -87,6 +87,18 @@ def images_include(*, image_ids: Iterable[int], user: User | None = None) -> Act
     return report
 
 
+def _outside_queue(image: Image, item: ReviewItem | None, verb: str) -> str:
+    """Why a selected image cannot be requeued or labelled at all ("" when it can): the reason
+    counted in the action's report."""
+    if image.source.role != Source.Role.CANDIDATE:
+        return f"ID reference images are not {verb}"
+    if image.excluded_reason:
+        return "excluded by a curator (include them first)"
+    if item is None or item.status == ReviewItem.Status.WITHDRAWN:
+        return "not in the review queue (build it, or see why the queue leaves them out on the review dashboard)"
+    return ""
+
+
 def images_requeue(*, image_ids: Iterable[int], user: User | None = None) -> ActionReport:
     """Send reviewed images back to the review queue for one more review (their reviews so
     far stay; the next review joins them, and disagreement goes to adjudication). Images not in
@@ -97,14 +109,8 @@ def images_requeue(*, image_ids: Iterable[int], user: User | None = None) -> Act
         items = {it.image_id: it for it in ReviewItem.objects.select_for_update().filter(image_id__in=list(images))}
         for image_id, image in images.items():
             it = items.get(image_id)
-            why = ""
-            if image.source.role != Source.Role.CANDIDATE:
-                why = "ID reference images are not reviewed"
-            elif image.excluded_reason:
-                why = "excluded by a curator (include them first)"
-            elif it is None or it.status == ReviewItem.Status.WITHDRAWN:
-                why = "not in the review queue (build it, or see why the queue leaves them out on the review dashboard)"
-            elif it.status == ReviewItem.Status.OPEN:
+            why = _outside_queue(image, it, "reviewed")
+            if not why and it.status == ReviewItem.Status.OPEN:
                 why = "already waiting for review"
             if why:
                 report.skipped[why] = report.skipped.get(why, 0) + 1
@@ -147,14 +153,8 @@ def images_label(*, image_ids: Iterable[int], decision: str, wnids: Iterable[str
         items = {it.image_id: it for it in ReviewItem.objects.select_for_update().filter(image_id__in=list(images))}
         for image_id, image in images.items():
             it = items.get(image_id)
-            why = ""
-            if image.source.role != Source.Role.CANDIDATE:
-                why = "ID reference images are not labelled"
-            elif image.excluded_reason:
-                why = "excluded by a curator (include them first)"
-            elif it is None or it.status == ReviewItem.Status.WITHDRAWN:
-                why = "not in the review queue (build it, or see why the queue leaves them out on the review dashboard)"
-            elif (it.status == ReviewItem.Status.ADJUDICATED and it.final_decision == decision and it.final_wnids == clean_wnids):
+            why = _outside_queue(image, it, "labelled")
+            if not why and it.status == ReviewItem.Status.ADJUDICATED and it.final_decision == decision and it.final_wnids == clean_wnids:
                 why = "already labelled so"
             if why:
                 report.skipped[why] = report.skipped.get(why, 0) + 1
