@@ -149,7 +149,8 @@ def main() -> int:
             curator_review_pages(cur, base, shots)
             flags_accepted(pool)
             cur.goto(f"{base}/curate/classes/")
-            cur.wait_for_selector("text=misc_uploads")
+            cur.fill(".noun-search", "stripe")  # mapping it by search, one noun list open
+            cur.wait_for_selector(".noun-results li")
             shots.take(cur, "flagged-unmapped")
             bulk_label(cur, base, pool, key, mixer, shots)
             certified(pool, key, seed=args.seed)
@@ -184,10 +185,6 @@ def curator_pages(page, base: str, pool, key: dict, shots: Shots):
                                                     if r.startswith(f"{MIXER}/") and d == "id" and TOUCAN in w]).order_by("id").first()
     if mixer is None:
         fail(f"the demo has no planted concrete mixer ({MIXER}) with a toucan: the captions in docs/browse.md name it")
-    page.goto(f"{base}/curate/images/{mixer.pk}/")
-    all_images_loaded(page)
-    shots.take(page, "image-detail")
-
     page.goto(f"{base}/curate/images/{mixer.pk}/similar/")
     page.wait_for_selector("#grid li.tile")
     all_images_loaded(page, "#grid img, #id-grid img")
@@ -302,11 +299,19 @@ def bulk_label(page, base: str, pool, key: dict, mixer, shots: Shots) -> None:
         if box.count():
             box.check()
     page.select_option("select[name=decision]", "id")
-    page.fill("input[name=wnids]", TOUCAN)
+    page.click("input.id-class-search")
+    page.keyboard.type("toucan")
+    page.wait_for_selector("#label-id-results li")
+    page.keyboard.press("Enter")
+    page.wait_for_function(f"document.querySelector('#label-id-picked').textContent.includes('{TOUCAN}')")
     page.fill("input[name=label_reason]", "a toucan in the corner")
     shots.take(page, "browse-bulk-label")
     page.click("button[name=action][value=label]")
     page.wait_for_load_state()
+    # the image's own page, now with the curator's label in its review box
+    page.goto(f"{base}/curate/images/{mixer.pk}/")
+    all_images_loaded(page)
+    shots.take(page, "image-detail")
 
 
 def _planted_ids(pool, key: dict) -> list[int]:
