@@ -2,8 +2,6 @@
 and its JSON API. Thin: leasing, recording and undo are curation.services.review_grid's."""
 from __future__ import annotations
 
-import math
-
 from django.conf import settings
 from django.http import JsonResponse
 from django.http.request import RawPostDataException
@@ -23,7 +21,7 @@ from curation.services.review_grid import (
     review_grid_submit,
     review_grid_undo,
 )
-from labeling_ui.review_views import KEYS, role_required
+from labeling_ui.review_views import KEYS, role_required, seconds_on_screen
 from labeling_ui.review_views import json_body as _review_json_body
 
 DEFAULT_SIZE = 48
@@ -83,10 +81,7 @@ def api_grid_submit(request):
     try:
         data = _json_body(request)
         size = _size_from(request, data)
-        seconds = data.get("seconds")
-        saved = review_grid_submit(user=request.user, marks=data.get("marks"),
-                                   seconds=float(seconds) if isinstance(seconds, (int, float)) and not isinstance(seconds, bool)
-                                   and math.isfinite(seconds) else None)
+        saved = review_grid_submit(user=request.user, marks=data.get("marks"), seconds=seconds_on_screen(data.get("seconds")))
     except (ReviewError, TypeError, ValueError, OverflowError) as exc:
         return JsonResponse({"error": str(exc)}, status=400)
     out = {"saved": {"reviews": len(saved.reviews), "skipped": saved.skipped, "replays": saved.replays}, **_page(request, size, prefetch=True)}

@@ -127,15 +127,22 @@ def api_next(request):
     return JsonResponse({"items": _items(review_next(user=request.user)), "progress": selectors.annotator_progress(request.user)})
 
 
+def seconds_on_screen(value) -> float | None:
+    """The screen's timing of a decision, as sent: a finite number, or None (absent, true/false,
+    a string, NaN), and then the service times it from the lease."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
 @role_required(ANNOTATOR, api=True)
 @require_POST
 def api_submit(request):
     try:
         data = _json_body(request)
-        seconds = data.get("seconds")
         done = review_submit(user=request.user, assignment_id=object_id(data.get("assignment"), "assignment"),
                              decision=str(data.get("decision", "")), wnids=data.get("wnids") or [], note=str(data.get("note") or ""),
-                             seconds=float(seconds) if isinstance(seconds, (int, float)) and math.isfinite(seconds) else None)
+                             seconds=seconds_on_screen(data.get("seconds")))
     except (ReviewError, TypeError, ValueError, OverflowError) as exc:
         return JsonResponse({"error": str(exc)}, status=400)
     saved = {"assignment": done.assignment.pk, "decision": done.review.decision if done.review else "skip", "replay": done.replay}

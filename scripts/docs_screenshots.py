@@ -1,39 +1,38 @@
 """Every screenshot in docs/, from the demo's data, at 1366x768, in Debian's headless Chromium.
 
     bash scripts/demo.sh --no-serve --data DIR            # or: OODC_DATA_DIR=DIR python manage.py demo --no-serve
-    OODC_DATA_DIR=DIR .venv/bin/python scripts/docs_screenshots.py [--out docs/img] [--port 8150] [--seed 7]
+    cp -a DIR DIR.pristine                                # to run it again: rm -rf DIR; cp -a DIR.pristine DIR
+    OODC_DATA_DIR=DIR .venv/bin/python scripts/docs_screenshots.py [--out docs/img] [--port 8150] [--seed 1]
 
 It works on the demo's database in OODC_DATA_DIR and changes it as people would, through the
-services and the web pages, so run it on a copy of a demo made for the purpose (it refuses a
-database it already ran on). The pages, in the order taken, each as the role that uses it:
+services and the web pages, so run it on a demo made for the purpose (it refuses a database it
+ran on before; the demo's files stay where the demo wrote them, so copy back, not elsewhere). The pages, in the order taken (each later state would spoil an
+earlier shot), each as the role that uses the screen:
 
-  curator     browse-1366x768             demo-candidates sorted by similarity to the ID images
-  curator     image-detail-1366x768       a planted image (a concrete mixer with a toucan in its corner)
-  curator     find-similar-1366x768       find similar from that image
-  curator     embedding-map-1366x768      the candidate pool's UMAP map, coloured by class (made if missing)
-  curator     duplicate-group-1366x768    the group of one picture saved in several awkward formats
-  annotator   grid-review-1366x768        the class the demo leaves for people (trophy), a page of tiles
-  annotator   review-progress-1366x768    the single-image screen after two decisions (progress line)
-  annotator   review-end-of-queue-1366x768  the same screen once the queue is done
-  curator     adjudicate-1366x768         a conflict: annotator2 saw a toucan, annotator3 saw none
-  curator     annotator-quality-1366x768  the per-annotator table (annotator3 flagged too fast)
-  curator     browse-bulk-label-1366x768  the concrete mixers' planted images labelled id (toucan) with a reason
-  curator     flagged-unmapped-1366x768   the unmapped folder misc_uploads, after the other flags were accepted
-  curator     certify-certified-1366x768  a certified plan over the accepted classes' unreviewed images
+  curator    browse               demo-candidates sorted by similarity to the ID images
+  curator    find-similar         from the planted concrete mixer with a toucan in its corner
+  curator    embedding-map        the candidate pool's UMAP map, coloured by class (made if missing)
+  curator    duplicate-group      misc_uploads' picture saved as CMYK JPEG, palette PNG, WebP, alpha PNG
+    (state: the curator queues annotator2's `id` images and two of its `ood` classes for one more
+    review, the image browser's *Queue for review*; a new annotator, annotator3, password
+    annotator3-demo, calls them all `ood` in under a second each: the `id` ones become conflicts)
+  annotator  grid-review          the class the demo leaves for people (trophy, 6 tiles)
+  annotator  review-progress      the single-image screen (it serves the grid's leases) after 2 decisions
+  annotator  review-end-of-queue  the same screen after the other 4 (keys, 2.5 s each)
+  curator    adjudicate           the first conflict: annotator2 saw an ID object, annotator3 none
+  curator    annotator-quality    the per-annotator table: annotator3 flagged too fast
+    (state: the curator accepts every flagged class that has a WordNet synset, as *Accept* on the
+    flagged-classes page does: their images enter the review queue)
+  curator    flagged-unmapped     the folder left, misc_uploads: a noun found by search, a note, not sent
+  curator    browse-bulk-label    the concrete mixers, the planted one ticked and labelled id (toucan);
+                                  the label is then sent
+  curator    image-detail         that image's page, with the curator's label
+    (state: `manage.py certify plan --source demo-candidates --seed SEED --target 0.25` over the
+    accepted classes' images; annotator reviews the sampled ones, answering as the demo data's
+    answer key says, until the bound meets the target: 78 reviews with seed 1)
+  curator    certify-certified    the certified plan
 
-State it creates on the way (before the shot that needs it):
-
-  - the curator sends annotator2's `id` images and a class of its `ood` ones back to the queue
-    for one more review (the image browser's *Queue for review*); a new annotator, annotator3
-    (password annotator3-demo), reviews them in under a second each and calls every one `ood`,
-    so the ID images become conflicts and annotator3 is flagged as too fast;
-  - annotator reviews the trophy class on the single-image screen with the keys (after the grid
-    page, whose leases the screen serves first);
-  - the curator labels the concrete mixers' planted images `id` in the browser (the bulk label);
-  - the curator accepts every flagged class with a WordNet synset (as *Accept* on the flagged-
-    classes page does), then `manage.py certify plan --source demo-candidates --seed SEED
-    --target 0.1` plans a certification of their images; annotator reviews the sampled images
-    (as the demo data's answer key says) until the plan is certified.
+Each file is docs/img/<name>-1366x768.jpg (JPEG quality 82).
 """
 from __future__ import annotations
 
@@ -149,8 +148,11 @@ def main() -> int:
             curator_review_pages(cur, base, shots)
             flags_accepted(pool)
             cur.goto(f"{base}/curate/classes/")
-            cur.fill(".noun-search", "stripe")  # mapping it by search, one noun list open
+            cur.fill(".noun-search", "stripe")  # mapped by search: the first noun chosen, a note, not sent
             cur.wait_for_selector(".noun-results li")
+            cur.press(".noun-search", "Enter")
+            cur.wait_for_selector(".map-button:enabled")
+            cur.fill("form.class-map input[name=note]", "the folder holds striped test patterns")
             shots.take(cur, "flagged-unmapped")
             bulk_label(cur, base, pool, key, mixer, shots)
             certified(pool, key, seed=args.seed)

@@ -335,6 +335,10 @@ def test_api_roles_csrf_and_one_round_trip_per_decision(tmp_path):
     r = c.post("/api/review/submit", json.dumps({"assignment": items[1]["assignment"], "decision": "id", "wnids": ["n00000001"]}),
                content_type="application/json")
     assert r.status_code == 400 and "not ID classes" in r.json()["error"]
+    # a time that is not a number (true would read as 1 s) is not taken: the lease's own time is
+    r = c.post("/api/review/submit", json.dumps({"assignment": items[1]["assignment"], "decision": "ood", "seconds": True}),
+               content_type="application/json")
+    assert r.status_code == 200 and Review.objects.get(assignment_id=items[1]["assignment"]).seconds != 1.0
     classes = c.get("/api/id-classes")
     assert len(classes.json()["classes"]) == 1000 and classes["Cache-Control"].startswith("private")
     assert c.get("/api/id-classes", HTTP_IF_NONE_MATCH=classes["ETag"]).status_code == 304
