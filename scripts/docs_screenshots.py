@@ -130,7 +130,7 @@ def main() -> int:
     if pool is None:
         fail(f"no demo-candidates source in {data}: run the demo there first")
     if User.objects.filter(username=FAST).exists():
-        fail(f"{data} was used by this script before ({FAST} exists): run it on a fresh copy of the demo's folder")
+        fail(f"{data} was used by this script before ({FAST} exists): copy the demo's untouched folder back first, or make the demo again")
     with key_path.open(newline="") as fh:
         key = {r["relative_path"]: (r["decision"], r["id_wnids"].split()) for r in csv.DictReader(fh)}
     started = time.monotonic()
