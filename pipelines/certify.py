@@ -484,7 +484,9 @@ class Certificate:
 
     @property
     def remainder_bound(self) -> int:
-        return max(0, self.bound.remainder - self.outside_found) + self.full_open
+        # the unreviewed images hold at most as many ID images as there are of them: early on, the
+        # bound on the total (on its grid) can say more than that, which is no information
+        return min(max(0, self.bound.remainder - self.outside_found), self.remainder_size) + self.full_open
 
     @property
     def remainder_share(self) -> float:

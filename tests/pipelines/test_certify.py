@@ -397,3 +397,17 @@ def test_stage_schedule_and_draw_weights_follow_the_plan_rule():
     got = C.bet_allocation(sizes, [5] * 4, [0, 0, 1, 3], rates=np.array(rates))
     assert got == pytest.approx(want, rel=1e-12)
     assert C.stage_weights(sizes, None, None, None, stage=0) == pytest.approx([n / 1000 for n in sizes])
+
+
+def test_the_remainders_bound_never_says_more_than_its_size():
+    """Early on, the bound on the total (on the betting grid: steps of 0.5% past 200) can exceed
+    the images left; the remainder's bound is then its size (a share of 100%), never more."""
+    sizes = np.array([400, 300])
+    b = C.Bound(total=720, split=np.zeros(2, dtype=np.int64), mle=np.zeros(2, dtype=np.int64), found=np.array([1, 0]),
+                reviewed=np.array([2, 1]), sizes=sizes, alpha=0.05, method=C.BETTING)
+    cert = C.Certificate(alpha=0.05, target=0.25, bound=b, full_found=0, full_open=0, remainder_size=697)
+    assert b.remainder == 719 and cert.remainder_bound == 697 and cert.remainder_share == 1.0 and not cert.certified
+    # open images of a stratum reviewed in full still count on top, and a smaller bound is kept as it is
+    assert C.Certificate(alpha=0.05, target=0.25, bound=b, full_found=0, full_open=3, remainder_size=697).remainder_bound == 700
+    low = C.Bound(total=100, split=b.split, mle=b.mle, found=b.found, reviewed=b.reviewed, sizes=sizes, alpha=0.05, method=C.BETTING)
+    assert C.Certificate(alpha=0.05, target=0.25, bound=low, full_found=0, full_open=0, remainder_size=697).remainder_bound == 99
