@@ -510,12 +510,18 @@ def image_detail(*, image_id: int) -> dict | None:
         models.append({"e": e, "top5": [{"wnid": w, "label": texts.get(w, w), "prob": p} for w, p in e.topk], "group_members": members})
     item = ReviewItem.objects.filter(image=image).select_related("decided_by").first()
     reviews = list(item.reviews.select_related("annotator").order_by("created_at")) if item else []
+    # the ID classes named by the final label and the reviews, by name and wnid (pipelines.names.class_label)
+    named = set(item.final_wnids if item else []) | {w for r in reviews for w in r.id_wnids}
+    names = dict(SynsetText.objects.filter(wnid__in=named).values_list("wnid", "label"))
+    for r in reviews:
+        r.id_classes = [class_label(w, names.get(w, "")) for w in r.id_wnids]
+    final_classes = [class_label(w, names.get(w, "")) for w in (item.final_wnids if item else [])]
     exports = list(ExportMember.objects.filter(image=image).select_related("export").order_by("-export__created_at"))
     overrides = list(DuplicateOverride.objects.filter(image=image).select_related("created_by"))
     history = list(AuditLog.objects.filter(target_type="curation.image", target_id=str(image.pk)).select_related("actor")
                    .order_by("-created_at")[:50])
-    return {"image": image, "models": models, "item": item, "reviews": reviews, "exports": exports, "overrides": overrides,
-            "history": history}
+    return {"image": image, "models": models, "item": item, "reviews": reviews, "final_classes": final_classes, "exports": exports,
+            "overrides": overrides, "history": history}
 
 
 _NOUN_INDEX: dict[str, object] = {}

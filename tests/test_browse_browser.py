@@ -171,6 +171,10 @@ def test_browser_filters_pages_and_acts_on_a_selection(pool, live_server, browse
     page.wait_for_selector("ul.messages")
     item = ReviewItem.objects.get(image_id=target)
     assert item.final_decision == "id" and item.final_wnids == ["n02099601"]
+    # its page names the class, and says the label came before any review (not "0/1 reviews")
+    page.goto(f"{live_server.url}/curate/images/{target}/")
+    final = page.inner_text("#final")
+    assert "id (golden retriever (n02099601))" in final and "labelled by cur before any review" in final and "0/1" not in final
     assert not errors, errors
 
 

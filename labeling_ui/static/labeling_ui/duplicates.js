@@ -9,13 +9,15 @@
   const members = [...box.querySelectorAll(".member")];
   if (!members.length) return;
   let at = Math.max(0, members.findIndex((m) => m.dataset.image === box.dataset.focus));
-  function focus(i) {
+  function focus(i, scroll = true) {
     at = Math.min(members.length - 1, Math.max(0, i));
     members.forEach((m, j) => m.classList.toggle("focused", j === at));
     members[at].focus({ preventScroll: true });
-    members[at].scrollIntoView({ block: "nearest" });
+    if (scroll) members[at].scrollIntoView({ block: "nearest" });
   }
-  focus(at);
+  // on opening, the page stays at its top unless the focused member starts below the fold (a
+  // member taller than what is left of the window would otherwise scroll the page a few pixels)
+  focus(at, members[at].getBoundingClientRect().top > window.innerHeight - 80);
   members.forEach((m, i) => m.addEventListener("click", (e) => { if (!e.target.closest("a, button, input")) focus(i); }));
   members.forEach((m) => {
     const note = m.querySelector("input[name=note]");
