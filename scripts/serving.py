@@ -65,10 +65,17 @@ def served(argv: Sequence[str], *, env: dict[str, str], port: int, quiet: bool =
         time.sleep(settle_s)
         yield base
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        stop_group(proc)
+
+
+def stop_group(proc: subprocess.Popen, *, grace_s: float = 30.0) -> None:
+    """Stop a process started with ``start_new_session=True`` and everything it forked: SIGTERM
+    to its group, then SIGKILL to what is left after ``grace_s`` seconds."""
+    if proc.poll() is not None:
+        return
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()

@@ -16,6 +16,7 @@ import redis
 from django.db import connection
 
 from curation.models import Image, Job, JobChunk, Source
+from scripts.serving import stop_group
 from tests.conftest import REPO, add_twenty_broken, make_image_folder
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -73,12 +74,7 @@ class Workers:
 
     def stop_all(self) -> None:
         for p in self.procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGTERM)
-                try:
-                    p.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    os.killpg(p.pid, signal.SIGKILL)
+            stop_group(p, grace_s=15)
 
     def logs(self) -> str:
         return "\n".join(f"--- {f.name}\n{f.read_text()[-3000:]}" for f in self.tmp_path.glob("*.log"))

@@ -33,6 +33,7 @@ from pathlib import Path
 
 import pytest
 
+from scripts.serving import stop_group
 from tests.conftest import REPO, make_image_folder
 
 pytestmark = [pytest.mark.integration]
@@ -244,8 +245,7 @@ def test_annotators_through_a_postgres_restart_lose_nothing_and_see_503_not_500(
             a.join(timeout=240)
         stop.set()
     finally:
-        os.killpg(web.pid, signal.SIGTERM)
-        web.wait(timeout=30)
+        stop_group(web)
     statuses = [s for a in annotators for s in a.statuses]
     assert not [e for a in annotators for e in a.errors], [e for a in annotators for e in a.errors]
     assert 500 not in statuses and set(statuses) <= {200, 302, 503}, sorted(set(statuses))
@@ -306,8 +306,7 @@ def test_an_ingest_job_runs_through_a_postgres_and_a_redis_restart(stack):
             time.sleep(0.5)
         alive = worker.poll() is None
     finally:
-        os.killpg(worker.pid, signal.SIGTERM)
-        worker.wait(timeout=30)
+        stop_group(worker)
     full_log = (tmp / "worker.log").read_text()
     logs = full_log[-4000:]
     assert status == "done", f"job {status}\n{logs}"
