@@ -270,3 +270,21 @@ def test_a_certified_export_says_what_the_certificate_admitted(tmp_path, setting
     assert f"{40 - reviewed} of the 40 images were admitted by a certificate" in readme and "95%" not in readme
     assert "README.md" in manifest["files"]
     assert cert["sentence"] in e.counts["certified"]["sentence"]
+    # the admin's export form asks for the same (a curator who never uses the command)
+    from django.test import Client
+
+    from curation.models import Export
+    from curation.roles import CURATOR
+
+    cur = user_create_with_role(username="cur", password="pw-cur", role=CURATOR)[0]
+    cur.is_staff = True  # the admin's pages
+    cur.save()
+    client = Client()
+    client.force_login(cur)
+    assert b"include_certified" in client.get("/admin/curation/export/add/").content
+    form = {"kind": "dataset", "name": "cert-web", "split": "test", "sources": [source.pk], "min_per_class": 1, "layouts": ["ninco"],
+            "include_certified": "on", "seed": 0, "per_test": 400}
+    r = client.post("/admin/curation/export/add/", form)
+    assert r.status_code == 302 and r["Location"].endswith("/admin/curation/export/"), r.content[-2000:]
+    web = Export.objects.get(name="cert-web")
+    assert web.config.get("include_certified") is True

@@ -101,6 +101,7 @@ def test_plan_review_the_sample_watch_the_bound_fall_and_export_with_the_certifi
     assert "certified" in cur.inner_text("#cert-status")
     assert _bound(cur) <= 0.25 < after_pilot
     assert "at most" in cur.inner_text("#cert-quote")
+    assert "--include-certified" in cur.inner_text("#cert-export")
     _fits(cur)
     cur.screenshot(path=str(SHOTS / "certify-certified-1366x768.png"))
     assert AuditLog.objects.filter(action="certification_certified").count() == 1

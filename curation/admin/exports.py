@@ -38,6 +38,9 @@ class ExportCreateForm(forms.Form):
     split = name_field("split", max_length=40, initial="test",
                        help_text="Clean set: images may not be near-duplicates of another split's")
     copy_files = forms.BooleanField(required=False, help_text="Copy files instead of hard-linking them to the sources")
+    include_certified = forms.BooleanField(required=False, help_text="Clean set: also the unreviewed images a certified plan covers "
+                                           "(Certify, on review progress); the manifest carries the certificate, and decisions.csv "
+                                           "says which images the certificate admitted")
     leakage_override = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}),
                                        help_text="Export despite leakage (ID near-duplicates, other splits): the reason, recorded in the manifest")
     warn_loss = forms.FloatField(required=False, min_value=0, max_value=1, widget=forms.NumberInput(attrs={"step": "0.05"}),
@@ -105,7 +108,7 @@ class ExportAdmin(NoDelete, NoChange, RecordAdmin):
                     export = export_create(name=d["name"], sources=list(d["sources"]), wnids=wnids, min_per_class=d["min_per_class"],
                                            layouts=d["layouts"], split=d["split"], link=not d["copy_files"],
                                            override_leakage=d["leakage_override"], difficulty=d["difficulty_split"].strip() or None,
-                                           user=request.user, warn_loss=d.get("warn_loss"))
+                                           user=request.user, warn_loss=d.get("warn_loss"), include_certified=d["include_certified"])
                 else:
                     export = unit_tests_create(name=d["name"], per_test=d["per_test"], seed=d["seed"], id_source=d["id_source"], user=request.user,
                                                convention=d.get("convention") or CONVENTIONS[0])
