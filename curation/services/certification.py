@@ -83,7 +83,7 @@ def certification_plan_create(*, source: Source, score: str = CertificationPlan.
     except C.CertifyError as e:
         raise CertificationError(str(e)) from None
     if seed is not None and not 0 <= seed <= SEED_MAX:
-        raise CertificationError(f"seed must be from 0 to {SEED_MAX} (or left out for a random one), not {seed}")
+        raise CertificationError(f"seed must be a whole number from 0 to {SEED_MAX}, or left out for a random one; not {seed}")
     seed = int(seed if seed is not None else secrets.randbits(48))
     H = len(st.full)
     cov = C.stratum_covariate(values, st.labels, H)

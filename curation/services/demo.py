@@ -36,8 +36,8 @@ def demo_reviews_record(*, user: User, answer: Callable[[str], tuple[str, list[s
 
 
 def demo_gold_set(*, source: Source, per_answer: int = 4, rate: float = 0.1) -> dict[str, int]:
-    """Make a few of the stand-in's decided images gold, as a curator would (``per_answer`` with
-    an ID object and as many without, each from another class where it can), and serve gold at
+    """Make a few of the stand-in's decided images gold, as a curator would (up to ``per_answer``
+    with an ID object and as many without, at most one per class), and serve gold at
     ``rate``: a person who reviews the images left for people is checked against them and sees
     their gold accuracy on their home page. Returns the count per answer."""
     chosen: dict[str, list[int]] = {}
