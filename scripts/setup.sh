@@ -40,12 +40,26 @@ PY="${PYTHON:-python3}"
 if [ ! -x .venv/bin/python ]; then
   timed "creating .venv" "$PY" -m venv .venv
 fi
+# pip unpacks torch's CUDA build (about 5.5 GB installed) through a temporary folder: keep it
+# beside .venv, on the disk that must hold the result anyway, not on /tmp (a small tmpfs on some
+# machines), and keep no second copy of the wheels in pip's cache.
+# The installed packages take about 7 GB (requirements.txt and requirements-dev.txt, measured).
+export PIP_NO_CACHE_DIR=1
+pip_tmp="$PWD/.venv/.pip-tmp"
+need_gb=8
 stamp=.venv/.requirements.sha256
 want=$(sha256sum requirements.txt | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  free_kb=$(df -Pk . | awk 'NR == 2 {print $4}')
+  if [ "${free_kb:-0}" -lt $((need_gb * 1024 * 1024)) ]; then
+    echo "setup: $(df -Ph . | awk 'NR == 2 {print $4}') free on the disk of $PWD; the Python packages need about ${need_gb} GB: free some space (or clone onto a larger disk) and run this again" >&2
+    exit 1
+  fi
   pip_install() {
-    .venv/bin/pip install -q --upgrade pip
-    .venv/bin/pip install -q -r requirements.txt
+    mkdir -p "$pip_tmp"
+    TMPDIR="$pip_tmp" .venv/bin/pip install -q --upgrade pip
+    TMPDIR="$pip_tmp" .venv/bin/pip install -q -r requirements.txt
+    rm -rf "$pip_tmp"
   }
   timed "pip install -r requirements.txt (torch, timm, Django, faiss...: about 2-3 minutes the first time)" pip_install
   echo "$want" > "$stamp"
@@ -54,7 +68,12 @@ if [ "$want_test" = 1 ]; then
   dev_stamp=.venv/.requirements-dev.sha256
   dev_want=$(sha256sum requirements-dev.txt | cut -d' ' -f1)
   if [ "$(cat "$dev_stamp" 2>/dev/null)" != "$dev_want" ]; then
-    timed "pip install -r requirements-dev.txt (ruff, import-linter, mypy)" .venv/bin/pip install -q -r requirements-dev.txt
+    dev_install() {
+      mkdir -p "$pip_tmp"
+      TMPDIR="$pip_tmp" .venv/bin/pip install -q -r requirements-dev.txt
+      rm -rf "$pip_tmp"
+    }
+    timed "pip install -r requirements-dev.txt (ruff, import-linter, mypy)" dev_install
     echo "$dev_want" > "$dev_stamp"
   fi
 fi
