@@ -40,13 +40,16 @@ def test_a_killed_workers_job_is_resumed_by_one_of_the_other_workers_sweeps(serv
         # just after a chunk's commit, w1 could have acked it and fetched nothing yet: the chunks left
         # would all wait in the queue, and w2 and w3 would finish the job with no resume (it failed so).
         chunks = JobChunk.objects.filter(job=job)
-        return chunks.filter(done=True).count() >= 2 and chunks.filter(done=False, lease_until__isnull=False).exists()
+        # Started, not only claimed: the runner leases a chunk, then counts its attempt as the work
+        # begins; killed between the two, the resume's start is the chunk's first (it failed so).
+        return chunks.filter(done=True).count() >= 2 and chunks.filter(done=False, lease_until__isnull=False, attempts__gte=1).exists()
 
     wait_until(mid_chunk, 120, "two chunks done and a third under way", workers)
     workers.kill(w1)
     job.refresh_from_db()
     assert job.status == "running" and JobChunk.objects.filter(job=job, done=True).count() < 10, "finished before the kill"
     held = JobChunk.objects.get(job=job, done=False, lease_until__isnull=False)
+    started = held.attempts
     assert not _audits(job, stale.RESUMED)
 
     w2, w3 = workers.start("w2"), workers.start("w3")  # two sweepers, and no person
@@ -63,7 +66,7 @@ def test_a_killed_workers_job_is_resumed_by_one_of_the_other_workers_sweeps(serv
     assert len(paths) == len(set(paths)) == len(good)  # every file once: the lost chunk redone, nothing twice
     assert JobChunk.objects.filter(job=job, done=True).count() == 10
     held.refresh_from_db()
-    assert held.attempts == 2  # the chunk w1 died in, started again once, by the resume
+    assert started == 1 and held.attempts == 2  # the chunk w1 died in, started again once, by the resume
     assert sum(sum(c.stats.values()) for c in JobChunk.objects.filter(job=job)) == len(good)
 
 
