@@ -15,7 +15,7 @@ from django.views.decorators.http import require_GET, require_POST
 from curation import selectors
 from curation.models import CandidateClass, Source
 from curation.roles import CURATOR, RESEARCHER
-from curation.selectors_browse import (
+from curation.selectors.browse import (
     PAGE_SIZES,
     BrowseError,
     BrowseFilters,
@@ -27,7 +27,7 @@ from curation.selectors_browse import (
     noun_search,
     top1_label,
 )
-from curation.selectors_duplicates import (
+from curation.selectors.duplicates import (
     DuplicateListError,
     duplicate_group_counts,
     duplicate_group_decided,

@@ -108,7 +108,7 @@ def _items(assignments, have=()) -> list[dict]:
 @role_required(ANNOTATOR)
 @require_GET
 def queue(request):
-    from curation.selectors_adjudication import RULES, my_quality
+    from curation.selectors.adjudication import RULES, my_quality
 
     return render(request, "labeling_ui/review_queue.html", {"q": selectors.annotator_queue(user=request.user),
                                                              "me": my_quality(user=request.user), "rules": RULES})
@@ -263,7 +263,7 @@ def image_thumbs(request):
 @role_required(CURATOR, RESEARCHER)
 @require_GET
 def dashboard(request):
-    from curation.selectors_adjudication import RULES, quality_rows
+    from curation.selectors.adjudication import RULES, quality_rows
 
     d = selectors.review_dashboard()
     quality = {q.name: q for q in quality_rows()}
@@ -314,7 +314,7 @@ def source_settings(request, source_id: int):
 def _adjudication_state(request, item=None) -> dict:
     """The adjudication screen's data: the image shown (``item``, else the oldest conflict),
     how many wait, and how many of the curator's adjudications can be undone."""
-    from curation import selectors_adjudication as adj
+    from curation.selectors import adjudication as adj
 
     item = item or adj.next_conflict()
     return {"item": adj.adjudication_payload(item) if item is not None else None, "waiting": adj.conflicts_waiting(),
@@ -363,7 +363,7 @@ def api_adjudicate_decide(request):
         item = adjudication_decide(**_adjudication_fields(_json_body(request)), user=request.user)
     except (ReviewError, ValueError) as exc:
         return JsonResponse({"error": str(exc)}, status=409 if isinstance(exc, ReviewError) and "no longer waiting" in str(exc) else 400)
-    from curation.selectors_adjudication import class_names
+    from curation.selectors.adjudication import class_names
 
     return JsonResponse({**_adjudication_state(request), "decided": {
         "item": item.pk, "image": item.image_id, "decision": item.final_decision, "wnids": item.final_wnids, "gold": item.is_gold,

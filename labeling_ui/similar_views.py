@@ -10,7 +10,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from curation.models import Image
 from curation.roles import ANNOTATOR, CURATOR, RESEARCHER
-from curation.selectors_similar import neighbour_rows
+from curation.selectors.similar import neighbour_rows
 from curation.services.review import ReviewError
 from curation.services.similar import SimilarError, find_similar, review_similar_to_front
 from labeling_ui.http import object_id

@@ -1,6 +1,6 @@
 """The one rule for integers and comma lists that come from users: path ids, cursors, page
 numbers and list items of the web app (labeling_ui/http.py), the browser's filters and cursors
-(curation/selectors.py), and the comma lists of commands (curation/management/cli.py).
+(curation/selectors/browse.py), and the comma lists of commands (curation/management/cli.py).
 
 Why a rule of its own: ``str.isdigit()`` accepts digits that ``int()`` refuses (``'²'``), and
 ``int()`` accepts text nobody typed as a number (``'٣'``, ``'1_000'``, ``' 7 '``, ``'+7'``), and

@@ -104,7 +104,7 @@ def reviewed(tmp_path, settings, role_groups):
 
 @pytest.mark.django_db
 def test_dashboard_flags_with_the_rules_and_each_annotator_sees_their_own(reviewed):
-    from curation.selectors_adjudication import quality_rows
+    from curation.selectors.adjudication import quality_rows
 
     rows = _by_name(quality_rows())
     assert rows["speedy"].reviews == 25 and rows["speedy"].median_seconds == 0.5 and sorted(rows["speedy"].flags) == ["fast", "fast_vs_team", "gold"]

@@ -10,7 +10,7 @@ import pytest
 
 from curation.models import ReviewItem, ReviewSettings
 from curation.roles import ANNOTATOR
-from curation.selectors_adjudication import my_quality
+from curation.selectors.adjudication import my_quality
 from curation.services.demo import demo_gold_set, demo_reviews_record
 from curation.services.review import review_cache_clear, review_next, review_submit
 from curation.services.users import user_create_with_role

@@ -101,7 +101,7 @@ def test_undo_takes_the_last_page_back_and_not_past_later_work(pool):
 
 def test_gold_accuracy_is_reported_per_screen(pool, client):
     from curation.roles import CURATOR
-    from curation.selectors_grid import gold_accuracy_by_screen
+    from curation.selectors.grid import gold_accuracy_by_screen
     from curation.services.review import review_items_set_gold, review_next, review_submit
 
     source, (u1, u2, u3) = pool

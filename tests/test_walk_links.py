@@ -87,7 +87,7 @@ def test_decision_source_filters_are_sql_the_demos_sqlite_runs(decided):
     from django.db import connections
     from django.db.backends.sqlite3.base import DatabaseWrapper
 
-    from curation.selectors_browse import browse_filters_from, browse_queryset
+    from curation.selectors.browse import browse_filters_from, browse_queryset
 
     sqlite = DatabaseWrapper({**connections["default"].settings_dict, "ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"},
                              alias="sqlite_check")

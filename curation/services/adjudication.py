@@ -18,7 +18,7 @@ from django.db import transaction
 
 from curation.audit import audit_record
 from curation.models import AuditLog, ReviewItem
-from curation.selectors_adjudication import ADJUDICATED, UNDONE, adjudications_undoable
+from curation.selectors.adjudication import ADJUDICATED, UNDONE, adjudications_undoable
 from curation.services.review import NothingToUndo, ReviewError, review_adjudicate
 
 __all__ = ["NothingToUndo", "ReviewError", "adjudication_decide", "adjudication_undo"]

@@ -21,7 +21,7 @@ from django.utils import timezone
 from curation.audit import audit_record
 from curation.models import Assignment, AuditLog, ImageEmbedding, Review, ReviewDecision, ReviewItem, SynsetText
 from curation.selectors import annotator_scope, not_seen_by
-from curation.selectors_grid import PAGE_ACTION
+from curation.selectors.grid import PAGE_ACTION
 from curation.services.review import (
     SECONDS_CAP,
     NothingToUndo,

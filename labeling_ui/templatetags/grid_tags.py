@@ -2,7 +2,7 @@
 the dashboard's view stays as it is."""
 from django import template
 
-from curation.selectors_grid import gold_accuracy_by_screen
+from curation.selectors.grid import gold_accuracy_by_screen
 
 register = template.Library()
 

@@ -1,5 +1,6 @@
-"""Reads for the adjudication screen (one conflict with its reviews, by class name) and for
-annotator quality (pace and gold accuracy, flagged by ``pipelines.annotator_quality``)."""
+"""Reads for adjudication: the conflicts waiting, the adjudication screen (one conflict with its
+reviews, by class name), and annotator quality (pace and gold accuracy, flagged by
+``pipelines.annotator_quality``)."""
 from __future__ import annotations
 
 from django.conf import settings
@@ -21,12 +22,19 @@ def next_conflict(*, exclude=()) -> ReviewItem | None:
             .order_by("decided_at", "id").first())
 
 
+def adjudication_queue(*, limit: int = 50):
+    from curation.models import ReviewItem
+
+    return list(ReviewItem.objects.filter(status=ReviewItem.Status.CONFLICT).select_related("image", "source", "candidate_class")
+                .prefetch_related("reviews__annotator").order_by("decided_at", "id")[:limit])
+
+
 def adjudication_payload(item: ReviewItem) -> dict:
     """What the adjudication screen shows for one image: the review screen's facts (OOD class,
     top-5) and every non-gold review with its annotator, its answer by class name and wnid, its
     note, when it was given and how long it took."""
     from curation.models import Assignment
-    from curation.selectors import review_payload
+    from curation.selectors.review import review_payload
 
     fake = Assignment(item_id=item.pk, is_gold=False, expires_at=item.created_at)
     p = review_payload([fake], model_name=settings.DEFAULT_MODEL)[0]
