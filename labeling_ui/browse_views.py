@@ -204,6 +204,12 @@ def duplicate_group_page(request, image_id: int):
             if action == "clear":
                 duplicate_override_clear(image_id=target, user=request.user)
                 messages.success(request, f"Image {target}: the duplicate search's own result holds again.")
+            elif action == "confirm":
+                duplicate_override_set(image_id=target, action=action, note=request.POST.get("note", ""), user=request.user)
+                messages.success(request, f"The group of image {target} is confirmed as the search made it (undo: U on image {target}).")
+                nxt = request.POST.get("next", "")
+                if nxt:  # the next group needing attention, as the page offered it
+                    return redirect(reverse("labeling_ui:duplicate_group", args=[object_id(nxt, "next")]))
             else:
                 o = duplicate_override_set(image_id=target, action=action, note=request.POST.get("note", ""), user=request.user)
                 messages.success(request, f"Image {target}: {o.get_action_display()} recorded; the review queue and the next export follow it.")

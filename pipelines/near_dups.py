@@ -291,7 +291,7 @@ def find_duplicates(cand_x: np.ndarray, ref_x: np.ndarray, *, cand_sha256: Seque
 
 # -- a curator's corrections -----------------------------------------------------------------------
 
-NOT_DUPLICATE, KEEP = "not_duplicate", "keep"
+NOT_DUPLICATE, KEEP, CONFIRM = "not_duplicate", "keep", "confirm"
 
 
 @dataclass(frozen=True)
@@ -311,6 +311,8 @@ def apply_overrides(members: dict[int, Membership], overrides: Sequence[tuple[in
     - ``keep``: the image becomes what its group keeps; the former representative and every
       other member become its near-duplicates. A member dropped as a copy of an ID image stays
       dropped (no override of a group makes an ID image's copy OOD; use ``not_duplicate`` on it).
+    - ``confirm``: the search was right about the image (a curator looked at its group and left
+      it as it is); nothing changes, the group only counts as decided.
 
     Overrides of images not in ``members`` are ignored (the image left the search)."""
     out = dict(members)
@@ -339,6 +341,8 @@ def apply_overrides(members: dict[int, Membership], overrides: Sequence[tuple[in
                     drop = "" if other == image else f"near_duplicate_of:{image}"
                 out[other] = Membership(group=image, drop=drop)
             by_group[image] = group
+        elif action == CONFIRM:
+            continue
         else:
-            raise ValueError(f"unknown duplicate override {action!r}: use {NOT_DUPLICATE} or {KEEP}")
+            raise ValueError(f"unknown duplicate override {action!r}: use {NOT_DUPLICATE}, {KEEP} or {CONFIRM}")
     return out

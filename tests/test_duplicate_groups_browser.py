@@ -133,3 +133,39 @@ def test_keys_move_correct_and_go_to_the_next_group_needing_attention(two_groups
     page.keyboard.press("p")
     page.wait_for_url(f"**/curate/duplicates/{a.pk}/")
     assert page.inner_text("#group-state") == "needs attention"
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("viewport", [(1366, 768), (1920, 1080)], ids=["1366x768", "1920x1080"])
+def test_c_confirms_a_group_the_search_got_right_and_opens_the_next_one(two_groups, live_server, browser, viewport):
+    """A group the search got right leaves "needs attention" with one key (C), which records the
+    confirmation on the kept image, changes no membership and opens the next group needing
+    attention; U on the kept image takes it back."""
+    (a, b, c, d, e), expected = two_groups
+    w, h = viewport
+    before = {x.image_id: (x.dup_group, x.drop_reason) for x in ImageEmbedding.objects.all()}
+    page = browser.new_context(viewport={"width": w, "height": h}).new_page()
+    browser_login(page, live_server.url, "cur", f"/curate/duplicates/{a.pk}/")
+    page.wait_for_selector("#confirm-group")
+    assert page.is_visible("#confirm-group") and page.evaluate("document.documentElement.scrollWidth") <= w
+    box = page.locator("#confirm-group").bounding_box()
+    assert box is not None and box["y"] + box["height"] <= h  # in the first screen
+    page.keyboard.press("c")
+    page.wait_for_url(f"**/curate/duplicates/{d.pk}/")
+    o = DuplicateOverride.objects.get(image=a)
+    assert o.action == "confirm" and o.created_by.username == "cur" and DuplicateOverride.objects.count() == 1
+    assert {x.image_id: (x.dup_group, x.drop_reason) for x in ImageEmbedding.objects.all()} == before
+    # the last group needing attention: confirmed, the page stays and says it is decided
+    page.keyboard.press("c")
+    page.wait_for_selector("#group-state.state-decided")
+    assert DuplicateOverride.objects.get(image=d).action == "confirm"
+    assert page.locator("#confirm-group").count() == 0
+    page.goto(f"{live_server.url}/curate/duplicates/?state=open")
+    assert page.inner_text("[data-count=open]") == "0"
+    # U on the kept image (the focus starts there) takes the confirmation back
+    page.goto(f"{live_server.url}/curate/duplicates/{d.pk}/")
+    page.keyboard.press("u")
+    page.wait_for_selector("#group-state.state-open")
+    assert not DuplicateOverride.objects.filter(image=d).exists()

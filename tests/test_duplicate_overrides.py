@@ -45,7 +45,7 @@ def test_not_a_duplicate_queues_the_image_and_undo_restores_the_search(grouped):
         duplicate_override_set(image_id=a.pk, action="not_duplicate", user=cur)
     with pytest.raises(DuplicateError, match="already the one its group keeps"):
         duplicate_override_set(image_id=a.pk, action="keep", user=cur)
-    with pytest.raises(DuplicateError, match="must be not_duplicate or keep"):
+    with pytest.raises(DuplicateError, match="must be not_duplicate, keep or confirm"):
         duplicate_override_set(image_id=c.pk, action="merge", user=cur)
     assert duplicate_override_clear(image_id=b.pk, user=cur) == 1
     assert ImageEmbedding.objects.get(image=b).drop_reason == f"near_duplicate_of:{a.pk}"
@@ -69,3 +69,32 @@ def test_the_group_page_shows_members_and_only_curators_correct(grouped):
     listing = cc.get("/curate/duplicates/")
     assert listing.status_code == 200 and f'data-group="{a.pk}"'.encode() in listing.content
     assert cc.get("/curate/duplicates/?source=nope").status_code == 404
+
+
+def test_confirm_marks_the_group_decided_and_changes_no_membership(grouped):
+    """'The search is right' (C on the group page): said of the image the group keeps, on a group
+    nobody corrected; memberships, drops and the queue stay exactly as the search left them."""
+    from curation.selectors_duplicates import duplicate_group_decided
+
+    source, (a, b, c), cur = grouped
+    before = {e.image_id: (e.dup_group, e.drop_reason) for e in ImageEmbedding.objects.filter(image__in=(a, b, c))}
+    queue_before = set(ReviewItem.objects.filter(status="open").values_list("image_id", flat=True))
+    assert not duplicate_group_decided(raw_group=a.pk)
+    with pytest.raises(DuplicateError, match=f"not the one its group keeps \\(image {a.pk} is\\)"):
+        duplicate_override_set(image_id=b.pk, action="confirm", user=cur)
+    duplicate_override_set(image_id=a.pk, action="confirm", user=cur)
+    assert duplicate_group_decided(raw_group=a.pk)
+    assert {e.image_id: (e.dup_group, e.drop_reason) for e in ImageEmbedding.objects.filter(image__in=(a, b, c))} == before
+    assert set(ReviewItem.objects.filter(status="open").values_list("image_id", flat=True)) == queue_before
+    assert AuditLog.objects.filter(action="duplicate_override_set", data__action="confirm").count() == 1
+    # a decided group is not confirmed over its correction (that would undo a 'keep' on the kept image)
+    duplicate_override_clear(image_id=a.pk, user=cur)
+    duplicate_override_set(image_id=c.pk, action="keep", user=cur)
+    with pytest.raises(DuplicateError, match="already decided by a correction; undo it"):
+        duplicate_override_set(image_id=c.pk, action="confirm", user=cur)
+    assert DuplicateOverride.objects.get(image=c).action == "keep"
+    # an image alone in its group has nothing to confirm
+    d = Image.objects.filter(source=source).order_by("id")[3]
+    ImageEmbedding.objects.filter(image=d).update(search_group=d.pk, dup_group=d.pk, search_drop="", drop_reason="")
+    with pytest.raises(DuplicateError, match="in no duplicate group: there is nothing to confirm"):
+        duplicate_override_set(image_id=d.pk, action="confirm", user=cur)

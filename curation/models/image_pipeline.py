@@ -70,11 +70,14 @@ class DuplicateOverride(models.Model):
     """A curator's correction of the duplicate search for one image, kept across re-runs of the
     search and applied after each (pipelines.near_dups.apply_overrides): ``not_duplicate`` takes
     the image out of its group (and clears a match with an ID image); ``keep`` makes it the image
-    its group keeps instead of the representative the search chose."""
+    its group keeps instead of the representative the search chose; ``confirm`` (recorded on the
+    image a group keeps) says the search got the group right, which changes nothing but marks the
+    group decided."""
 
     class Action(models.TextChoices):
         NOT_DUPLICATE = "not_duplicate", "not a duplicate"
         KEEP = "keep", "keep this one instead"
+        CONFIRM = "confirm", "the search is right"
 
     image = models.ForeignKey(Image, on_delete=models.CASCADE, related_name="duplicate_overrides")
     model_name = models.CharField(max_length=200)

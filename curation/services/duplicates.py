@@ -19,7 +19,7 @@ from curation.audit import audit_record
 from curation.models import DuplicateOverride, Image, ImageEmbedding, ReviewItem, Source
 from curation.services.image_pipeline import duplicate_overrides_of, effective_memberships, load_features
 from curation.services.review import review_queue_refresh_if_built
-from pipelines.near_dups import KEEP, NOT_DUPLICATE, normalise, pixel_difference, pixel_signature
+from pipelines.near_dups import CONFIRM, KEEP, NOT_DUPLICATE, normalise, pixel_difference, pixel_signature
 from pipelines.sources import UnsafePath, safe_join
 
 MAX_GROUP_SHOWN = 48  # members shown side by side (the rest are counted)
@@ -52,12 +52,21 @@ def duplicate_override_set(*, image_id: int, action: str, note: str = "", model_
     queue rules to the source (an image that stays enters the queue; one that is now a
     duplicate leaves it, and no export carries it). Audited; saying it again changes no result."""
     model_name = model_name or settings.DEFAULT_MODEL
-    if action not in (NOT_DUPLICATE, KEEP):
-        raise DuplicateError(f"action must be {NOT_DUPLICATE} or {KEEP}, not {action!r}")
+    if action not in (NOT_DUPLICATE, KEEP, CONFIRM):
+        raise DuplicateError(f"action must be {NOT_DUPLICATE}, {KEEP} or {CONFIRM}, not {action!r}")
     with transaction.atomic():
         e = _embedding(image_id, model_name)
         group_size = ImageEmbedding.objects.filter(model_name=model_name, search_group=e.search_group).count()
-        if action == KEEP:
+        if action == CONFIRM:
+            # "the search is right": said of the image the group keeps, on a group nobody corrected
+            if group_size < 2:
+                raise DuplicateError(f"image {image_id} is in no duplicate group: there is nothing to confirm")
+            if e.dup_group != image_id:
+                raise DuplicateError(f"image {image_id} is not the one its group keeps (image {e.dup_group} is): confirm the group there")
+            members = ImageEmbedding.objects.filter(model_name=model_name, search_group=e.search_group).values("image_id")
+            if DuplicateOverride.objects.filter(model_name=model_name, image_id__in=members).exists():
+                raise DuplicateError(f"the group of image {image_id} is already decided by a correction; undo it (U) first to confirm the search's own result")
+        elif action == KEEP:
             if e.drop_reason.startswith("duplicate_of_id:"):
                 raise DuplicateError(f"image {image_id} is a copy of an ID image; say 'not a duplicate' if it is not")
             if e.dup_group == image_id:

@@ -57,3 +57,9 @@ def test_later_corrections_win_and_a_split_member_can_be_kept_alone():
     assert apply_overrides(groups(), [(77, "keep")]) == groups()
     with pytest.raises(ValueError, match="unknown duplicate override"):
         apply_overrides(groups(), [(10, "merge")])
+
+
+def test_confirm_changes_nothing_and_a_later_correction_still_applies():
+    assert apply_overrides(groups(), [(10, "confirm")]) == groups()
+    out = apply_overrides(groups(), [(10, "confirm"), (11, "not_duplicate")])
+    assert out[11] == Membership(11, "") and out[12] == Membership(10, "near_duplicate_of:10")

@@ -1,4 +1,5 @@
 // The duplicate-group page's keys (shown on the page): ← → or J K move between the members,
+// C says the search got the group right (and opens the next group needing attention),
 // X / O / U press the focused member's "Not a duplicate" / "Keep this one instead" / "Undo the
 // correction" (only the buttons the member offers), E types its note (Esc leaves the note),
 // N / P open the next / previous group that still needs attention. Keys do nothing while typing.
@@ -31,6 +32,11 @@
     const m = members[at];
     if (key === "ArrowRight" || key === "j") { e.preventDefault(); focus(at + 1); return; }
     if (key === "ArrowLeft" || key === "k") { e.preventDefault(); focus(at - 1); return; }
+    if (key === "c") {
+      const confirm = document.getElementById("confirm-group");
+      if (confirm && !sent) { e.preventDefault(); sent = true; confirm.click(); }
+      return;
+    }
     if (key === "n") { e.preventDefault(); go("next-open"); return; }
     if (key === "p") { e.preventDefault(); go("prev-open"); return; }
     if (key === "e") {
