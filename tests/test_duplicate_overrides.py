@@ -74,7 +74,7 @@ def test_the_group_page_shows_members_and_only_curators_correct(grouped):
 def test_confirm_marks_the_group_decided_and_changes_no_membership(grouped):
     """'The search is right' (C on the group page): said of the image the group keeps, on a group
     nobody corrected; memberships, drops and the queue stay exactly as the search left them."""
-    from curation.selectors_duplicates import duplicate_group_decided
+    from curation.selectors.duplicates import duplicate_group_decided
 
     source, (a, b, c), cur = grouped
     before = {e.image_id: (e.dup_group, e.drop_reason) for e in ImageEmbedding.objects.filter(image__in=(a, b, c))}
