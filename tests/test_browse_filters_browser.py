@@ -235,6 +235,13 @@ def test_a_broken_file_shows_its_state_and_offers_nothing_that_cannot_apply(pool
     page.click("#select-page")
     assert page.inner_text("#selected-count") == f"{page.locator('#grid input[name=ids]').count()} selected"
     _both_sizes(page, "browse-broken-file")
+    # at 1920 px the grid uses the screen (it kept to a 1200 px column), and a broken tile's state stays whole at its top
+    page.set_viewport_size({"width": 1920, "height": 1080})
+    page.wait_for_timeout(150)
+    assert page.locator("#grid").bounding_box()["width"] > 1600
+    state, face = tile.locator(".file-state strong").bounding_box(), tile.locator(".file-state").bounding_box()
+    assert state["y"] >= face["y"], (state, face)
+    page.set_viewport_size({"width": 1366, "height": 768})
     page.goto(f"{live_server.url}/curate/images/{broken.pk}/")
     assert broken.error in page.inner_text("#file-state")
     assert page.locator("img.preview").count() == 0 and page.locator("text=full resolution").count() == 0
