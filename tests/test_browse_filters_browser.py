@@ -97,6 +97,11 @@ def test_filters_by_name_annotator_note_and_decision_source(pool, live_server, b
     for name in ("cls_name", "top1_name", "annotator"):
         label, box = page.locator(f"#filters label:has([name={name}])").bounding_box(), page.locator(f"#filters [name={name}]").bounding_box()
         assert box["y"] >= label["y"] + 8 and abs(box["x"] - label["x"]) < 2, (name, label, box)
+    # a name that matches no class says so in the list (it stayed closed, and Show answered with an error page)
+    page.fill("input[name=cls_name]", "zzqx")
+    page.wait_for_selector("#filters .typeahead-results li.none")
+    assert page.inner_text("#filters .typeahead-results li.none") == "No candidate class matches “zzqx”."
+    page.fill("input[name=cls_name]", "")
     # the class filter by name: type, the list ranks the class first with the text marked, Enter picks it
     page.fill("input[name=cls_name]", "crossword")
     first = page.wait_for_selector("#filters .typeahead-results li.hl")
