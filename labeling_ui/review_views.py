@@ -45,7 +45,7 @@ from pipelines.numbers import comma_list, row_id
 # Keys of the review screen (shown on the buttons and in the help overlay).
 KEYS = [
     ("o", "ood", "OOD: clean", "No ID object is visible and the OOD class is."),
-    ("i", "id", "ID visible", "An ID object is at least partly visible: then 1-5 for a top-5 class, or / to search all ID classes."),
+    ("i", "id", "ID visible", "An ID object is at least partly visible: then 1-5 for a top-5 class, or type a name (or /) to search all ID classes."),
     ("u", "unclear", "Unclear", "Cannot tell (excluded from the clean set, as NINCO excludes ambiguous images)."),
     ("n", "not_target", "Not target", "No object of the OOD class is visible, or the source label is wrong."),
     ("s", "skip", "Skip", "No decision: the image goes to someone else."),
@@ -317,7 +317,12 @@ def _adjudication_state(request, item=None) -> dict:
     from curation.selectors import adjudication as adj
 
     item = item or adj.next_conflict()
-    return {"item": adj.adjudication_payload(item) if item is not None else None, "waiting": adj.conflicts_waiting(),
+    payload = adj.adjudication_payload(item) if item is not None else None
+    if payload is not None:
+        # a gold image in conflict (requeued after it became gold): the decision recorded here becomes the
+        # answer annotators are checked against, and the screen says so
+        payload["gold"] = item.is_gold
+    return {"item": payload, "waiting": adj.conflicts_waiting(),
             "undoable": len(adj.adjudications_undoable(user=request.user, limit=50))}
 
 

@@ -19,7 +19,7 @@ prints what the numbers mean and serves the web app on http://127.0.0.1:8000/.
   --no-serve        stop after the summary
   --addr HOST:PORT  where to serve (default 127.0.0.1:8000)
   --data DIR        where to write the demo's sources (default $OODC_DATA_DIR/demo)
-  --per-class N     composites per candidate class (default 5; 12 builds the full pool)
+  --per-class N     composites per candidate class (default 6, about 1,400 images; 12 builds the full pool)
   --unit-tests N    images per OOD unit test (default 5)
 More: docs/demo.md
 USAGE

@@ -141,6 +141,12 @@ def test_quality_on_the_pages_in_chromium(reviewed, live_server, browser, size):
     page = browser.new_context(viewport={"width": width, "height": height}).new_page()
     page.set_default_timeout(60_000)
     browser_login(page, live_server.url, "cur", "/curate/reviews/")
+    # the flags are named at the top of the page, in view on arrival (the table is screens below), and lead to the table
+    summary = page.locator("#flagged-summary")
+    assert summary.inner_text() == "1 annotator flagged" and summary.bounding_box()["y"] + summary.bounding_box()["height"] <= height
+    summary.click()
+    page.wait_for_function("location.hash === '#annotator-quality'")
+    assert 0 <= page.evaluate("document.querySelector('#annotator-quality').getBoundingClientRect().top") < height
     row = page.locator("#review-annotators tr[data-annotator='speedy']")
     assert "too fast" in row.inner_text() and "low gold accuracy" in row.inner_text()
     assert "2,400 images per hour" in page.inner_text("#quality-rules")

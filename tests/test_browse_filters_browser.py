@@ -93,6 +93,15 @@ def test_filters_by_name_annotator_note_and_decision_source(pool, live_server, b
     errors = []
     page.on("pageerror", lambda e: errors.append(str(e)))
     browser_login(page, live_server.url, "cur", "/curate/images/")
+    # issue 31 as walked: the class boxes have their names above them, like every other filter (they sat beside them)
+    for name in ("cls_name", "top1_name", "annotator"):
+        label, box = page.locator(f"#filters label:has([name={name}])").bounding_box(), page.locator(f"#filters [name={name}]").bounding_box()
+        assert box["y"] >= label["y"] + 8 and abs(box["x"] - label["x"]) < 2, (name, label, box)
+    # a name that matches no class says so in the list (it stayed closed, and Show answered with an error page)
+    page.fill("input[name=cls_name]", "zzqx")
+    page.wait_for_selector("#filters .typeahead-results li.none")
+    assert page.inner_text("#filters .typeahead-results li.none") == "No candidate class matches “zzqx”."
+    page.fill("input[name=cls_name]", "")
     # the class filter by name: type, the list ranks the class first with the text marked, Enter picks it
     page.fill("input[name=cls_name]", "crossword")
     first = page.wait_for_selector("#filters .typeahead-results li.hl")
@@ -231,10 +240,20 @@ def test_a_broken_file_shows_its_state_and_offers_nothing_that_cannot_apply(pool
     page.click("#select-page")
     assert page.inner_text("#selected-count") == f"{page.locator('#grid input[name=ids]').count()} selected"
     _both_sizes(page, "browse-broken-file")
+    # at 1920 px the grid uses the screen (it kept to a 1200 px column), and a broken tile's state stays whole at its top
+    page.set_viewport_size({"width": 1920, "height": 1080})
+    page.wait_for_timeout(150)
+    assert page.locator("#grid").bounding_box()["width"] > 1600
+    state, face = tile.locator(".file-state strong").bounding_box(), tile.locator(".file-state").bounding_box()
+    assert state["y"] >= face["y"], (state, face)
+    page.set_viewport_size({"width": 1366, "height": 768})
     page.goto(f"{live_server.url}/curate/images/{broken.pk}/")
     assert broken.error in page.inner_text("#file-state")
     assert page.locator("img.preview").count() == 0 and page.locator("text=full resolution").count() == 0
     assert page.locator("button[value=requeue], button[value=exclude], #find-similar").count() == 0
+    # no "0×0 , 0 bytes" or "No model has looked at this image yet" for a file no model will read
+    assert "0×0" not in page.inner_text("#file-size") and "not decoded" in page.inner_text("#file-size")
+    assert page.inner_text("#no-model") == "No model reads a file that cannot be decoded."
     _both_sizes(page, "image-detail-broken")
     assert not [u for u in failed if "/images/" in u and u.endswith(("/thumb", "/view", "/full"))], failed
     assert not errors, errors

@@ -54,6 +54,10 @@ def test_plan_review_the_sample_watch_the_bound_fall_and_export_with_the_certifi
     cur.on("pageerror", lambda e: errors.append(str(e)))
     url = f"{live_server.url}/curate/certify/{pool.pk}/"
     browser_login(cur, live_server.url, "cur", f"/curate/certify/{pool.pk}/")
+    # each field named above its box (issue 31 as walked: inline, "seed" ended one line and its box began the next)
+    for name in ("score", "method", "strata", "pilot", "target", "confidence", "seed"):
+        label, box = cur.locator(f"#cert-plan label:has([name={name}])").bounding_box(), cur.locator(f"#cert-plan [name={name}]").bounding_box()
+        assert box["y"] >= label["y"] + 8 and abs(box["x"] - label["x"]) < 2, (name, label, box)
     cur.fill("#cert-plan input[name=strata]", "2")
     cur.fill("#cert-plan input[name=pilot]", "3")
     cur.fill("#cert-plan input[name=target]", "25")

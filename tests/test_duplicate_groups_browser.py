@@ -92,6 +92,10 @@ def test_keys_move_correct_and_go_to_the_next_group_needing_attention(two_groups
     page.wait_for_selector("#dup-keys")
     assert page.inner_text("#group-state") == "needs attention"
     assert page.get_attribute(".member.focused", "data-image") == str(a.pk)  # the kept image first
+    # the keys read as they work (← K previous, → J next), and the kept image, with no correction to offer, has no note field
+    assert "← or K previous, → or J next member" in page.inner_text("#dup-keys")
+    assert page.locator(f'.member[data-image="{a.pk}"] input[name=note]').count() == 0
+    assert page.locator(f'.member[data-image="{b.pk}"] input[name=note]').count() == 1
     page.keyboard.press("j")
     assert page.get_attribute(".member.focused", "data-image") == str(b.pk)
     page.keyboard.press("ArrowRight")

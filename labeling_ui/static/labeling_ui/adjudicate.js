@@ -45,8 +45,10 @@
     photo.hidden = !p;
     root.classList.toggle("is-empty", !p);
     document.querySelectorAll("button.decide, .zoom-keys button").forEach((b) => { b.disabled = !p; });
-    $("adj-note").value = ""; $("adj-gold").checked = false;
-    $("adj-note").disabled = !p; $("adj-gold").disabled = !p;
+    // a gold image stays gold: its box shows ticked and cannot be unticked, and a line says what deciding it means
+    $("adj-note").value = ""; $("adj-gold").checked = !!(p && p.gold);
+    $("adj-note").disabled = !p; $("adj-gold").disabled = !p || !!p.gold;
+    $("adj-gold-note").hidden = !(p && p.gold);
     if (!p) {
       root.dataset.item = ""; $("adj-item").value = ""; top5 = [];
       $("photo-size").textContent = ""; $("photo-path").textContent = ""; $("zoom-level").textContent = "";
@@ -71,11 +73,12 @@
 
   async function decide(decision, wnids) {
     if (!state.item) { screen.status("No image is waiting for adjudication.", "error"); return false; }
+    const wasGold = !!state.item.gold;
     const body = { item: state.item.item, decision, wnids, note: $("adj-note").value, gold: $("adj-gold").checked };
     screen.status(`Recording ${labels[decision] || decision}…`);
     const r = await screen.call(root.dataset.decide, body);
     const d = r.decided;
-    const text = `Image ${d.image}: ${d.decision}${d.classes.length ? `: ${d.classes.join(", ")}` : ""}${d.gold ? " (now gold)" : ""}. Z takes it back.`;
+    const text = `Image ${d.image}: ${d.decision}${d.classes.length ? `: ${d.classes.join(", ")}` : ""}${d.gold ? (wasGold ? " (gold: its answer now)" : " (now gold)") : ""}. Z takes it back.`;
     draw(r);
     message(text, "success");
     screen.status(text, "ok");
@@ -95,13 +98,14 @@
 
   const screen = window.OODScreen({
     root, classesUrl: root.dataset.classes, idWithoutTop5: true, typeAhead: false,
-    idPrompt: "ID visible: 1–5 for a top-5 class (Shift adds more), / to search every ID class, Enter records, Esc cancels.",
+    idPrompt: "ID visible: 1–5 for a top-5 class (Shift adds more), type a name (or /) to search every ID class, Enter records, Esc cancels.",
     top5: () => top5,
     record: (decision, wnids) => decide(decision, wnids),
     direct: { o: "ood", u: "unclear", n: "not_target" },
     keys: {
       g: () => {
         if (!state.item) return;
+        if (state.item.gold) { screen.status("This image is gold already: the decision you record becomes its answer."); return; }
         $("adj-gold").checked = !$("adj-gold").checked;
         screen.status($("adj-gold").checked ? "Will also be gold." : "Not gold.");
       },

@@ -72,6 +72,15 @@
       close();
     }
     function show() {
+      if (!results.length && typed) {  // say so at once, rather than a list that silently does not open
+        const where = input.dataset.kind === "class" && sourceSelect && sourceSelect.value ? ` in ${sourceSelect.value}` : "";
+        const none = document.createElement("li");
+        none.className = "none";
+        none.textContent = `No ${input.dataset.kind === "class" ? "candidate class" : "ImageNet-1K class"}${where} matches “${typed}”.`;
+        list.replaceChildren(none);
+        list.hidden = false;
+        return;
+      }
       list.replaceChildren(...results.map((r, i) => {
         const extra = input.dataset.kind === "class" ? r.source : "";
         const li = CS.resultRow({ name: r.name, lemmas: r.lemmas, gloss: r.gloss, wnid: r.wnid }, typed, extra);

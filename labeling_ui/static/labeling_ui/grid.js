@@ -278,7 +278,7 @@
     top5: () => (tiles[cursor] ? tiles[cursor].top5 : []),
     record: (decision, wnids) => mark(decision, wnids),
     direct: { o: "ood", u: "unclear", n: "not_target", s: "skip" },
-    idPrompt: "ID visible on this tile: 1–5 for one of its top-5 classes (Shift adds more), / to search all ID classes, Esc to cancel.",
+    idPrompt: "ID visible on this tile: 1–5 for one of its top-5 classes (Shift adds more), type a name (or /) to search all ID classes, Esc to cancel.",
     keys: {
       Enter: () => send(), z: () => undo(), "+": () => resize(1), "=": () => resize(1), "-": () => resize(-1),
       Backspace: () => clearMark(), Delete: () => clearMark(), m: () => moreLikeThis(),

@@ -1,6 +1,6 @@
 // The one controller behind the decision screens (single-image review, grid review,
 // adjudication): the JSON calls, the status line, the "id" choice (I, then 1-5 for a top-5 class,
-// Shift adds more, / searches every ID class, Enter records, Esc cancels), the note and help keys,
+// Shift adds more, / or any letter searches every ID class, Enter records, Esc cancels), the note and help keys,
 // and keys typed ahead. A screen supplies what differs: the top-5 on screen, what recording a
 // decision does, and keys of its own.
 //
@@ -73,7 +73,7 @@
       root.classList.add("id-mode");
       $("id-search").hidden = false;
       showChosen();
-      status(cfg.idPrompt || "ID visible: press 1–5 for a top-5 class (Shift adds more), / to search all ID classes, Esc to cancel.");
+      status(cfg.idPrompt || "ID visible: press 1–5 for a top-5 class (Shift adds more), or type a name (or /) to search all ID classes, Esc to cancel.");
     }
     function leaveId() {
       mode = "decide"; chosen = [];
@@ -137,6 +137,15 @@
     function toggleHelp(force) { if (help) help.hidden = force === undefined ? !help.hidden : !force; }
 
     function dispatch(e) {
+      if (mode === "id" && search && e.key.length === 1 && /\p{L}/u.test(e.key)) {
+        // a letter while choosing the ID class starts the search with it: typing a class name
+        // ("espresso", "stop sign", "zebra") must not record O, U, N or S, undo (Z), zoom (F) or
+        // toggle gold (G) on the way; Esc, then the key, does those
+        e.preventDefault();
+        search.value += e.key;
+        idSearch.open();
+        return;
+      }
       if (cfg.before && cfg.before(e, mode)) { e.preventDefault(); return; }
       const key = e.key.toLowerCase();
       if (mode === "id") {
