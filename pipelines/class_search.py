@@ -210,7 +210,8 @@ def resolve_one(query: str, index: ClassIndex[T], *, what: str,
     """The classes a typed name stands for, where a filter needs them: its exact matches (tiers 0
     and 1) if they are one class (``same`` says which entries are one class, e.g. the same wnid
     in several sources), else the single class the search finds at all. Anything else is
-    Ambiguous (or no match), with a message naming the query and the first candidates."""
+    Ambiguous (or no match), with a message naming the query and the first candidates; ``what``
+    is the field as the person typing sees it ("Class", "Top-1 class")."""
     hits = index.search(query, limit=None)
     exact = [h for h in hits if h.exact]
     pool = exact or hits
@@ -218,10 +219,10 @@ def resolve_one(query: str, index: ClassIndex[T], *, what: str,
         return [h.entry for h in pool]
     shown = query.strip()[:60]
     if not hits:
-        raise Ambiguous(f"{what}={shown!r} matches no class: type part of a name, a lemma or a wnid")
+        raise Ambiguous(f"{what} {shown!r}: no class matches it; type part of a name, a lemma or a wnid")
     names = ", ".join(_display(h.entry) for h in pool[:5])
     more = f" and {len(pool) - 5} more" if len(pool) > 5 else ""
-    raise Ambiguous(f"{what}={shown!r} matches {len(pool)} classes ({names}{more}): type more of the name, or pick one from the list")
+    raise Ambiguous(f"{what} {shown!r} matches {len(pool)} classes ({names}{more}): type more of the name, or pick one from the list")
 
 
 def _display(entry: SearchEntry) -> str:

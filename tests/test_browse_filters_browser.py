@@ -140,7 +140,7 @@ def test_filters_by_name_annotator_note_and_decision_source(pool, live_server, b
     page.goto(f"{live_server.url}/curate/images/?cls_name=crossword&top1=espresso")
     assert set(_tiles(page)) == want & set(Image.objects.filter(candidate_class=crossword).values_list("id", flat=True))
     r = page.goto(f"{live_server.url}/curate/images/?top1=crane")
-    assert r.status == 400 and "top1='crane' matches 2 classes (crane (n02012849), crane (n03126707))" in page.inner_text("#browse-error")
+    assert r.status == 400 and "Top-1 class 'crane' matches 2 classes (crane (n02012849), crane (n03126707))" in page.inner_text("#browse-error")
     # annotator, note and where the decision came from, each against the database
     checks = {
         "annotator=ann2": set(Review.objects.filter(annotator__username="ann2").values_list("item__image_id", flat=True)),

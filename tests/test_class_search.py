@@ -110,19 +110,19 @@ def test_gloss_matches_come_after_every_name_match(imagenet):
 
 
 def test_resolving_a_typed_name_for_a_filter(imagenet):
-    assert [e.wnid for e in resolve_one("crossword", imagenet, what="top1")] == ["n06785654"]
-    assert [e.wnid for e in resolve_one("golden retr", imagenet, what="top1")] == ["n02099601"]  # the only class it finds
-    with pytest.raises(Ambiguous, match=r"top1='crane' matches 2 classes \(crane \(n02012849\), crane \(n03126707\)\)"):
-        resolve_one("crane", imagenet, what="top1")  # the bird and the machine
-    with pytest.raises(Ambiguous, match="top1='dog' matches .* classes"):
-        resolve_one("dog", imagenet, what="top1")
-    with pytest.raises(Ambiguous, match="matches no class"):
-        resolve_one("qqqzzz", imagenet, what="top1")
+    assert [e.wnid for e in resolve_one("crossword", imagenet, what="Top-1 class")] == ["n06785654"]
+    assert [e.wnid for e in resolve_one("golden retr", imagenet, what="Top-1 class")] == ["n02099601"]  # the only class it finds
+    with pytest.raises(Ambiguous, match=r"Top-1 class 'crane' matches 2 classes \(crane \(n02012849\), crane \(n03126707\)\)"):
+        resolve_one("crane", imagenet, what="Top-1 class")  # the bird and the machine
+    with pytest.raises(Ambiguous, match="Top-1 class 'dog' matches .* classes"):
+        resolve_one("dog", imagenet, what="Top-1 class")
+    with pytest.raises(Ambiguous, match="no class matches it"):
+        resolve_one("qqqzzz", imagenet, what="Top-1 class")
     # one class in two sources (the same wnid) is one class
     two = ClassIndex([SearchEntry("crossword puzzle", ("crossword puzzle", "crossword"), "", "n06785654", 1),
                       SearchEntry("crossword puzzle", ("crossword puzzle", "crossword"), "", "n06785654", 2),
                       SearchEntry("crossword clue", (), "", "", 3)])
-    assert [e.ref for e in resolve_one("crossword", two, what="cls_name")] == [1, 2]
+    assert [e.ref for e in resolve_one("crossword", two, what="Class")] == [1, 2]
 
 
 def test_the_short_cuts_give_what_the_full_ranking_gives(nouns, imagenet):

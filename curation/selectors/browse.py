@@ -416,7 +416,7 @@ def class_ids_for_name(name: str, *, source: str = "") -> list[int]:
     from pipelines.class_search import Ambiguous, resolve_one
 
     try:
-        found = resolve_one(name, _candidate_class_index(source), what="cls_name",
+        found = resolve_one(name, _candidate_class_index(source), what="Class",
                             same=lambda e: e.wnid or f"{e.ref.source_id}/{e.ref.folder}")
     except Ambiguous as exc:
         raise BrowseError(str(exc)) from None
@@ -437,7 +437,7 @@ def top1_wnid_for_name(name: str) -> str:
     from pipelines.class_search import Ambiguous, resolve_one
 
     try:
-        return resolve_one(name, _top1_index(), what="top1")[0].wnid
+        return resolve_one(name, _top1_index(), what="Top-1 class")[0].wnid
     except Ambiguous as exc:
         raise BrowseError(str(exc)) from None
 
