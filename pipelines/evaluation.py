@@ -295,7 +295,10 @@ def detector_info(names: list[str], method_params: dict | None = None) -> dict[s
         if n not in DETECTORS:
             continue
         used = params_of(n, method_params)
-        settings = ", ".join(f"{p.name}={p.format(used[p.name])}" if used.get(p.name) is not None else f"{p.name}: {p.describe()}"
+        # a parameter the detector works out from the data (ViM's D) reads "auto" here; the value it
+        # took is in the result's notes (it can differ per model)
+        settings = ", ".join(f"{p.name}={p.format(used[p.name])}" if used.get(p.name) is not None
+                             else f"{p.name}=auto" + (f" ({p.source})" if p.source else "")
                              for p in DETECTORS[n].parameters)
         out[n] = {"label": DETECTORS[n].label, "paper": DETECTORS[n].paper, "settings": settings,
                   "reference": DETECTORS[n].reference}

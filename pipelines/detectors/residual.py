@@ -24,6 +24,8 @@ class Residual(Detector):
         head = require_head(head, "Residual")
         d = fit.features.shape[1]
         D = int(self.params["dim"] or principal_dim(d))
+        if not self.params["dim"]:
+            self.notes.append(f"dim={D}: ViM's rule for {d}-d features")
         if not 0 < D < d:
             raise DetectorError(f"Residual: principal dimension {D} must be between 1 and the feature dimension {d} - 1")
         self.u, _, eigvec = uncentred_eigh(fit, head)

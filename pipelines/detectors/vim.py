@@ -65,6 +65,8 @@ class ViM(Detector):
         head = require_head(head, "ViM")
         d = fit.features.shape[1]
         D = int(self.params["dim"] or principal_dim(d))
+        if not self.params["dim"]:
+            self.notes.append(f"dim={D}: the paper's rule for {d}-d features")
         if not 0 < D < d:
             raise DetectorError(f"ViM: principal dimension {D} must be between 1 and the feature dimension {d} - 1")
         if len(fit) <= D:

@@ -302,3 +302,20 @@ def test_mahalanobis_ensemble_over_layers_through_the_input_level_path(tmp_path)
     assert any("no input preprocessing" in n for n in det.notes)
     with pytest.raises(DetectorError, match="computed while extracting"):
         get_detector("mds_ensemble", stages=2).fit(Outputs(features=np.zeros((2, 2)), logits=np.zeros((2, 3)), labels=[0, 1]))
+
+
+def test_a_parameter_worked_out_from_the_data_reads_auto_and_its_value_is_noted():
+    """The evaluation page showed ViM's help text ("dim: principal dimension D (empty or 0: ...)")
+    where its other detectors show the value used; now "dim=auto (ViM's rule)", and the D the
+    rule gave for this model's features is in the result's notes."""
+    assert detector_info(["vim"])["vim"]["settings"] == "dim=auto (ViM's rule)"
+    assert detector_info(["vim"], {"vim": {"dim": 8}})["vim"]["settings"] == "dim=8"
+    rng = np.random.default_rng(0)
+    head = Head(weight=rng.normal(size=(5, 40)), bias=rng.normal(size=5))
+    x = rng.normal(size=(60, 40))
+    fit = Outputs(features=x, logits=head.logits(x))
+    # ViM's rule (Wang et al., CVPR 2022, sec. 4): D = 1000 if N >= 2048, 512 if N >= 768, else N / 2
+    for name in ("vim", "residual"):
+        det = get_detector(name).fit(fit, head)
+        assert det.notes == [f"dim=20: {'the paper' if name == 'vim' else 'ViM'}'s rule for 40-d features"], det.notes
+        assert get_detector(name, dim=8).fit(fit, head).notes == []
