@@ -293,13 +293,13 @@ def source_settings(request, source_id: int):
             if not 1 <= required <= 9:
                 raise ReviewError(f"reviews required must be between 1 and 9, not {required}")
             impact = review_settings_impact(source=source, reviews_required=required)
-            confirmed = request.POST.get("confirm") == f"{impact.before}-{impact.after}-{impact.reopen}-{impact.decide}"
+            confirmed = request.POST.get("confirm") == impact.token
             if impact.changes_decided_work and not confirmed:
                 # decided work would change: say what, with the counts, and ask (issue 31.2)
                 return render(request, "labeling_ui/review_settings_confirm.html",
                               {"source": source, "impact": impact, "post": {k: v for k, v in request.POST.items()
                                                                              if k not in ("csrfmiddlewaretoken", "confirm")},
-                               "token": f"{impact.before}-{impact.after}-{impact.reopen}-{impact.decide}"})
+                               "token": impact.token})
             review_settings_save(source=source, reviews_required=required,
                                  order=request.POST.get("order"), gold_rate=gold_rate,
                                  group_classes=bool(request.POST.get("group_classes")) if request.POST.get("group_classes_shown") else None,

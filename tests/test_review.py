@@ -427,3 +427,27 @@ def test_a_curator_sends_reviewed_images_back_and_excludes_others(tmp_path):
     assert "excluded_by_curator" in review_queue_sync(source=source).summary()
     assert images_include(image_ids=[done[2].image_id], user=cur).done == 1
     assert AuditLog.objects.filter(action__in=["image_requeued", "image_excluded", "image_included"]).count() == 4
+
+
+@pytest.mark.django_db
+def test_a_settings_change_counts_conflicts_apart_from_decided_images(tmp_path, role_groups):
+    """Raising reviews per image sends decided images and images in conflict back to the queue;
+    the confirmation counted both as "decided images re-opened" (the walk of issue 31: 161 said,
+    of which 13 were conflicts waiting for a curator). Now each is its own count and token part."""
+    from curation.services.review import review_settings_impact
+    from tests.review_data import queue_with_rows
+
+    source = queue_with_rows(tmp_path, n=6)
+    review_settings_save(source=source, reviews_required=2)
+    a1, a2 = (user_create_with_role(username=f"c{i}", password="pw", role=ANNOTATOR)[0] for i in (1, 2))
+    for n in range(3):  # both annotators see the same first images: two agree, one disagrees
+        x = review_next(user=a1, want=1)[0]
+        review_submit(user=a1, assignment_id=x.pk, decision="ood")
+        y = next(a for a in review_next(user=a2, want=6) if a.item_id == x.item_id)
+        review_submit(user=a2, assignment_id=y.pk, decision="id" if n == 0 else "ood", wnids=["n01440764"] if n == 0 else [])
+    assert ReviewItem.objects.filter(source=source, status="conflict").count() == 1
+    assert ReviewItem.objects.filter(source=source, status="complete").count() == 2
+    impact = review_settings_impact(source=source, reviews_required=3)
+    assert (impact.reopen, impact.conflicts, impact.decide) == (2, 1, 0)
+    assert impact.token == "2-3-2-0-1"
+    assert "re-opens 2 decided images" in impact.summary() and "sends 1 image in conflict back" in impact.summary()

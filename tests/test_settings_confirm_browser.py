@@ -64,7 +64,7 @@ def test_raising_reviews_per_image_shows_what_it_reopens_and_needs_a_confirmatio
     assert ReviewItem.objects.filter(source=source, status="complete").count() == 0
     assert ReviewItem.objects.filter(source=source, status="open", done=1, required=2).count() == 7
     log = AuditLog.objects.get(action="review_settings_changed")
-    assert log.data["confirmed"] == {"reviews_required": [1, 2], "reopened": 7, "decided": 0}
+    assert log.data["confirmed"] == {"reviews_required": [1, 2], "reopened": 7, "conflicts_reopened": 0, "decided": 0}
     assert log.actor == User.objects.get(username="cur")
     # back to 1: the 7 open images with one review each are decided at once: counted and confirmed too
     assert review_settings_impact(source=source, reviews_required=1).decide == 7

@@ -44,7 +44,6 @@ from curation.models import (
 )
 from curation.selectors import Scope, annotator_scope, class_policy, not_seen_by
 from curation.services.certification import certification_lease_orders, certification_quiet, certification_tick
-from pipelines.names import class_label
 from pipelines.review_order import class_runs
 
 SECONDS_CAP = 300.0  # a longer gap is a break, not work on the image
@@ -216,12 +215,18 @@ class SettingsImpact:
     """What a change of reviews per image does to work already decided (issue 31.2)."""
     before: int
     after: int
-    reopen: int  # decided images that go back to the queue for more reviews
+    reopen: int  # decided images (complete) that go back to the queue for more reviews
     decide: int  # open images that already have the reviews now required: decided at once
+    conflicts: int = 0  # images in conflict, waiting for a curator, that go back for more reviews instead
 
     @property
     def changes_decided_work(self) -> bool:
-        return bool(self.reopen or self.decide)
+        return bool(self.reopen or self.decide or self.conflicts)
+
+    @property
+    def token(self) -> str:
+        """What a confirmation must send back: the counts it was shown."""
+        return f"{self.before}-{self.after}-{self.reopen}-{self.decide}-{self.conflicts}"
 
     def summary(self) -> str:
         parts = []
@@ -229,6 +234,9 @@ class SettingsImpact:
             parts.append(f"re-opens {self.reopen} decided image{'s' if self.reopen != 1 else ''} (each goes back to the queue for "
                          f"{'more reviews' if self.after - self.before > 1 else 'one more review'}, and leaves the next export "
                          "until it is decided again)")
+        if self.conflicts:
+            parts.append(f"sends {self.conflicts} image{'s' if self.conflicts != 1 else ''} in conflict back for more reviews "
+                         "instead of adjudication")
         if self.decide:
             parts.append(f"decides {self.decide} open image{'s' if self.decide != 1 else ''} at once from the reviews "
                          "they already have")
@@ -247,9 +255,10 @@ def review_settings_impact(*, source: Source, reviews_required: int) -> Settings
     if reviews_required == before or not ReviewItem.objects.filter(source=source).exists():  # no queue: nothing to apply to
         return SettingsImpact(before, reviews_required, 0, 0)
     need = reviews_required + F("extra_reviews")
-    reopen = items.filter(status__in=[ReviewItem.Status.COMPLETE, ReviewItem.Status.CONFLICT]).filter(done__lt=need).count()
+    reopen = items.filter(status=ReviewItem.Status.COMPLETE).filter(done__lt=need).count()
+    conflicts = items.filter(status=ReviewItem.Status.CONFLICT).filter(done__lt=need).count()
     decide = items.filter(status=ReviewItem.Status.OPEN, done__gt=0).filter(done__gte=need).count()
-    return SettingsImpact(before, reviews_required, reopen, decide)
+    return SettingsImpact(before, reviews_required, reopen, decide, conflicts)
 
 
 def review_settings_save(*, source: Source, candidate_class: CandidateClass | None = None, reviews_required: int | None = None,
@@ -276,7 +285,7 @@ def review_settings_save(*, source: Source, candidate_class: CandidateClass | No
                        "reviews_required": obj.reviews_required, "order": obj.order, "gold_rate": obj.gold_rate,
                        "group_classes": obj.group_classes,
                        **({"confirmed": {"reviews_required": [impact.before, impact.after], "reopened": impact.reopen,
-                                         "decided": impact.decide}} if impact is not None else {})})
+                                         "conflicts_reopened": impact.conflicts, "decided": impact.decide}} if impact is not None else {})})
     review_queue_refresh_if_built(source=source, user=user)
     return obj
 
@@ -620,7 +629,7 @@ class RejectionImpact:
     """What rejecting a class does to work already done on its images (issue 31.2)."""
     class_label: str
     images: int  # its images in the review queue
-    decided_ood: int  # decided clean: they leave the next export
+    decided_ood: int  # decided clean: no later export carries them
     decided_other: int  # decided id/unclear, or in conflict
     open_reviewed: int  # open, with reviews already given: withdrawn with them
     reviews: int  # reviews recorded on its images (kept, no longer counted)
@@ -637,7 +646,7 @@ class RejectionImpact:
 
     def summary(self) -> str:
         return (f"Rejecting {self.class_label} takes its {self.images} images out of review and export: {self.decided_ood} decided "
-                f"clean leave the next export, {self.open_reviewed} open images with reviews leave the queue, and "
+                f"clean are no longer exportable, {self.open_reviewed} open images with reviews leave the queue, and "
                 f"{self.decided_other} decided id/unclear or in conflict no longer count ({self.reviews} reviews stay on record).")
 
     def as_dict(self) -> dict:
@@ -653,7 +662,7 @@ def class_rejection_impact(*, candidate_class: CandidateClass) -> RejectionImpac
     items = ReviewItem.objects.filter(candidate_class=candidate_class)
     final = items.filter(status__in=ReviewItem.FINAL)
     return RejectionImpact(
-        class_label=class_label(candidate_class.wnid, candidate_class.synset_name, candidate_class.folder),
+        class_label=candidate_class.label,
         images=items.count(), decided_ood=final.filter(final_decision=ReviewDecision.OOD).count(),
         decided_other=final.exclude(final_decision=ReviewDecision.OOD).count() + items.filter(status=ReviewItem.Status.CONFLICT).count(),
         open_reviewed=items.filter(status=ReviewItem.Status.OPEN, done__gt=0).count(),
