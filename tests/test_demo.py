@@ -431,3 +431,20 @@ def test_a_curator_certifies_the_demos_unreviewed_images_and_exports_with_the_ce
             certify_on_the_demo(url, data, browser)
         finally:
             browser.close()
+
+
+def test_the_demo_on_a_new_data_folder_says_what_is_missing_before_building_anything(tmp_path):
+    """`manage.py demo` alone on a new OODC_DATA_DIR built composites for two minutes, then
+    stopped on the missing tables, then on missing WordNet (the walk of issue 31): it now checks
+    both first, in one line each, and writes nothing."""
+    env = {**os.environ, "OODC_DATA_DIR": str(tmp_path), "NLTK_DATA": str(tmp_path / "nltk_data")}
+    env.pop("DATABASE_URL", None)
+    first = subprocess.run([sys.executable, "manage.py", "demo", "--no-serve"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert first.returncode == 1 and "Traceback" not in first.stderr
+    assert first.stderr.strip().splitlines() == [f"CommandError: the database ({tmp_path / 'db.sqlite3'}) is not migrated: "
+                                                 "run `python manage.py migrate` first (scripts/demo.sh does it)"]
+    subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=REPO, env=env, check=True, timeout=300)
+    second = subprocess.run([sys.executable, "manage.py", "demo", "--no-serve"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert second.returncode == 1 and len(second.stderr.strip().splitlines()) == 1
+    assert "WordNet 3.0 is not provisioned" in second.stderr and "manage.py setup_wordnet" in second.stderr
+    assert not (tmp_path / "demo").exists()

@@ -12,6 +12,28 @@ from curation.models import ReviewItem, Source
 from curation.services.review import review_items_set_gold, review_next, review_settings_save, review_submit
 
 
+def demo_preflight() -> str:
+    """What would stop the demo part-way, found before it builds anything (two minutes of
+    composites): the database's tables and WordNet. '' when both are ready, else one line with
+    the fix (``scripts/demo.sh`` does both steps; ``manage.py demo`` alone on a new
+    OODC_DATA_DIR does not)."""
+    from django.conf import settings
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    from pipelines.wordnet import WordNetUnavailable, load_wordnet
+
+    executor = MigrationExecutor(connection)
+    if executor.migration_plan(executor.loader.graph.leaf_nodes()):
+        where = settings.DATABASES["default"].get("NAME", "")
+        return f"the database ({where}) is not migrated: run `python manage.py migrate` first (scripts/demo.sh does it)"
+    try:
+        load_wordnet(settings.NLTK_DATA)
+    except WordNetUnavailable as exc:
+        return str(exc).splitlines()[0]
+    return ""
+
+
 def demo_reviews_record(*, user: User, answer: Callable[[str], tuple[str, list[str]]], leave_folders: set[str] = frozenset()) -> Counter:
     """Have ``user`` review every image they are served, deciding by ``answer(relative_path)``;
     images of ``leave_folders`` are skipped (left for people to review in the browser)."""

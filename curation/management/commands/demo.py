@@ -8,7 +8,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from curation import selectors
 from curation.models import EvaluationRun, Source
-from curation.services.demo import demo_gold_set, demo_planted_census, demo_reviews_record
+from curation.services.demo import demo_gold_set, demo_planted_census, demo_preflight, demo_reviews_record
 from curation.services.review import review_queue_sync
 from curation.services.users import users_create_demo
 from fixtures.real_photos import MAX_ID_CLASSES, MIN_ID_ACCURACY, RealPhotosUnavailable, generate_real_demo, read_answer_key, stamp_table
@@ -57,6 +57,9 @@ class Command(BaseCommand):
         out = self.stdout
         if not 1 <= per_class <= 100:
             raise CommandError(f"--per-class {per_class}: give 1 to 100 composites per class")
+        problem = demo_preflight()
+        if problem:
+            raise CommandError(problem)
         started = time.monotonic()
         root = Path(data or settings.DATA_DIR / "demo")
         model_name = settings.DEFAULT_MODEL
