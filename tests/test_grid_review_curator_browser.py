@@ -216,8 +216,11 @@ def test_embedding_map_made_as_a_job_box_and_lasso_open_the_selection(real_pool,
     page.click("#map-link")
     page.select_option("#map-source select[name=source]", str(real_pool.pk))
     page.click("#map-source button[type=submit]")
-    with page.expect_navigation(timeout=300000):  # tests run jobs in the request: UMAP (umap-learn) over the real features
-        page.click("#make-map")
+    # tests run jobs in the request: UMAP (umap-learn) over the real features. The click waits for
+    # the navigation it starts, so it gets the same bound: in a new .venv numba compiles UMAP's
+    # functions on this first use, which took over the click's default 30 s on a 2-core machine
+    with page.expect_navigation(timeout=300000):
+        page.click("#make-map", timeout=300000)
     page.wait_for_function("document.querySelector('#map') && document.querySelector('#map').dataset.ready === '1'", timeout=240000)
     job = Job.objects.get(kind="embedding_map")
     assert job.status == "done" and job.config["method"] == "umap" and job.source == real_pool
