@@ -205,11 +205,12 @@ def duplicate_group_page(request, image_id: int):
                 duplicate_override_clear(image_id=target, user=request.user)
                 messages.success(request, f"Image {target}: the duplicate search's own result holds again.")
             elif action == "confirm":
+                nxt = request.POST.get("next", "")  # the next group needing attention, as the page offered it
+                then = object_id(nxt, "next") if nxt else None
                 duplicate_override_set(image_id=target, action=action, note=request.POST.get("note", ""), user=request.user)
                 messages.success(request, f"The group of image {target} is confirmed as the search made it (undo: U on image {target}).")
-                nxt = request.POST.get("next", "")
-                if nxt:  # the next group needing attention, as the page offered it
-                    return redirect(reverse("labeling_ui:duplicate_group", args=[object_id(nxt, "next")]))
+                if then is not None:
+                    return redirect(reverse("labeling_ui:duplicate_group", args=[then]))
             else:
                 o = duplicate_override_set(image_id=target, action=action, note=request.POST.get("note", ""), user=request.user)
                 messages.success(request, f"Image {target}: {o.get_action_display()} recorded; the review queue and the next export follow it.")
