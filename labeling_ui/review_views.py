@@ -317,12 +317,7 @@ def _adjudication_state(request, item=None) -> dict:
     from curation.selectors import adjudication as adj
 
     item = item or adj.next_conflict()
-    payload = adj.adjudication_payload(item) if item is not None else None
-    if payload is not None:
-        # a gold image in conflict (requeued after it became gold): the decision recorded here becomes the
-        # answer annotators are checked against, and the screen says so
-        payload["gold"] = item.is_gold
-    return {"item": payload, "waiting": adj.conflicts_waiting(),
+    return {"item": adj.adjudication_payload(item) if item is not None else None, "waiting": adj.conflicts_waiting(),
             "undoable": len(adj.adjudications_undoable(user=request.user, limit=50))}
 
 

@@ -36,7 +36,9 @@ def adjudication_payload(item: ReviewItem) -> dict:
     from curation.models import Assignment
     from curation.selectors.review import review_payload
 
-    fake = Assignment(item_id=item.pk, is_gold=False, expires_at=item.created_at)
+    # a gold image in conflict (requeued after it became gold) shows as gold: the decision recorded
+    # here becomes the answer annotators are checked against
+    fake = Assignment(item_id=item.pk, is_gold=item.is_gold, expires_at=item.created_at)
     p = review_payload([fake], model_name=settings.DEFAULT_MODEL)[0]
     reviews = list(item.reviews.filter(is_gold=False).select_related("annotator").order_by("created_at", "id"))
     wnids = {w for r in reviews for w in (r.id_wnids or [])}

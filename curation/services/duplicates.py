@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from curation.audit import audit_record
 from curation.models import DuplicateOverride, Image, ImageEmbedding, ReviewItem, Source
+from curation.selectors.duplicates import duplicate_group_decided
 from curation.services.image_pipeline import duplicate_overrides_of, effective_memberships, load_features
 from curation.services.review import review_queue_refresh_if_built
 from pipelines.near_dups import CONFIRM, KEEP, NOT_DUPLICATE, normalise, pixel_difference, pixel_signature
@@ -63,8 +64,7 @@ def duplicate_override_set(*, image_id: int, action: str, note: str = "", model_
                 raise DuplicateError(f"image {image_id} is in no duplicate group: there is nothing to confirm")
             if e.dup_group != image_id:
                 raise DuplicateError(f"image {image_id} is not the one its group keeps (image {e.dup_group} is): confirm the group there")
-            members = ImageEmbedding.objects.filter(model_name=model_name, search_group=e.search_group).values("image_id")
-            if DuplicateOverride.objects.filter(model_name=model_name, image_id__in=members).exists():
+            if duplicate_group_decided(raw_group=e.search_group, model_name=model_name):
                 raise DuplicateError(f"the group of image {image_id} is already decided by a correction; undo it (U) first to confirm the search's own result")
         elif action == KEEP:
             if e.drop_reason.startswith("duplicate_of_id:"):

@@ -1,7 +1,7 @@
 import numpy as np
 
 from . import OPENOOD, Detector, DetectorError, Head, Outputs, Param, register_detector, require_head
-from .vim import principal_dim, uncentred_eigh
+from .vim import principal_dim_of, uncentred_eigh
 
 
 @register_detector
@@ -23,9 +23,7 @@ class Residual(Detector):
     def fit(self, fit: Outputs, head: Head | None = None) -> Detector:
         head = require_head(head, "Residual")
         d = fit.features.shape[1]
-        D = int(self.params["dim"] or principal_dim(d))
-        if not self.params["dim"]:
-            self.notes.append(f"dim={D}: ViM's rule for {d}-d features")
+        D = principal_dim_of(self, d, "ViM's rule")
         if not 0 < D < d:
             raise DetectorError(f"Residual: principal dimension {D} must be between 1 and the feature dimension {d} - 1")
         self.u, _, eigvec = uncentred_eigh(fit, head)

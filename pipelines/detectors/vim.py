@@ -43,6 +43,16 @@ def principal_dim(d: int) -> int:
     return d // 2
 
 
+def principal_dim_of(detector: Detector, d: int, rule: str) -> int:
+    """The principal dimension ``detector`` uses for ``d``-d features: its ``dim`` parameter, or
+    ViM's rule (noted with the results, since it differs per model)."""
+    if detector.params["dim"]:
+        return int(detector.params["dim"])
+    D = principal_dim(d)
+    detector.notes.append(f"dim={D}: {rule} for {d}-d features")
+    return D
+
+
 @register_detector
 class ViM(Detector):
     """Virtual-logit matching (Wang et al., CVPR 2022). Features are offset by the origin
@@ -64,9 +74,7 @@ class ViM(Detector):
     def fit(self, fit: Outputs, head: Head | None = None) -> Detector:
         head = require_head(head, "ViM")
         d = fit.features.shape[1]
-        D = int(self.params["dim"] or principal_dim(d))
-        if not self.params["dim"]:
-            self.notes.append(f"dim={D}: the paper's rule for {d}-d features")
+        D = principal_dim_of(self, d, "the paper's rule")
         if not 0 < D < d:
             raise DetectorError(f"ViM: principal dimension {D} must be between 1 and the feature dimension {d} - 1")
         if len(fit) <= D:
