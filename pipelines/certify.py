@@ -57,7 +57,9 @@ from typing import Literal, Sequence
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy import special, stats
+
+# scipy.special and scipy.stats are imported in the functions that use them: at import they added
+# over a second to the start of every command, worker and web process (the admin imports this).
 
 Prior = Literal["shared", "product"]
 PRIORS: tuple[str, ...] = ("shared", "product")
@@ -190,6 +192,7 @@ def interleave(counts: Sequence[int], *, offset: Sequence[int] | None = None) ->
 def log_sample_likelihood(n_pop: int, t: int, s: int, counts: IntArray | Sequence[int]) -> FloatArray:
     """log P(one ordered sample of t images, s of them ID | N, T) for each T in ``counts``:
     log([T]_s [N-T]_{t-s} / [N]_t); -inf where T cannot have produced it."""
+    from scipy import special
     T = np.asarray(counts, dtype=np.float64)
     ok = (T >= s) & (n_pop - T >= t - s)
     Tc = np.where(ok, T, float(s))
@@ -204,6 +207,7 @@ def wor_cs_upper(n_pop: int, t: int, s: int, alpha: float, *, a: float = 1.0, b:
     the number of ID images T in a population of N, after t draws without replacement holding s,
     with a beta-binomial(N, a, b) prior: the largest T with L_t(T) > alpha * m_t, where
     m_t = B(a + s, b + t - s) / B(a, b) is the prior's predictive probability of the sequence."""
+    from scipy import special
     _check_counts(n_pop, t, s, alpha)
     log_m = special.betaln(a + s, b + t - s) - special.betaln(a, b)
     T = np.arange(s, n_pop - (t - s) + 1)
@@ -214,6 +218,7 @@ def wor_cs_upper(n_pop: int, t: int, s: int, alpha: float, *, a: float = 1.0, b:
 def hypergeom_upper(n_pop: int, n: int, k: int, alpha: float) -> int:
     """Exact upper bound for a sample of size n fixed in advance and looked at once: the largest
     T for which seeing k or fewer ID images has probability above alpha."""
+    from scipy import stats
     _check_counts(n_pop, n, k, alpha)
     T = np.arange(k, n_pop - (n - k) + 1)
     keep = stats.hypergeom.cdf(k, n_pop, T, n) > alpha
@@ -222,6 +227,7 @@ def hypergeom_upper(n_pop: int, n: int, k: int, alpha: float) -> int:
 
 def clopper_pearson_upper(n: int, k: int, alpha: float) -> float:
     """One-sided Clopper-Pearson upper bound on a rate (k of n, an infinite population)."""
+    from scipy import stats
     if n <= 0 or not 0 <= k <= n:
         raise CertifyError(f"Clopper-Pearson needs 0 <= found <= reviewed and reviewed > 0, not {k} of {n}")
     return 1.0 if k >= n else float(stats.beta.ppf(1 - alpha, k + 1, n - k))
@@ -261,6 +267,7 @@ SHARED_KAPPA = (10.0, 100.0, 1000.0, np.inf)  # how closely strata follow the cu
 def shared_rates(covariate: FloatArray) -> FloatArray:
     """The curves of the ``shared`` prior: one row of stratum rates expit(a + b * covariate) per
     (a, b) on the grid (one stratum: a alone)."""
+    from scipy import special
     x = np.asarray(covariate, dtype=np.float64)
     bs = SHARED_B if len(x) > 1 else SHARED_B[:1]
     a, b = np.meshgrid(SHARED_A, bs, indexing="ij")
@@ -272,6 +279,7 @@ def _shared_loglik(t: FloatArray, s: FloatArray, covariate: FloatArray) -> tuple
     samples seen. Given a curve, stratum h's rate is Beta(kappa m_h, kappa (1 - m_h)) around the
     curve's m_h (a beta-Bernoulli likelihood), or exactly m_h for kappa = inf, so a stratum may
     leave the curve at a price."""
+    from scipy import special
     m = shared_rates(covariate)
     out = []
     for k in SHARED_KAPPA:
@@ -289,6 +297,7 @@ def log_predictive(t: IntArray, s: IntArray, *, prior: Prior = "shared", covaria
     together). A population whose items are ID with probability p, sampled without replacement,
     gives independent Bernoulli(p) draws, so for a mixture of such populations m_t is the same
     mixture of Bernoulli (or beta-Bernoulli) likelihoods."""
+    from scipy import special
     tf = np.asarray(t, dtype=np.float64)
     sf = np.asarray(s, dtype=np.float64)
     if prior == "product":
@@ -415,6 +424,7 @@ def log_ratio_at(sizes: IntArray, labels_seen: IntArray, x_seen: IntArray, true_
                  prior: Prior = "shared", covariate: FloatArray | None = None) -> FloatArray:
     """log R_t(T) after every review t = 1..n, for a given split T (benchmarks and tests: if it
     stays below log(1/alpha) at every t, the bound held at every t)."""
+    from scipy import special
     H = len(sizes)
     n = len(labels_seen)
     onehot = np.zeros((n, H))
@@ -439,6 +449,7 @@ def log_ratio_at(sizes: IntArray, labels_seen: IntArray, x_seen: IntArray, true_
 
 def _shared_log_m_path(labels_seen: IntArray, x_seen: IntArray, covariate: FloatArray, n_strata: int) -> FloatArray:
     """log m_t of the shared prior after every review, updated one draw at a time."""
+    from scipy import special
     m = shared_rates(np.asarray(covariate, dtype=np.float64))
     parts = []
     for k in SHARED_KAPPA:

@@ -14,8 +14,10 @@ echo "==> ruff check, lint-imports, mypy"
 .venv/bin/ruff check .
 .venv/bin/lint-imports --no-cache
 .venv/bin/mypy
+# on ${OODC_TEST_WORKERS:-2} processes (pytest-xdist), a test file at a time on one of them (tests/conftest.py
+# gives each process its own test database, Redis database and data folders); -n 0 runs them in this one
 set +e
-.venv/bin/python -m pytest "$@"
+.venv/bin/python -m pytest -n "${OODC_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder "$@"
 rc=$?
 set -e
 [ "$rc" = 5 ] && { echo "pytest collected no tests" >&2; exit 1; }

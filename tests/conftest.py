@@ -19,6 +19,61 @@ FAST_MODEL = "efficientnet_lite0"
 os.environ.setdefault("OODC_MODEL", FAST_MODEL)
 
 
+def _keep_xdist_workers_apart() -> None:
+    """scripts/test.sh runs the suite on several processes (pytest-xdist, `-n`). pytest-django
+    gives each its own test database (test_oodc_gw0, ...); this gives each its own Redis
+    database (TEST_REDIS_URL's number minus the worker's index, so the Celery workers that one
+    process's integration tests start never take another's tasks) and its own data folder for
+    what the app writes by default (feature shards and exports are named by row ids, which the
+    processes' databases repeat; covariate-shift sources go under the first allowed root). Set
+    here, at import, in this process's settings, and in the environment for the commands and
+    workers its tests start (with this process's WordNet and secret key)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker:
+        return
+    index = int(worker.removeprefix("gw"))
+    url = os.environ.get("TEST_REDIS_URL")
+    if url:
+        base, _, db = url.rpartition("/")
+        number = int(db or 0) - index
+        if number < 1:  # 0 is the development broker's
+            raise pytest.UsageError(f"TEST_REDIS_URL={url} leaves no Redis database for xdist worker {worker}: "
+                                    "use a higher database number or fewer workers (-n)")
+        os.environ["TEST_REDIS_URL"] = f"{base}/{number}"
+    root = REPO / "var" / "test-workers" / worker
+    root.mkdir(parents=True, exist_ok=True)
+    os.environ.update({"OODC_DATA_DIR": str(root), "NLTK_DATA": str(settings.NLTK_DATA),
+                       "DJANGO_SECRET_KEY": os.environ.get("DJANGO_SECRET_KEY") or settings.SECRET_KEY})
+    for name in ("OODC_FEATURE_STORE", "OODC_EXPORT_ROOT", "OODC_EVAL_ROOT", "OODC_THUMBNAIL_DIR", "OODC_MEDIA_ROOT",
+                 "OODC_SOURCE_ROOTS"):
+        os.environ.pop(name, None)  # under the worker's data folder, as the app's defaults put them
+    settings.DATA_DIR = root
+    settings.FEATURE_STORE, settings.EXPORT_ROOT, settings.EVAL_ROOT = root / "features", root / "exports", root / "evaluations"
+    settings.THUMBNAIL_DIR, settings.MEDIA_ROOT = root / "thumbs", root / "media"
+    settings.SOURCE_ALLOWED_ROOTS = [(root / "sources").resolve()]
+
+
+_keep_xdist_workers_apart()
+
+# The files that take longest, longest first (minutes on the 2-core VM with two processes, 2026-11-27).
+# scripts/test.sh hands out whole files in collection order (--dist loadfile --no-loadscope-reorder):
+# started first, these run beside everything else instead of being the last files left.
+LONGEST_FIRST = (
+    "tests/test_demo.py",  # the demo itself, then Chromium on it: about 9 min
+    "tests/test_route_fuzz.py",  # about 7
+    "tests/integration/test_kill_resume.py",  # about 4
+    "tests/integration/test_celery_worker.py",  # about 3
+)
+
+
+@pytest.hookimpl(trylast=True)  # after pytest-django's own order (transactional tests last)
+def pytest_collection_modifyitems(config, items):
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return  # one process: nothing runs beside anything, the order changes nothing
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))  # stable: the rest keep their order
+
+
 @pytest.fixture(autouse=True)
 def _jobs_finish_in_the_request(settings):
     """Without a broker the web app runs queued jobs on a background thread; tests in this
@@ -98,21 +153,47 @@ def real_photo(name: str, package: str = "skimage") -> Path:
     return package_data_file(package, name)
 
 
-@pytest.fixture
-def role_groups(db):
-    """The role groups and their permissions, as the migrations make them. A transactional test
-    (real commits) starts after an earlier one's flush has emptied every table, so it re-runs
-    the migrations' data functions (each is idempotent)."""
+ROLE_MIGRATIONS = ("0002_role_groups", "0004_class_filter_permissions", "0006_image_pipeline_permissions", "0008_review_permissions",
+                   "0010_export_permissions", "0012_evaluation_permissions")
+_role_apps = []  # the migrations' own view of the models, built once
+
+
+def make_role_groups() -> None:
+    """Re-run the migrations' data functions that make the role groups and grant their
+    permissions (each is idempotent)."""
     import importlib
 
     from django.db import connection
     from django.db.migrations.loader import MigrationLoader
 
-    apps = MigrationLoader(connection).project_state(("curation", "0012_evaluation_permissions")).apps  # the migrations' own view
-    for name in ("0002_role_groups", "0004_class_filter_permissions", "0006_image_pipeline_permissions", "0008_review_permissions",
-                 "0010_export_permissions", "0012_evaluation_permissions"):
+    if not _role_apps:
+        _role_apps.append(MigrationLoader(connection).project_state(("curation", "0012_evaluation_permissions")).apps)
+    for name in ROLE_MIGRATIONS:
         module = importlib.import_module(f"curation.migrations.{name}")
-        (getattr(module, "create_groups", None) or module.grant)(apps, None)
+        (getattr(module, "create_groups", None) or module.grant)(_role_apps[0], None)
+
+
+@pytest.fixture
+def role_groups(db):
+    """The role groups and their permissions, as the migrations make them. A transactional test
+    (real commits) starts after an earlier one's flush has emptied every table, so it re-runs
+    the migrations' data functions."""
+    make_role_groups()
+
+
+@pytest.fixture(autouse=True)
+def _role_groups_survive_flushes(request):
+    """A transactional test ends by flushing every table, the migrations' role groups with them.
+    Run on one process, pytest-django puts those tests after all the others; on several
+    (scripts/test.sh, pytest-xdist a file at a time), a file of ordinary database tests may follow
+    one that flushed, on the same test database: the groups are made again for it first."""
+    if not (request.node.get_closest_marker("django_db") or "_django_db_helper" in request.fixturenames):
+        return
+    request.getfixturevalue("_django_db_helper")
+    from django.contrib.auth.models import Group
+
+    if not Group.objects.exists():
+        make_role_groups()
 
 
 # -- real Chromium (Debian's, through Playwright) for the browser tests ----------------------------
