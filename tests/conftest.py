@@ -55,12 +55,13 @@ def _keep_xdist_workers_apart() -> None:
 
 _keep_xdist_workers_apart()
 
-# The files that take longest, longest first (minutes on the 2-core VM with two processes, 2026-11-27).
+# The files that take longest, longest first (minutes each took in the whole suite on two processes on
+# the 2-core VM, 2026-11-27).
 # scripts/test.sh hands out whole files in collection order (--dist loadfile --no-loadscope-reorder):
 # started first, these run beside everything else instead of being the last files left.
 LONGEST_FIRST = (
-    "tests/test_demo.py",  # the demo itself, then Chromium on it: about 9 min
-    "tests/test_route_fuzz.py",  # about 7
+    "tests/test_demo.py",  # the demo itself (9 of them), then Chromium on it: about 11 min
+    "tests/test_route_fuzz.py",  # about 7 (before its fingerprints were reused)
     "tests/integration/test_kill_resume.py",  # about 4
     "tests/integration/test_celery_worker.py",  # about 3
 )
