@@ -225,3 +225,11 @@ def browser_login(page, base, user, next_url):
     page.wait_for_url(re.compile(re.escape(next_url) + "$"))
 
 
+def follow(page, selector: str) -> None:
+    """Click a link or a submit button and return once the page it leads to has loaded. A bare
+    click returns when the navigation commits, which can be before the new page's body is parsed:
+    a CI run read an empty image grid right after the page jump's Go."""
+    with page.expect_navigation(wait_until="load"):
+        page.click(selector)
+
+

@@ -28,7 +28,7 @@ from curation.models import (
 from curation.roles import ANNOTATOR, CURATOR, RESEARCHER
 from curation.services.review import review_cache_clear, review_next, review_queue_sync, review_settings_save, review_submit
 from curation.services.users import user_create_with_role
-from tests.conftest import SHOTS, browser_login
+from tests.conftest import SHOTS, browser_login, follow
 from tests.review_data import KEPT_CLASSES, ingest, queue_with_rows, write_candidates
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -116,11 +116,11 @@ def test_browser_filters_pages_and_acts_on_a_selection(pool, live_server, browse
         seen += [int(x) for x in page.eval_on_selector_all("#grid li.tile", "els => els.map(e => e.dataset.image)")]
         if not page.query_selector("#next-page"):
             break
-        page.click("#next-page")
+        follow(page, "#next-page")
     assert sorted(seen) == sorted(Image.objects.filter(source=pool).values_list("id", flat=True)) and len(seen) == len(set(seen))
     # sorted by similarity to the ID images: the values shown go down, and match the database
     page.select_option("select[name=sort]", "-similarity")
-    page.click("#apply-filters")
+    follow(page, "#apply-filters")
     shown = [int(x) for x in page.eval_on_selector_all("#grid li.tile", "els => els.map(e => e.dataset.image)")]
     sims = dict(ImageEmbedding.objects.filter(image_id__in=shown).values_list("image_id", "nearest_id_similarity"))
     assert [sims[i] for i in shown] == sorted(sims.values(), reverse=True)

@@ -18,7 +18,7 @@ from curation.services.browse import images_label
 from curation.services.review import review_adjudicate, review_cache_clear, review_next, review_queue_sync, review_settings_save, review_submit
 from curation.services.users import user_create_with_role
 from pipelines.class_search import ClassIndex, SearchEntry
-from tests.conftest import SHOTS, browser_login
+from tests.conftest import SHOTS, browser_login, follow
 from tests.review_data import fake_predictions, ingest, write_candidates
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -110,7 +110,7 @@ def test_filters_by_name_annotator_note_and_decision_source(pool, live_server, b
     _both_sizes(page, "browse-class-typeahead")
     page.press("input[name=cls_name]", "Enter")
     assert page.input_value("input[name=cls_name]").startswith("crossword puzzle (n06785654)")
-    page.click("#apply-filters")
+    follow(page, "#apply-filters")
     page.wait_for_selector("#grid")
     crossword = CandidateClass.objects.get(source=pool, wnid=CLASSES[0])
     q = _query(page)
@@ -131,7 +131,7 @@ def test_filters_by_name_annotator_note_and_decision_source(pool, live_server, b
     page.press("input[name=top1_name]", "Enter")
     page.wait_for_function(f"document.querySelector('input[name=top1]').value === '{ESPRESSO}'")
     assert page.input_value("input[name=top1_name]") == "espresso"
-    page.click("#apply-filters")
+    follow(page, "#apply-filters")
     page.wait_for_selector("#grid")
     assert _query(page)["top1"] == ESPRESSO
     want = set(ImageEmbedding.objects.filter(top1_wnid=ESPRESSO).values_list("image_id", flat=True))
@@ -182,18 +182,18 @@ def test_numbered_pages_jump_and_previous_next_on_the_image_page(pool, live_serv
     assert "page 1 of 5" in page.inner_text("#page-of") and page.input_value("select[name=size]") == "4"
     _fits(page)
     page.screenshot(path=str(SHOTS / "browse-pages-1366x768.png"), full_page=True)
-    page.click("#next-page")
+    follow(page, "#next-page")
     assert _tiles(page) == order[4:8] and "after" in _query(page) and _query(page)["page"] == "2"
-    page.click("#pager .numbers a[data-page='4']")
+    follow(page, "#pager .numbers a[data-page='4']")
     assert _tiles(page) == order[12:16]
-    page.click("#prev-page")  # backwards by cursor from the page's first image
+    follow(page, "#prev-page")  # backwards by cursor from the page's first image
     assert _tiles(page) == order[8:12] and _query(page)["page"] == "3" and "before" in _query(page)
     assert "page 3 of 5" in page.inner_text("#page-of")
-    page.click("#prev-page")
-    page.click("#prev-page")
+    follow(page, "#prev-page")
+    follow(page, "#prev-page")
     assert _tiles(page) == order[0:4] and page.query_selector("#prev-page") is None  # back at the first page
     page.fill("#jump input[name=page]", "5")
-    page.click("#jump-button")
+    follow(page, "#jump-button")
     assert _tiles(page) == order[16:18] and _query(page)["sort"] == "-similarity"
     page.goto(base + "&page=9")
     assert "There is no page 9: the last is page 5" in page.inner_text("#no-images")
@@ -202,7 +202,7 @@ def test_numbered_pages_jump_and_previous_next_on_the_image_page(pool, live_serv
     in_class = [i for i in order if Image.objects.get(pk=i).candidate_class_id == crossword.pk]
     page.goto(f"{live_server.url}/curate/images/?cls={crossword.pk}&sort=-similarity&size=4&page=2")
     assert _tiles(page) == in_class[4:6]
-    page.click(f"#grid li.tile[data-image='{in_class[4]}'] a")
+    follow(page, f"#grid li.tile[data-image='{in_class[4]}'] a")
     page.wait_for_selector("#steps")
     page.keyboard.press("ArrowRight")
     page.wait_for_url(re.compile(rf"/curate/images/{in_class[5]}/"))
@@ -213,7 +213,7 @@ def test_numbered_pages_jump_and_previous_next_on_the_image_page(pool, live_serv
     page.click("#prev-image")
     page.wait_for_url(re.compile(rf"/curate/images/{in_class[3]}/"))
     _both_sizes(page, "image-detail-steps")
-    page.click("#back-to-list")
+    follow(page, "#back-to-list")
     assert _tiles(page)[0] == in_class[0]
     assert not errors, errors
 
