@@ -10,8 +10,10 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
 from django.http import FileResponse, Http404, HttpResponse, HttpResponseNotModified, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils.http import quote_etag
 from django.views.decorators.http import require_GET, require_POST
 
@@ -24,6 +26,7 @@ from curation.services.class_filter import (
     candidate_class_keep_unmapped,
     candidate_class_map,
     class_decisions_resolve,
+    flagged_classes_accept,
 )
 from curation.services.renditions import VARIANTS, RenditionError, rendition, thumbnail_data_urls
 from curation.services.review import (
@@ -385,48 +388,116 @@ def api_adjudicate_undo(request):
     return JsonResponse({**state, "undone": {"item": item.pk, "image": item.image_id, "status": item.status}})
 
 
+CLASSES_PER_PAGE = 20
+
+
+def _classes_filters(params) -> dict:
+    """The flagged-classes screen's filters from a query: ``source`` (a source id), ``reason``
+    (one of ``FLAG_REASONS``), ``q`` (text in the class's name, folder or wnid). ValueError
+    names a bad one."""
+    raw_source = params.get("source", "").strip()
+    reason = params.get("reason", "").strip()
+    if reason and reason not in selectors.FLAG_REASONS:
+        raise ValueError(f"reason={reason[:40]!r} is not one of {', '.join(selectors.FLAG_REASONS)}")
+    text = params.get("q", "").strip()
+    if len(text) > 200:
+        raise ValueError("q is longer than 200 characters")
+    return {"source_id": object_id(raw_source, "source") if raw_source else None, "reason": reason, "text": text}
+
+
+def _classes_url(filters: dict, page: int = 1) -> str:
+    from urllib.parse import urlencode
+
+    query = urlencode({k: v for k, v in (("source", filters["source_id"] or ""), ("reason", filters["reason"]), ("q", filters["text"]),
+                                         ("page", page if page > 1 else "")) if v})
+    return reverse("labeling_ui:review_classes") + (f"?{query}" if query else "")
+
+
 @role_required(CURATOR)
 def classes(request):
+    try:
+        filters = _classes_filters(request.GET)
+        raw_page = request.GET.get("page", "").strip()
+        page_number = whole_number(raw_page, "page", lo=1, hi=10**9) if raw_page else 1
+    except ValueError as exc:
+        return render(request, "labeling_ui/review_classes.html", {"error": str(exc), "entries": [], "filters": {}}, status=400)
+    back = _classes_url(filters, page_number)
     if request.method == "POST":
-        kind, verdict, note = request.POST.get("kind"), request.POST.get("verdict"), request.POST.get("note", "")
-        try:
-            pk = object_id(request.POST.get("pk", ""), "pk")
-            if kind == "flag":
-                d = get_object_or_404(ClassDecision.objects.select_related("candidate_class__source"), pk=pk)
-                source = d.candidate_class.source
-                unmapped = not d.candidate_class.wnid
-                if verdict == "map":
-                    run = candidate_class_map(decision_id=pk, wnid=request.POST.get("wnid", ""), note=note, user=request.user)
-                    messages.success(request, f"{d.candidate_class.folder} is mapped to {request.POST.get('wnid', '').strip()}; the class filter "
-                                              f"runs again on {source.name} (run {run.pk}) to judge it like any other class.")
-                    return redirect("labeling_ui:review_classes")
-                if verdict == "keep_unmapped":
-                    candidate_class_keep_unmapped(decision_id=pk, description=request.POST.get("description", ""), user=request.user)
-                elif unmapped and verdict == "accept":
-                    raise ReviewError("this folder has no WordNet synset: map it to a noun (search), or keep it unmapped with a description "
-                                      "annotators will read")
-                else:
-                    impact = _rejection_needs_confirmation(request, d.candidate_class, verdict)
-                    if isinstance(impact, HttpResponse):
-                        return impact
-                    class_decisions_resolve(decision_ids=[pk], resolution={"accept": "keep", "reject": "remove"}[verdict], note=note,
-                                            user=request.user, impact=impact.as_dict() if impact else None)
+        return _classes_post(request, back)
+    waiting = selectors.flagged_classes(samples=0)
+    matching = selectors.flagged_classes_matching(waiting, **filters)
+    pages = Paginator(matching, CLASSES_PER_PAGE)
+    page = pages.page(min(page_number, pages.num_pages))  # the page after its last class was decided shows the last one
+    entries = selectors.flagged_class_samples(list(page.object_list))
+    sources = sorted({e["source"].pk: e["source"] for e in waiting}.values(), key=lambda s: s.name)
+    reasons = [(key, label, sum(1 for e in waiting if key in e["reasons"])) for key, label in selectors.FLAG_REASONS.items()]
+    numbers = [(n, _classes_url(filters, n) if isinstance(n, int) else "") for n in
+               (pages.get_elided_page_range(page.number, on_each_side=2, on_ends=1) if pages.num_pages > 1 else [])]
+    return render(request, "labeling_ui/review_classes.html", {
+        "entries": entries, "waiting": len(waiting), "matching": len(matching), "page": page, "numbers": numbers,
+        "filters": filters, "filtered": any(filters.values()), "sources": sources, "reasons": reasons, "back": back,
+        "prev_url": _classes_url(filters, page.number - 1) if page.has_previous() else "",
+        "next_url": _classes_url(filters, page.number + 1) if page.has_next() else ""})
+
+
+def _classes_post(request, back: str):
+    kind, verdict, note = request.POST.get("kind"), request.POST.get("verdict"), request.POST.get("note", "")
+    try:
+        if kind == "bulk":
+            if verdict != "accept":
+                raise ReviewError("only accepting is done in bulk: reject classes one at a time (a rejection that withdraws "
+                                  "reviewed work asks for its own confirmation)")
+            ids = [object_id(raw, "classes") for raw in request.POST.getlist("classes")]
+            if not ids:
+                raise ReviewError("no class is selected: tick the classes to accept")
+            messages.success(request, flagged_classes_accept(class_ids=ids, note=note, user=request.user).summary())
+            return redirect(back)
+        pk = object_id(request.POST.get("pk", ""), "pk")
+        if kind == "flag":
+            d = get_object_or_404(ClassDecision.objects.select_related("candidate_class__source"), pk=pk)
+            source = d.candidate_class.source
+            unmapped = not d.candidate_class.wnid
+            if verdict == "map":
+                run = candidate_class_map(decision_id=pk, wnid=request.POST.get("wnid", ""), note=note, user=request.user)
+                messages.success(request, f"{d.candidate_class.folder} is mapped to {request.POST.get('wnid', '').strip()}; the class filter "
+                                          f"runs again on {source.name} (run {run.pk}) to judge it like any other class.")
+                return redirect(back)
+            if verdict == "keep_unmapped":
+                candidate_class_keep_unmapped(decision_id=pk, description=request.POST.get("description", ""), user=request.user)
+            elif unmapped and verdict == "accept":
+                raise ReviewError("this folder has no WordNet synset: map it to a noun (search), or keep it unmapped with a description "
+                                  "annotators will read")
             else:
-                signal = get_object_or_404(ClassVisualSignal.objects.select_related("candidate_class"), pk=pk)
-                impact = _rejection_needs_confirmation(request, signal.candidate_class, verdict)
+                impact = _rejection_needs_confirmation(request, d.candidate_class, verdict, back)
                 if isinstance(impact, HttpResponse):
                     return impact
-                sig = class_signal_resolve(signal_id=pk, resolution=verdict, note=note, user=request.user, impact=impact)
-                source = sig.candidate_class.source
-            report = review_queue_refresh_if_built(source=source, user=request.user)
-            messages.success(request, f"Class {verdict}ed." + (f" Queue: {report.summary()}" if report else ""))
-        except (KeyError, ReviewError, ValueError, ClassFilterError) as exc:
-            messages.error(request, f"could not record it: {exc}")
-        return redirect("labeling_ui:review_classes")
-    return render(request, "labeling_ui/review_classes.html", {"entries": selectors.flagged_classes()})
+                class_decisions_resolve(decision_ids=[pk], resolution={"accept": "keep", "reject": "remove"}[verdict], note=note,
+                                        user=request.user, impact=impact.as_dict() if impact else None)
+                _resolve_the_class_signal_too(request, d.candidate_class, verdict, note, impact)
+        else:
+            signal = get_object_or_404(ClassVisualSignal.objects.select_related("candidate_class"), pk=pk)
+            impact = _rejection_needs_confirmation(request, signal.candidate_class, verdict, back)
+            if isinstance(impact, HttpResponse):
+                return impact
+            sig = class_signal_resolve(signal_id=pk, resolution=verdict, note=note, user=request.user, impact=impact)
+            source = sig.candidate_class.source
+        report = review_queue_refresh_if_built(source=source, user=request.user)
+        messages.success(request, f"Class {verdict}ed." + (f" Queue: {report.summary()}" if report else ""))
+    except (KeyError, ReviewError, ValueError, ClassFilterError) as exc:
+        messages.error(request, f"could not record it: {exc}")
+    return redirect(back)
 
 
-def _rejection_needs_confirmation(request, candidate_class, verdict: str):
+def _resolve_the_class_signal_too(request, candidate_class, verdict: str, note: str, impact) -> None:
+    """A class both flagged by the class filter and by the visual signal is one card and one
+    answer: the answer given to its flag is given to its open signal too, so it does not come
+    back for the second reason."""
+    signal = ClassVisualSignal.objects.filter(candidate_class=candidate_class, flagged=True, resolution="").first()
+    if signal is not None and verdict in ("accept", "reject"):
+        class_signal_resolve(signal_id=signal.pk, resolution=verdict, note=note, user=request.user, impact=impact)
+
+
+def _rejection_needs_confirmation(request, candidate_class, verdict: str, back: str):
     """For a rejection that withdraws decided or reviewed work: the confirmation page with its
     counts, unless the POST confirms exactly those counts (then the impact, for the audit).
     None for anything else (issue 31.2)."""
@@ -438,7 +509,7 @@ def _rejection_needs_confirmation(request, candidate_class, verdict: str):
     if request.POST.get("confirm") == impact.token:
         return impact
     return render(request, "labeling_ui/class_reject_confirm.html",
-                  {"impact": impact, "token": impact.token,
+                  {"impact": impact, "token": impact.token, "back": back,
                    "post": {k: v for k, v in request.POST.items() if k not in ("csrfmiddlewaretoken", "confirm")}})
 
 

@@ -21,6 +21,7 @@ earlier shot), each as the role that uses the screen:
   annotator  review-end-of-queue  the same screen after the other 4 (keys, 2.5 s each)
   curator    adjudicate           the first conflict: annotator2 saw an ID object, annotator3 none
   curator    annotator-quality    the per-annotator table: annotator3 flagged too fast
+  curator    flagged-classes      the flagged-classes screen's first page, 37 classes waiting
     (state: the curator accepts every flagged class that has a WordNet synset, as *Accept* on the
     flagged-classes page does: their images enter the review queue)
   curator    flagged-unmapped     the folder left, misc_uploads: a noun found by search, a note, not sent
@@ -146,7 +147,9 @@ def main() -> int:
             ann = login(browser, base, "annotator", "annotator-demo", "/review/")
             annotator_pages(ann, base, shots)
             curator_review_pages(cur, base, shots)
-            flags_accepted(pool)
+            cur.goto(f"{base}/curate/classes/")
+            shots.take(cur, "flagged-classes")
+            flags_accepted()
             cur.goto(f"{base}/curate/classes/")
             cur.fill(".noun-search", "stripe")  # mapped by search: the first noun chosen, a note, not sent
             cur.wait_for_selector(".noun-results li")
@@ -326,25 +329,15 @@ def _planted_ids(pool, key: dict) -> list[int]:
                 .order_by("id").values_list("id", flat=True))
 
 
-def flags_accepted(pool) -> None:
+def flags_accepted() -> None:
     """The curator accepts every flagged class that has a WordNet synset (the flagged-classes
-    page's Accept), leaving the unmapped folder for its own shot."""
+    page's *Accept selected*), leaving the unmapped folder for its own shot."""
     from curation import selectors
-    from curation.services.class_filter import class_decisions_resolve
-    from curation.services.review import class_signal_resolve, review_queue_refresh_if_built
+    from curation.services.class_filter import flagged_classes_accept
 
-    curator = account("curator")
-    n = 0
-    for e in selectors.flagged_classes():
-        if not e["cc"].wnid:
-            continue
-        if e["flag"] is not None:
-            class_decisions_resolve(decision_ids=[e["flag"].pk], resolution="keep", note="looked at the samples", user=curator)
-        if e["signal"] is not None:
-            class_signal_resolve(signal_id=e["signal"].pk, resolution="accept", note="looked at the samples", user=curator)
-        n += 1
-    report = review_queue_refresh_if_built(source=pool, user=curator)
-    print(f"  accepted {n} flagged classes; queue: {report.summary() if report else '-'}", flush=True)
+    ids = [e["cc"].pk for e in selectors.flagged_classes(samples=0) if e["cc"].wnid]
+    done = flagged_classes_accept(class_ids=ids, note="looked at the samples", user=account("curator"))
+    print(f"  accepted {len(done.accepted)} flagged classes; queue: {' / '.join(done.queues) or '-'}", flush=True)
 
 
 def certified(pool, key: dict, *, seed: int) -> None:

@@ -195,12 +195,13 @@ def review_dashboard() -> dict:
             "totals": totals, "settings": settings_rows}
 
 
+FLAG_REASONS = {"filter": "class filter", "visual": "visual", "unmapped": "no WordNet synset"}
+
+
 def flagged_classes(*, samples: int = 8) -> list[dict]:
     """Classes waiting for a curator: unresolved flags of each source's latest class filter run
-    and unresolved visual-ambiguity signals, each with sample image ids and its reasons."""
-    from django.db.models import F, Window
-    from django.db.models.functions import RowNumber
-
+    and unresolved visual-ambiguity signals, each with sample image ids and its reasons. With
+    ``samples=0`` the sample ids are left out (``flagged_class_samples`` adds them to a page)."""
     from curation.models import ClassDecision, ClassVisualSignal
 
     out: dict[int, dict] = {}
@@ -213,13 +214,44 @@ def flagged_classes(*, samples: int = 8) -> list[dict]:
     for sig in ClassVisualSignal.objects.filter(flagged=True, resolution="").select_related("candidate_class__source"):
         entry = out.setdefault(sig.candidate_class_id, {"cc": sig.candidate_class, "source": sig.candidate_class.source, "flag": None, "signal": None})
         entry["signal"] = sig
-    if out:
-        rows = (Image.objects.filter(candidate_class_id__in=list(out), status=Image.Status.OK)
+    entries = sorted(out.values(), key=lambda e: (e["source"].name, e["cc"].folder))
+    for e in entries:
+        e["reasons"] = [r for r, on in (("filter", e["flag"] is not None), ("visual", e["signal"] is not None),
+                                        ("unmapped", e["flag"] is not None and not e["cc"].wnid)) if on]
+    if samples:
+        flagged_class_samples(entries, samples=samples)
+    return entries
+
+
+def flagged_class_samples(entries: list[dict], *, samples: int = 8) -> list[dict]:
+    """Add each entry's first ``samples`` decodable image ids (``entry["samples"]``), in one query
+    for all of them."""
+    from django.db.models import Window
+    from django.db.models.functions import RowNumber
+
+    by_class = {e["cc"].pk: e for e in entries}
+    for e in entries:
+        e["samples"] = []
+    if by_class:
+        rows = (Image.objects.filter(candidate_class_id__in=list(by_class), status=Image.Status.OK)
                 .annotate(rn=Window(RowNumber(), partition_by=F("candidate_class_id"), order_by=F("id").asc()))
                 .filter(rn__lte=samples).values_list("candidate_class_id", "id"))
         for class_id, image_id in rows:
-            out[class_id].setdefault("samples", []).append(image_id)
-    return sorted(out.values(), key=lambda e: (e["source"].name, e["cc"].folder))
+            by_class[class_id]["samples"].append(image_id)
+    return entries
+
+
+def flagged_classes_matching(entries: list[dict], *, source_id: int | None = None, reason: str = "", text: str = "") -> list[dict]:
+    """The entries of one source, with one reason (``FLAG_REASONS``) and whose label, folder,
+    wnid or synset name holds ``text`` (case-insensitive); an empty filter matches all."""
+    needle = text.strip().casefold()
+
+    def hit(e: dict) -> bool:
+        cc = e["cc"]
+        return needle in " ".join((cc.label, cc.folder, cc.wnid or "", cc.synset_name or "")).casefold()
+
+    return [e for e in entries
+            if (source_id is None or e["source"].pk == source_id) and (not reason or reason in e["reasons"]) and (not needle or hit(e))]
 
 
 def contamination_report(*, source: Source, sample: int = 400, seed: int = 0) -> dict:

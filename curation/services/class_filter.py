@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from curation.audit import audit_record
 from curation.jobs import enqueue_on_commit, run_inline
-from curation.models import CandidateClass, ClassDecision, ClassFilterRun, ClassOverride, Image, ImageEmbedding, Job, Source
+from curation.models import CandidateClass, ClassDecision, ClassFilterRun, ClassOverride, ClassVisualSignal, Image, ImageEmbedding, Job, Source
 from curation.services.id_classes import IdClassSetError, id_classes_resolve
 from curation.services.jobs import job_mark_running
 from curation.version import code_version
@@ -230,6 +230,66 @@ def class_decisions_resolve(*, decision_ids: Iterable[int], resolution: str, not
                                **({"confirmed_impact": impact} if impact else {})})
             n += 1
     return n
+
+
+@dataclass
+class ClassesAccepted:
+    accepted: list[str]
+    skipped: list[str]  # "label: why", one a class that was not accepted
+    queues: list[str]   # each refreshed queue's summary, by source
+
+    def summary(self) -> str:
+        text = f"{len(self.accepted)} class{'es' if len(self.accepted) != 1 else ''} accepted"
+        if self.skipped:
+            text += f"; {len(self.skipped)} skipped: " + "; ".join(self.skipped)
+        return text + "." + (f" Queue: {' / '.join(self.queues)}" if self.queues else "")
+
+
+def flagged_classes_accept(*, class_ids: Iterable[int], note: str = "", user: User | None = None) -> ClassesAccepted:
+    """Accept several flagged classes at once (the flagged-classes screen's selection): each one's
+    open class-filter flag is resolved keep and its open visual signal accepted, audited one by
+    one as a single accept would be. A class that is no longer waiting, or whose folder has no
+    WordNet synset (it needs a noun or a description first), is skipped and named; the others go
+    on. Each touched source's review queue is refreshed once. Rejections are not offered in bulk:
+    one that withdraws reviewed work asks for its own confirmation."""
+    from curation.selectors.review import flagged_classes
+    from curation.services.review import class_signal_resolve, review_queue_refresh_if_built
+
+    wanted = list(dict.fromkeys(class_ids))
+    chosen = set(wanted)
+    accepted, skipped, sources = [], [], {}
+    with transaction.atomic():
+        waiting = {e["cc"].pk: e for e in flagged_classes(samples=0) if e["cc"].pk in chosen}
+        # locked, then read again: a class another curator answered since is not answered twice
+        flags = {d.pk: d for d in ClassDecision.objects.select_for_update().filter(
+            pk__in=[e["flag"].pk for e in waiting.values() if e["flag"] is not None])}
+        signals = {g.pk: g for g in ClassVisualSignal.objects.select_for_update().filter(
+            pk__in=[e["signal"].pk for e in waiting.values() if e["signal"] is not None])}
+        for class_id in wanted:
+            entry = waiting.get(class_id)
+            flag = flags.get(entry["flag"].pk) if entry and entry["flag"] is not None else None
+            signal = signals.get(entry["signal"].pk) if entry and entry["signal"] is not None else None
+            flag = flag if flag is not None and flag.decision == ClassDecision.Decision.FLAG else None
+            signal = signal if signal is not None and not signal.resolution else None
+            if entry is None or (flag is None and signal is None):
+                cc = entry["cc"] if entry else CandidateClass.objects.filter(pk=class_id).first()
+                skipped.append(f"{cc.label if cc else f'class {class_id}'}: not waiting for a curator")
+                continue
+            if "unmapped" in entry["reasons"]:
+                skipped.append(f"{entry['cc'].label}: no WordNet synset (map it or keep it unmapped)")
+                continue
+            if flag is not None:
+                class_decisions_resolve(decision_ids=[flag.pk], resolution="keep", note=note, user=user)
+            if signal is not None:
+                class_signal_resolve(signal_id=signal.pk, resolution="accept", note=note, user=user)
+            accepted.append(entry["cc"].label)
+            sources[entry["source"].pk] = entry["source"]
+    queues = []
+    for source in sources.values():
+        report = review_queue_refresh_if_built(source=source, user=user)
+        if report:
+            queues.append(f"{source.name}: {report.summary()}")
+    return ClassesAccepted(accepted, skipped, queues)
 
 
 def class_override_pin(*, wnid: str, action: str, note: str = "", user: User | None = None) -> ClassOverride:

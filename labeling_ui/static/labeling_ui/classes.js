@@ -44,3 +44,21 @@
     });
   });
 })();
+
+// Accept several classes at once: the ticked boxes belong to the bulk form; its button counts them.
+(function () {
+  "use strict";
+  const form = document.getElementById("bulk-accept");
+  if (!form) return;
+  const picks = () => [...document.querySelectorAll("input.pick:not(:disabled)")];
+  const all = document.getElementById("select-page"), button = document.getElementById("accept-selected"), count = document.getElementById("selected-count");
+  function update() {
+    const n = picks().filter((b) => b.checked).length;
+    count.textContent = String(n);
+    button.disabled = n === 0;
+    all.checked = n > 0 && n === picks().length;
+  }
+  document.addEventListener("change", (e) => { if (e.target.classList && e.target.classList.contains("pick")) update(); });
+  all.addEventListener("change", () => { picks().forEach((b) => { b.checked = all.checked; }); update(); });
+  update();
+})();
