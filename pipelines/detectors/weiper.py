@@ -31,7 +31,8 @@ Where this departs from the reference, by necessity or as a declared convention:
   more; ``pooled`` counts every value once.
 The perturbed logits are never held whole (r C per image): they are computed block by block,
 twice on the fit set (its smallest and largest value first, then the histograms), once per set
-scored, so WeiPer costs about 4 x r times a head product.
+scored, so WeiPer costs about 4 x r times a head product. The r perturbed heads are drawn once
+and kept while they take at most 2 GiB (``KEEP_HEADS_BYTES``), else drawn again on each pass.
 """
 from __future__ import annotations
 
@@ -44,6 +45,10 @@ from . import Detector, DetectorError, Head, Outputs, Param, register_detector, 
 HISTOGRAM_RULES = ("reference", "pooled")
 CHUNK = 1000  # the reference histogram's chunk of values
 ROWS = 2048  # images per block product
+# the perturbed heads are kept between passes when they take at most this much (float64): r = 100
+# heads of 1,000 x 1,280 (EfficientNet) take 1.0 GB, of 1,000 x 2,048 (ResNet-50) 1.6 GB. Drawing
+# them again took 24 of WeiPer's 35 s in the demo's evaluation (13 passes), for the same values
+KEEP_HEADS_BYTES = 2 * 2**30
 
 
 def perturbed_heads(head: Head, r: int, delta: float, seed: int, per_block: int) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
@@ -182,10 +187,18 @@ class WeiPer(Detector):
               source="the reference's chunks of 1,000 values, each weighted equally", choices=HISTOGRAM_RULES),
     )
 
+    r: int
+    _kept: list[tuple[int, np.ndarray, np.ndarray]] | None = None
+
     def _blocks(self) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
         classes = self.head.weight.shape[0]
         per_block = max(1, min(self.r, 4096 // max(classes, 1)))
-        return perturbed_heads(self.head, self.r, float(self.params["delta"]), int(self.params["seed"]), per_block)
+        heads = perturbed_heads(self.head, self.r, float(self.params["delta"]), int(self.params["seed"]), per_block)
+        if self.r * self.head.weight.size * 8 > KEEP_HEADS_BYTES:
+            return heads  # drawn again on each pass: the same seed gives the same heads
+        if self._kept is None:
+            self._kept = list(heads)
+        return iter(self._kept)
 
     def _pass(self, x: np.ndarray, hist: Histograms | None, msp_too: bool = True) -> tuple[float, float, np.ndarray]:
         """One pass over the perturbed heads: (smallest value, largest value, mean MSP per image, if
@@ -211,6 +224,7 @@ class WeiPer(Detector):
 
     def fit(self, fit: Outputs, head: Head | None = None) -> Detector:
         self.head = require_head(head, "WeiPer")
+        self._kept = None
         if len(fit) == 0:
             raise DetectorError("WeiPer: the ID fit set is empty")
         if self.head.weight.shape[1] != fit.features.shape[1]:

@@ -180,6 +180,22 @@ def test_weiper_is_reproducible_by_its_seed_and_needs_a_head():
     assert ood_metrics(s[:len(s) // 2], s[len(s) // 2:])["auroc"] > 0.8
 
 
+def test_weiper_heads_kept_between_passes_or_drawn_again_give_the_same_scores(monkeypatch):
+    """The perturbed heads are kept when they fit KEEP_HEADS_BYTES and drawn again on each pass
+    otherwise: the seeded draws are the same, so the scores are identical either way."""
+    import pipelines.detectors.weiper as weiper
+
+    fit, test, head = _case("continuous")
+    kept = get_detector("weiper", r=7).fit(fit, head)
+    assert kept._kept is not None and len(kept._kept) > 0
+    a = kept.score(test)
+    monkeypatch.setattr(weiper, "KEEP_HEADS_BYTES", 0)
+    drawn = get_detector("weiper", r=7).fit(fit, head)
+    assert drawn._kept is None
+    assert np.array_equal(a, drawn.score(test))
+    assert np.array_equal(a, kept.score(test))  # the kept heads are read, not used up, by a pass
+
+
 # -- Weighted energy: pytorch-ood's WeightedEBO ----------------------------------------------------------
 
 
