@@ -25,7 +25,7 @@ from curation.services.class_filter import (
     ClassFilterError,
     candidate_class_keep_unmapped,
     candidate_class_map,
-    class_decisions_resolve,
+    class_flag_answer,
     flagged_classes_accept,
 )
 from curation.services.renditions import VARIANTS, RenditionError, rendition, thumbnail_data_urls
@@ -471,9 +471,7 @@ def _classes_post(request, back: str):
                 impact = _rejection_needs_confirmation(request, d.candidate_class, verdict, back)
                 if isinstance(impact, HttpResponse):
                     return impact
-                class_decisions_resolve(decision_ids=[pk], resolution={"accept": "keep", "reject": "remove"}[verdict], note=note,
-                                        user=request.user, impact=impact.as_dict() if impact else None)
-                _resolve_the_class_signal_too(request, d.candidate_class, verdict, note, impact)
+                class_flag_answer(decision_id=pk, verdict=verdict, note=note, user=request.user, impact=impact)
         else:
             signal = get_object_or_404(ClassVisualSignal.objects.select_related("candidate_class"), pk=pk)
             impact = _rejection_needs_confirmation(request, signal.candidate_class, verdict, back)
@@ -486,15 +484,6 @@ def _classes_post(request, back: str):
     except (KeyError, ReviewError, ValueError, ClassFilterError) as exc:
         messages.error(request, f"could not record it: {exc}")
     return redirect(back)
-
-
-def _resolve_the_class_signal_too(request, candidate_class, verdict: str, note: str, impact) -> None:
-    """A class both flagged by the class filter and by the visual signal is one card and one
-    answer: the answer given to its flag is given to its open signal too, so it does not come
-    back for the second reason."""
-    signal = ClassVisualSignal.objects.filter(candidate_class=candidate_class, flagged=True, resolution="").first()
-    if signal is not None and verdict in ("accept", "reject"):
-        class_signal_resolve(signal_id=signal.pk, resolution=verdict, note=note, user=request.user, impact=impact)
 
 
 def _rejection_needs_confirmation(request, candidate_class, verdict: str, back: str):

@@ -3,7 +3,7 @@ flags, pin overrides. Writes only; reads are in curation.selectors."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from django.conf import settings
 from django.contrib.auth.models import User
@@ -23,6 +23,9 @@ from pipelines.class_filter.strength import flag_level, flag_strength, image_evi
 from pipelines.imagenet import ClassListError, imagenet_lemmas, resolve_class_list
 from pipelines.wordnet import is_wnid
 from pipelines.wordnet_graph import is_noun_wnid, load_noun_graph
+
+if TYPE_CHECKING:
+    from curation.services.review import RejectionImpact
 
 
 class ClassFilterError(ValueError):
@@ -229,6 +232,27 @@ def class_decisions_resolve(*, decision_ids: Iterable[int], resolution: str, not
                          data={"run": row.run_id, "wnid": row.wnid, "key": row.key, "rule": row.rule_name, "note": note,
                                **({"confirmed_impact": impact} if impact else {})})
             n += 1
+    return n
+
+
+def class_flag_answer(*, decision_id: int, verdict: str, note: str = "", user: User | None = None,
+                      impact: RejectionImpact | None = None) -> int:
+    """A curator's accept or reject of one flagged class on the flagged-classes screen: its flag is
+    resolved keep or remove and, where the class also waits on a visual-ambiguity signal, the
+    signal gets the same answer, in one transaction (one card, one answer). ``impact`` is the
+    confirmed rejection impact (``RejectionImpact``), audited on both."""
+    from curation.services.review import class_signal_resolve
+
+    if verdict not in ("accept", "reject"):
+        raise ClassDecisionError(f"verdict must be accept or reject, not {verdict!r}")
+    with transaction.atomic():
+        n = class_decisions_resolve(decision_ids=[decision_id], resolution={"accept": "keep", "reject": "remove"}[verdict], note=note,
+                                    user=user, impact=impact.as_dict() if impact else None)
+        class_id = ClassDecision.objects.filter(pk=decision_id).values_list("candidate_class_id", flat=True).first()
+        signal = (ClassVisualSignal.objects.select_for_update().filter(candidate_class_id=class_id, flagged=True, resolution="").first()
+                  if class_id else None)
+        if signal is not None:
+            class_signal_resolve(signal_id=signal.pk, resolution=verdict, note=note, user=user, impact=impact)
     return n
 
 
