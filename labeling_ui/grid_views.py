@@ -11,12 +11,17 @@ from django.views.decorators.http import require_GET, require_POST
 from curation import selectors
 from curation.models import ReviewItem
 from curation.roles import ANNOTATOR
+from curation.selectors.grid import grid_tile_of
 from curation.services.review import NothingToUndo, ReviewError
 from curation.services.review_grid import (
     GRID_MAX,
     GRID_MIN,
+    TILE_DEFAULT,
+    TILE_MAX,
+    TILE_MIN,
     grid_closest_id_classes,
     grid_size,
+    grid_tile_save,
     review_grid_next,
     review_grid_submit,
     review_grid_undo,
@@ -40,7 +45,7 @@ def _page(request, size: int, *, prefetch: bool = False) -> dict:
         first = tiles[0]
         cls = {**first["ood_class"], "id": lease.class_id, "source": first["source"],
                "closest": grid_closest_id_classes(class_id=lease.class_id, model_name=settings.DEFAULT_MODEL)}
-    return {"tiles": tiles, "class": cls, "size": size,
+    return {"tiles": tiles, "class": cls, "size": size, "busy": lease.busy,
             "prefetch": images if None not in images else list(ReviewItem.objects.filter(pk__in=upcoming).values_list("image_id", flat=True))}
 
 
@@ -61,15 +66,20 @@ def _json_body(request) -> dict:
 @require_GET
 def grid_screen(request):
     return render(request, "labeling_ui/review_grid.html", {"keys": KEYS, "grid_min": GRID_MIN, "grid_max": GRID_MAX,
-                                                            "default_size": DEFAULT_SIZE,
+                                                            "default_size": DEFAULT_SIZE, "tile_min": TILE_MIN, "tile_max": TILE_MAX,
+                                                            "tile": grid_tile_of(request.user, TILE_DEFAULT),
                                                             "lease_minutes": settings.REVIEW_LEASE_SECONDS // 60})
 
 
 @role_required(ANNOTATOR, api=True)
 @require_GET
 def api_grid_next(request):
+    """The page; ``tile`` (the tile side the screen uses, when the annotator changed it) is
+    remembered for them."""
     try:
         size = _size_from(request)
+        if "tile" in request.GET:
+            grid_tile_save(user=request.user, tile=request.GET["tile"])
     except ReviewError as exc:
         return JsonResponse({"error": str(exc)}, status=400)
     return JsonResponse({**_page(request, size), "progress": selectors.annotator_progress(request.user)})

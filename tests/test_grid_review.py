@@ -81,7 +81,7 @@ def test_refused_pages_change_nothing(pool):
         with pytest.raises(ReviewError):
             review_grid_submit(user=u1, marks=bad)
     assert before == (Review.objects.count(), AuditLog.objects.count(), list(ReviewItem.objects.values_list("done", "leased").order_by("id")))
-    for bad in ("11", "97", "1e2", "²", "-24", True, None):
+    for bad in ("3", "97", "1e2", "²", "-24", True, None):
         with pytest.raises(ReviewError):
             grid_size(bad)
 

@@ -179,4 +179,20 @@ class Review(models.Model):
         return f"{self.annotator}: {self.decision} on item {self.item_id}"
 
 
+class GridPreference(models.Model):
+    """How one annotator likes the grid review screen: the tile side they chose (the page then
+    holds as many tiles as fit their window). Kept on the server, so it follows them between
+    browsers and machines."""
+
+    annotator = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="grid_preference")
+    tile_px = models.PositiveSmallIntegerField(help_text="Tile side in CSS pixels (64 to 400)")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.CheckConstraint(condition=models.Q(tile_px__gte=64, tile_px__lte=400), name="grid_tile_px_64_to_400")]
+
+    def __str__(self) -> str:
+        return f"{self.annotator}: {self.tile_px} px tiles"
+
+
 # -- exports ---------------------------------------------------------------------------------------

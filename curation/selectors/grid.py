@@ -3,9 +3,15 @@ accuracy?)."""
 from __future__ import annotations
 
 from curation.models import AuditLog, Review
+from curation.models.review import GridPreference
 from pipelines.agreement import wilson_interval
 
 PAGE_ACTION = "review_grid_page"  # the audit entry of a grid page (curation.services.review_grid)
+
+
+def grid_tile_of(user, default: int) -> int:
+    """The tile side the annotator chose last (``default`` until they choose one)."""
+    return GridPreference.objects.filter(annotator=user).values_list("tile_px", flat=True).first() or default
 
 
 def gold_accuracy_by_screen() -> list[dict]:

@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from curation.audit import audit_record
 from curation.models import Assignment, AuditLog, ImageEmbedding, Review, ReviewDecision, ReviewItem, SynsetText
+from curation.models.review import GridPreference
 from curation.selectors import annotator_scope, not_seen_by
 from curation.selectors.grid import PAGE_ACTION
 from curation.services.review import (
@@ -33,7 +34,9 @@ from curation.services.review import (
     review_undo,
 )
 
-GRID_MIN, GRID_MAX = 12, 96
+GRID_MIN, GRID_MAX = 4, 96  # tiles per page asked for (the screen asks for as many as fit its window)
+PAGE_MAX = GRID_MAX + GRID_MAX // 2  # a page with its class's rest joined to it (no stub after it)
+TILE_MIN, TILE_MAX, TILE_DEFAULT = 64, 400, 128  # an annotator's tile side in CSS pixels (remembered per annotator)
 
 
 @dataclass
@@ -54,6 +57,26 @@ def grid_size(value: object) -> int:
     if not GRID_MIN <= n <= GRID_MAX:
         raise ReviewError(f"page size must be between {GRID_MIN} and {GRID_MAX} tiles, not {n}")
     return n
+
+
+def grid_tile(value: object) -> int:
+    """A tile side from a request: whole CSS pixels between TILE_MIN and TILE_MAX."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).isascii() or not str(value).isdigit():
+        raise ReviewError(f"tile size must be a whole number of pixels between {TILE_MIN} and {TILE_MAX}, not {str(value)[:20]!r}")
+    n = int(value)
+    if not TILE_MIN <= n <= TILE_MAX:
+        raise ReviewError(f"tile size must be between {TILE_MIN} and {TILE_MAX} pixels, not {n}")
+    return n
+
+
+def grid_tile_save(*, user: User, tile: object) -> int:
+    """Remember the annotator's tile side (the grid opens with it next time, in any browser).
+    Writes only when it changed."""
+    px = grid_tile(tile)
+    pref, created = GridPreference.objects.get_or_create(annotator=user, defaults={"tile_px": px})
+    if not created and pref.tile_px != px:
+        GridPreference.objects.filter(pk=pref.pk).update(tile_px=px)
+    return px
 
 
 def _held(user: User, now):
@@ -157,20 +180,26 @@ class GridLease:
     assignments: list[Assignment]  # the page: one class
     class_id: int | None  # the page's class (None: images without a class folder, or nothing left)
     upcoming: list[Assignment] = field(default_factory=list)  # leased for the next page (prefetch)
+    busy: bool = False  # no page although images are waiting: others were leasing them at this instant
+
+
+def _waiting(user: User, base: Q):
+    """Open queue rows with a free slot that this annotator could still be given."""
+    return (ReviewItem.objects.filter(base, status=ReviewItem.Status.OPEN).alias(slots=F("done") + F("leased"))
+            .filter(slots__lt=F("required")).filter(not_seen_by(user)))
 
 
 def _next_class(user: User, base: Q, after: int | None) -> int | None | bool:
     """The class of the page after a class's last one: the most urgent other class with
     images for the annotator (what ``_pick_class`` will choose once that class is done)."""
-    waiting = (ReviewItem.objects.filter(base, status=ReviewItem.Status.OPEN).alias(slots=F("done") + F("leased"))
-               .filter(slots__lt=F("required")).filter(not_seen_by(user)))
+    waiting = _waiting(user, base)
     waiting = waiting.exclude(candidate_class_id__isnull=True) if after is None else waiting.exclude(candidate_class_id=after)
     row = list(waiting.order_by("priority", "id").values_list("candidate_class_id", flat=True)[:1])
     return row[0] if row else False
 
 
 def _fill_class(user: User, scope, base: Q, class_id: int | None, held: list[Assignment], size: int, now, rng,
-                first_place: int = 0) -> list[Assignment]:
+                first_place: int = 0, exclude: Sequence[int] = ()) -> list[Assignment]:
     """``held`` (the annotator's live leases of the class) topped up with new leases of the
     class to ``size``: gold tiles at the source's gold rate among them, at drawn places."""
     narrowed = _ClassScope(base, class_id)
@@ -179,7 +208,7 @@ def _fill_class(user: User, scope, base: Q, class_id: int | None, held: list[Ass
         return held
     rate = gold_rate_of(scope)
     n_gold = sum(1 for _ in range(missing) if rate and rng.random() < rate)
-    exclude = [a.item_id for a in held]
+    exclude = [*exclude, *(a.item_id for a in held)]
     # gold tiles among the others, not all at the end: their places on the page are drawn
     # first, and every lease's time follows its place (the page keeps its order when fetched again)
     places = list(range(first_place, first_place + missing))
@@ -191,19 +220,64 @@ def _fill_class(user: User, scope, base: Q, class_id: int | None, held: list[Ass
     return held + sorted(fresh + gold, key=lambda a: (a.leased_at, a.pk or 0))
 
 
+def _real(tiles: Sequence[Assignment]) -> int:
+    return sum(1 for a in tiles if not a.is_gold)
+
+
+def _no_stub(user: User, base: Q, class_id: int | None, page: list[Assignment], beyond: list[Assignment], size: int,
+             total_real: int, now, first_place: int) -> tuple[list[Assignment], list[Assignment]]:
+    """A page that would leave fewer than half a page of its class behind takes that rest too
+    (at most half a page more), so no page after it is a stub of a few tiles: from the leases
+    held beyond the page first, then new ones. Returns the page and what is still held beyond it."""
+    left = total_real - _real(page)
+    if left <= 0 or 2 * left >= size:
+        return page, beyond
+    extra, beyond = list(beyond), []
+    take: list[Assignment] = []
+    while extra and _real(take) < left:
+        take.append(extra.pop(0))
+    need = left - _real(take)
+    if need > 0:
+        exclude = [a.item_id for a in page + take + extra]
+        take += _lease_page(user, _ClassScope(base, class_id), list(range(first_place, first_place + need)), exclude, now)
+    return page + take, extra
+
+
+RACE_WAITS = (0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.5)  # seconds between tries while others hold the rows (3 s in all)
+
+
 def review_grid_next(*, user: User, size: int, prefetch: int = 0, rng: random.Random | None = None) -> GridLease:
     """A page of one class for grid review: the annotator's live leases of that class first
     (oldest first: a closed browser or an undone page comes back), then new leases of the same
-    class up to ``size``; gold tiles at the source's gold rate, from the same class. With
-    ``prefetch``, the next page is leased too, as the single-image screen holds the next image,
-    so its thumbnails load while this page is decided: more of this class, or, when this page
-    is the class's last, the first page of the class that comes next (its leases are younger,
-    so the next call shows them once this page is sent)."""
+    class up to ``size``; gold tiles at the source's gold rate, from the same class. A page
+    never leaves a stub behind: when fewer than half a page of the class would be left after
+    it, they join it (so a page holds between half a page and one and a half pages, unless it
+    is its class's only one). With ``prefetch``, the next page is leased too, as the
+    single-image screen holds the next image, so its thumbnails load while this page is
+    decided: more of this class, or, when this page is the class's last, the first page of the
+    class that comes next (its leases are younger, so the next call shows them once this page
+    is sent).
+
+    Two annotators asking at the same instant may pick the same class, and one of them finds
+    its rows locked by the other's lease (they are skipped, not waited for). An empty page is
+    only answered when nothing is left for the annotator: while images are waiting, the lease is
+    tried again a few times over about three seconds, and if the rows are still held the answer
+    says ``busy`` (the screen asks again), never "finished"."""
     size = grid_size(size)
     if not 0 <= prefetch <= GRID_MAX:
         raise ReviewError(f"prefetch must be between 0 and {GRID_MAX} tiles, not {prefetch}")
     rng = rng or random
     review_reclaim_expired()
+    lease = _grid_next_once(user, size, prefetch, rng)
+    for wait in RACE_WAITS:
+        if not lease.busy:
+            return lease
+        time.sleep(wait * (0.5 + rng.random()))  # spread out, so racing annotators do not meet again
+        lease = _grid_next_once(user, size, prefetch, rng)
+    return lease
+
+
+def _grid_next_once(user: User, size: int, prefetch: int, rng) -> GridLease:
     now = timezone.now()
     scope = annotator_scope(user)
     base = scope.q()
@@ -214,21 +288,32 @@ def review_grid_next(*, user: User, size: int, prefetch: int = 0, rng: random.Ra
             class_id = _pick_class(user, base, now)
         if class_id is False:
             return GridLease([], None)
-    want = size + prefetch
-    held = [a for a in live if a.class_id == class_id][:want]
+    held = [a for a in live if a.class_id == class_id]
     half = now + timedelta(seconds=settings.REVIEW_LEASE_SECONDS / 2)
     if any(a.expires_at < half for a in held):  # still working on them: keep the leases alive (as review_next does)
         expires = now + timedelta(seconds=settings.REVIEW_LEASE_SECONDS)
         Assignment.objects.filter(pk__in=[a.pk for a in held]).update(expires_at=expires)
         for a in held:
             a.expires_at = expires
-    held = _fill_class(user, scope, base, class_id, held, want, now, rng)
-    page, upcoming = held[:size], held[size:]
-    if prefetch and not upcoming and page:
-        nxt = _next_class(user, base, class_id)
-        if nxt is not False:
-            ahead = [a for a in live if a.class_id == nxt][:prefetch]
-            upcoming = _fill_class(user, scope, base, nxt, ahead, prefetch, now, rng, first_place=want)
+    total_real = _real(held) + _waiting(user, base).filter(candidate_class_id=class_id).count()
+    page = _fill_class(user, scope, base, class_id, held[:size], size, now, rng)
+    if not page:
+        # images are waiting, yet none could be leased: another annotator's lease holds them
+        # locked at this instant (or took the last free slots); busy, not finished
+        return GridLease([], class_id, busy=_waiting(user, base).exists())
+    page, beyond = _no_stub(user, base, class_id, page, held[size:], size, total_real, now, first_place=size)
+    upcoming: list[Assignment] = []
+    if prefetch:
+        place = len(page) + size
+        left = total_real - _real(page)
+        if left > 0 or beyond:
+            upcoming = _fill_class(user, scope, base, class_id, beyond[:prefetch], prefetch, now, rng, first_place=place,
+                                   exclude=[a.item_id for a in page])
+        else:
+            nxt = _next_class(user, base, class_id)
+            if nxt is not False:
+                ahead = [a for a in live if a.class_id == nxt][:prefetch]
+                upcoming = _fill_class(user, scope, base, nxt, ahead, prefetch, now, rng, first_place=place)
     return GridLease(page, class_id, upcoming)
 
 
@@ -251,8 +336,8 @@ def review_grid_submit(*, user: User, marks: Sequence[dict], seconds: float | No
     take it back."""
     if not isinstance(marks, (list, tuple)) or not marks:
         raise ReviewError("a page submit needs marks: a list of {assignment, decision} for the page's tiles")
-    if len(marks) > GRID_MAX:
-        raise ReviewError(f"a page holds at most {GRID_MAX} tiles, not {len(marks)}")
+    if len(marks) > PAGE_MAX:
+        raise ReviewError(f"a page holds at most {PAGE_MAX} tiles, not {len(marks)}")
     per_tile = seconds / len(marks) if seconds is not None and seconds > 0 else None
     ids, seen, saved, skipped, replays = [], set(), [], 0, 0
     for m in marks:

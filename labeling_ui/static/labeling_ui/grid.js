@@ -125,8 +125,13 @@
     keepMarks();
     root.dataset.restored = String(restored);
     cursor = 0;
-    root.classList.toggle("is-empty", !tiles.length);
-    $("empty").hidden = !!tiles.length;
+    // busy: images are waiting but another annotator was leasing them at this instant; the page
+    // is asked for again (never the "finished" panel while work is left)
+    const busy = !tiles.length && data.busy === true;
+    root.classList.toggle("is-empty", !tiles.length && !busy);
+    root.classList.toggle("is-busy", busy);
+    $("empty").hidden = !!tiles.length || busy;
+    if (busy) askAgain();
     document.querySelectorAll("button.decide, #send").forEach((b) => { b.disabled = !tiles.length; });
     $("ood-label").textContent = cls ? cls.label : "Queue finished";
     $("ood-gloss").textContent = cls ? cls.gloss : "";
@@ -202,10 +207,19 @@
     if (t && marks.delete(t.assignment)) { keepMarks(); paintTile(cursor); showPanel(); status(`Tile ${cursor + 1}: mark removed.`); }
   }
 
+  let busyTries = 0;
+  function askAgain() {
+    busyTries += 1;
+    status(`Others are taking images from the queue at this moment; asking again (try ${busyTries})…`);
+    setTimeout(() => screen.run(() => load()), Math.min(3000, 300 * busyTries));
+  }
+
   async function load() {
     status("Loading…");
     try {
       render(await call(`${api.next}?size=${size}`));
+      if (root.classList.contains("is-busy")) return true;
+      busyTries = 0;
       const kept = Number(root.dataset.restored);
       status(kept ? `Your ${kept} mark${kept === 1 ? "" : "s"} on this page from before ${kept === 1 ? "is" : "are"} back; Enter sends the page.`
         : tiles.length ? "Ready: arrows move, O/I/U/N mark, Enter sends the page (the rest as ood). ? for the keys." : "", kept ? "ok" : undefined);
