@@ -100,7 +100,7 @@ def corrupt_array(rgb: np.ndarray, corruption: str, severity: int, seed: int) ->
 class CorruptionTask:
     """One output file: which original, which corruption and severity, where it goes."""
 
-    src: Path
+    src: Any  # the original: a path, or a pipelines.source_layouts.MemberRef
     key: str  # the original's path inside its source ("<class folder>/<file>")
     rel_out: str  # "<corruption>/<severity>/<class folder>/<stem>.<ext>"
     corruption: str
@@ -128,7 +128,10 @@ def run_task(job: CorruptionTask, out_root: Path, *, imagenet_c_crop: bool = Tru
     """Corrupt one original into ``out_root / job.rel_out`` (atomically, inside ``out_root``)."""
     from PIL import Image
 
-    with Image.open(job.src) as im:
+    from .source_layouts import MemberRef
+
+    # a source member is read through its layout (checked against its ingest hash), a path opened
+    with Image.open(io.BytesIO(job.src.read()) if isinstance(job.src, MemberRef) else job.src) as im:
         img = im.convert("RGB")
     if imagenet_c_crop:
         img = imagenet_c_geometry(img)

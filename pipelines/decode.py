@@ -37,6 +37,7 @@ import numpy as np
 from PIL import UnidentifiedImageError
 
 from .images import DEFAULT_MAX_PIXELS, load_rgb_for_model
+from .source_layouts import MemberRef
 
 DECODERS = ("pil", "torchvision")
 INTERPOLATIONS = ("nearest", "bilinear", "bicubic")  # what F.interpolate can do for timm's configs
@@ -316,7 +317,12 @@ class TensorBatches:
 
         path = self.paths[i]
         try:
-            data = read_file(path)
+            if isinstance(path, MemberRef):  # a source member: read through its layout, checked against its ingest hash
+                import torch
+
+                data = torch.frombuffer(bytearray(path.read()), dtype=torch.uint8)
+            else:
+                data = read_file(path)
         except Exception as exc:
             return "err", _decode_error(path, exc)
         head = jpeg_header(data.numpy())

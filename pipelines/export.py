@@ -26,13 +26,14 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import IO, Protocol, cast
+from typing import IO, Any, Protocol, cast
 
 from pipelines.export_diff import DIFF_COLUMNS, DIFF_FILE, PreviousVersion, export_diff, reason_kind
-from pipelines.images import sha256_file
+from pipelines.images import sha256_bytes, sha256_file
 from pipelines.layouts import LAYOUTS, PlanContext, write_csv
 from pipelines.layouts.ninco import readable_folder
 from pipelines.names import PathOutsideRoot, inside
+from pipelines.source_layouts import MemberRef, read_member
 
 __all__ = ["LAYOUTS", "readable_folder", "write_csv"]  # re-exported: the layouts live in pipelines/layouts/
 MANIFEST = "manifest.json"
@@ -47,7 +48,7 @@ class ExportError(RuntimeError):
 @dataclass(frozen=True)
 class ExportItem:
     image_id: int
-    src: str  # absolute path of the source file
+    src: Any  # the source file's absolute path, or a pipelines.source_layouts.MemberRef for an archive member
     sha256: str  # as recorded at ingest
     wnid: str
     class_name: str  # readable class name (NINCO folder)
@@ -101,7 +102,12 @@ def plan_paths(items: Sequence[ExportItem], layouts: Sequence[str], *, name: str
     return out
 
 
-def _copy_hashing(src: str, dst: Path) -> str:
+def _copy_hashing(src: Any, dst: Path) -> str:
+    if isinstance(src, MemberRef):  # an archive member: its bytes, read in place, written out
+        data = read_member(src, verify=False)  # the caller compares the digest with ingest's, naming both
+        with open(dst, "xb") as fo:
+            fo.write(data)
+        return hashlib.sha256(data).hexdigest()
     h = hashlib.sha256()
     with open(src, "rb") as fi, open(dst, "xb") as fo:
         for block in iter(lambda: fi.read(BLOCK), b""):
@@ -110,11 +116,11 @@ def _copy_hashing(src: str, dst: Path) -> str:
     return h.hexdigest()
 
 
-def place(src: str, dst: Path, *, link: bool) -> tuple[str, str]:
-    """Put ``src`` at ``dst``: a hard link when ``link`` and the filesystem allow, else a copy.
-    Returns (method, sha256 of the bytes now at ``dst``)."""
+def place(src: Any, dst: Path, *, link: bool) -> tuple[str, str]:
+    """Put ``src`` (a path, or a source member) at ``dst``: a hard link when ``link`` and the
+    filesystem allow, else a copy. Returns (method, sha256 of the bytes now at ``dst``)."""
     dst.parent.mkdir(parents=True, exist_ok=True)
-    if link:
+    if link and not isinstance(src, MemberRef):
         try:
             os.link(src, dst)
             return "link", sha256_file(dst)
@@ -135,7 +141,7 @@ def place_items(root: Path, items: Sequence[ExportItem], paths: dict[int, dict[s
         first: Path | None = None
         try:
             if not targets:  # only table layouts: the bytes are read from the source later, checked here first
-                digest = sha256_file(it.src)
+                digest = sha256_bytes(read_member(it.src, verify=False)) if isinstance(it.src, MemberRef) else sha256_file(it.src)
                 if digest != it.sha256:
                     p.problem = f"changed_since_ingest: {it.src} has sha256 {digest[:12]}..., ingest recorded {it.sha256[:12]}...; re-ingest the source"
                 else:

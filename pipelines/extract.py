@@ -17,6 +17,8 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
+from pipelines.source_layouts import MemberRef
+
 from .classifiers import LoadedModel
 from .images import DEFAULT_MAX_PIXELS, load_rgb_for_model
 
@@ -80,7 +82,11 @@ class _Files:
 
     def __getitem__(self, i: int):
         try:
-            im = load_rgb_for_model(self.paths[i], min_side=self.min_side, max_pixels=self.max_pixels)
+            src = self.paths[i]
+            # a source member (pipelines.source_layouts.MemberRef) is read through its layout, checked
+            # against its ingest hash; a plain path is opened as it is
+            data = src.read() if isinstance(src, MemberRef) else None
+            im = load_rgb_for_model(str(src), min_side=self.min_side, max_pixels=self.max_pixels, data=data)
             return i, self.transform(im), ""
         except Exception as exc:  # a bad file is a result, not a crash
             return i, None, f"{self.paths[i]}: cannot decode it for the model ({type(exc).__name__}: {exc})"

@@ -8,6 +8,8 @@ import os
 
 import numpy as np
 
+from .source_layouts import MemberRef, openable
+
 LOW_LEVEL = {"megapixels": "resolution (megapixels)", "jpeg_share": "share of JPEG files",
              "jpeg_quality": "JPEG quality (estimated from the quantisation tables)",
              "bytes_per_pixel": "file bytes per pixel (compression)", "colourfulness": "colourfulness (Hasler & Süsstrunk)"}
@@ -22,11 +24,11 @@ def low_level_statistics(paths: list[str]) -> dict:
     mp, jpeg, quality, bpp, colour = [], [], [], [], []
     for p in paths:
         try:
-            with PILImage.open(p) as im:  # one open per file: header, quantisation tables, then a thumbnail
+            with PILImage.open(openable(p)) as im:  # one open per file: header, quantisation tables, then a thumbnail
                 w, h, fmt = im.width, im.height, im.format
                 q = jpeg_quality(getattr(im, "quantization", None)) if fmt == "JPEG" else None
                 c = colourfulness_of(im)
-            size = os.path.getsize(p)
+            size = p.size if isinstance(p, MemberRef) and p.size >= 0 else os.path.getsize(p) if not isinstance(p, MemberRef) else len(p.read())
         except OSError:
             continue
         mp.append(w * h / 1e6)

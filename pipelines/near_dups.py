@@ -42,9 +42,11 @@ def pixel_signature(path: str | os.PathLike) -> np.ndarray | None:
     from PIL import Image
 
     from .images import load_rgb_for_model
+    from .source_layouts import MemberRef
 
     try:
-        im = load_rgb_for_model(path, min_side=8 * SIGNATURE_SIDE)
+        data = path.read() if isinstance(path, MemberRef) else None  # a source member, checked against its ingest hash
+        im = load_rgb_for_model(str(path), min_side=8 * SIGNATURE_SIDE, data=data)
     except Exception:
         return None
     out = np.empty((len(SIGNATURE_CROPS), SIGNATURE_SIDE, SIGNATURE_SIDE, 3), dtype=np.float32)

@@ -28,6 +28,7 @@ import numpy as np
 
 from .detectors import DETECTORS, DetectorError, Head, Outputs, get_detector
 from .metrics import ood_metrics
+from .source_layouts import openable
 
 THRESHOLD = 0.10
 DEFAULT_ARCH = "resnet18"
@@ -136,7 +137,7 @@ def colourfulness(path: str) -> float | None:
     from PIL import Image
 
     try:
-        with Image.open(path) as im:
+        with Image.open(openable(path)) as im:
             return colourfulness_of(im)
     except OSError:
         return None

@@ -32,7 +32,11 @@ class Source(models.Model):
 
     name = models.SlugField(max_length=100, unique=True)
     role = models.CharField(max_length=16, choices=Role.choices, default=Role.CANDIDATE, db_index=True)
-    root = models.CharField(max_length=1024, help_text="Absolute folder: ROOT/<class folder>/<image files>")
+    root = models.CharField(max_length=1024, help_text="Absolute folder: ROOT/<class folder>/<image files>, or the archives' folder")
+    layout = models.CharField(max_length=32, default="folder", db_default="folder",
+                              help_text="How the root holds its images (pipelines/source_layouts/): folder, class-tars, wds, parquet")
+    layout_options = models.JSONField(default=dict, blank=True,
+                                      help_text="The layout's options, and the published list a source was made from (path, format, sha256)")
     class_map = models.JSONField(default=dict, blank=True, help_text="folder -> wnid overrides")
     description = models.TextField(blank=True)
     provenance = models.JSONField(default=dict, blank=True,
@@ -42,6 +46,13 @@ class Source(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def member_ref(self, path: str, *, container: str = "", offset: int = -1, size: int = -1, sha256: str = ""):
+        """What a reader needs to get one image's bytes through this source's layout."""
+        from pipelines.source_layouts import MemberRef
+
+        return MemberRef(layout=self.layout or "folder", root=self.root, path=path, container=container, offset=offset,
+                         size=size, sha256=sha256, column=str((self.layout_options or {}).get("image_column") or ""))
 
 
 class CandidateClass(models.Model):
@@ -90,7 +101,10 @@ class Image(models.Model):
 
     source = models.ForeignKey(Source, on_delete=models.CASCADE, related_name="images")
     candidate_class = models.ForeignKey(CandidateClass, null=True, blank=True, on_delete=models.PROTECT, related_name="images")
-    relative_path = models.CharField(max_length=1024)
+    relative_path = models.CharField(max_length=1024, help_text="The member's path in the source: a file under the root, or <archive>/<member>")
+    container = models.CharField(max_length=1024, blank=True, default="", db_default="",
+                                 help_text="The archive that holds it, relative to the root ('' for a plain file)")
+    offset = models.BigIntegerField(default=-1, db_default=-1, help_text="tar: its data offset; Parquet: its row; -1: a plain file")
     sha256 = models.CharField(max_length=64, blank=True, db_index=True)
     width = models.PositiveIntegerField(default=0, help_text="After EXIF orientation")
     height = models.PositiveIntegerField(default=0)
@@ -116,3 +130,14 @@ class Image(models.Model):
 
     def __str__(self) -> str:
         return f"{self.source.name}:{self.relative_path}"
+
+    def ref(self, *, verify: bool = True, root_real: str | None = None):
+        """A ``pipelines.source_layouts.MemberRef`` for this image's bytes; reading it checks them
+        against the SHA-256 recorded at ingest (``verify``). A plain file that now resolves outside
+        its source's root raises ``pipelines.sources.UnsafePath`` here, before anything reads it."""
+        if not self.container:
+            from pipelines.sources import safe_join
+
+            safe_join(self.source.root, self.relative_path, root_real=root_real)
+        return self.source.member_ref(self.relative_path, container=self.container, offset=self.offset,
+                                      size=self.bytes if self.container else -1, sha256=self.sha256 if verify else "")

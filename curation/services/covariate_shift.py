@@ -25,7 +25,7 @@ from curation.version import code_version
 from pipelines import csv_cells
 from pipelines.corruptions import CorruptionError, parse_corruptions, parse_severities, plan, run_task
 from pipelines.names import InvalidName, atomic_write, check_name
-from pipelines.sources import UnsafePath, safe_join
+from pipelines.sources import UnsafePath
 
 PROVENANCE_FILE = "provenance.csv"
 IMPLEMENTATION = "imagecorruptions-imaug 1.1.5 (Hendrycks & Dietterich 2019)"
@@ -59,9 +59,14 @@ def covariate_shift_make(*, from_spec: str, out_dir: Path, corruptions: str, sev
     except InvalidName as exc:
         raise CovariateShiftError(str(exc)) from None
     originals, refused = [], []
-    for img in Image.objects.filter(source=source, status=Image.Status.OK).order_by("relative_path"):
+    for img in Image.objects.filter(source=source, status=Image.Status.OK).select_related("candidate_class", "source").order_by("relative_path"):
+        if source.layout != "folder" and img.candidate_class is not None:
+            # an archive member goes to <class>/<member name> (a folder per class, as the outputs are)
+            key = f"{img.candidate_class.folder}/{img.relative_path.rsplit('/', 1)[-1]}"
+            originals.append((img.ref(), key, img.sha256))
+            continue
         try:
-            originals.append((Path(safe_join(source.root, img.relative_path)), img.relative_path, img.sha256))
+            originals.append((img.ref(), img.relative_path, img.sha256))
         except UnsafePath as exc:
             refused.append((img.relative_path, str(exc)))
     if not originals:

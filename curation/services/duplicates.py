@@ -21,7 +21,7 @@ from curation.selectors.duplicates import duplicate_group_decided
 from curation.services.image_pipeline import duplicate_overrides_of, effective_memberships, load_features
 from curation.services.review import review_queue_refresh_if_built
 from pipelines.near_dups import CONFIRM, KEEP, NOT_DUPLICATE, normalise, pixel_difference, pixel_signature
-from pipelines.sources import UnsafePath, safe_join
+from pipelines.sources import UnsafePath
 
 MAX_GROUP_SHOWN = 48  # members shown side by side (the rest are counted)
 
@@ -128,9 +128,10 @@ class DuplicateGroup:
     id_images: dict[int, Image] = field(default_factory=dict)  # ID images members copy
 
 
-def _path(image: Image) -> str | None:
+def _path(image: Image):
+    """The image's bytes through its source's layout (None when its file left the root)."""
     try:
-        return str(safe_join(image.source.root, image.relative_path))
+        return image.ref()
     except UnsafePath:
         return None
 

@@ -46,7 +46,7 @@ from pipelines.export_diff import PreviousMember, PreviousVersion
 from pipelines.layouts import default_layouts
 from pipelines.names import InvalidName, check_name, inside
 from pipelines.semantic import EASY, HARD, DifficultyError, SemanticIndex, difficulty_split, parse_difficulty
-from pipelines.sources import UnsafePath, safe_join
+from pipelines.sources import UnsafePath
 from pipelines.wordnet_graph import load_noun_graph
 
 Progress = Callable[[int], None]
@@ -310,10 +310,9 @@ def export_leakage(*, items: list[ReviewItem], split: str, model_name: str, thre
                    for kind, img in refs]
     images = {it.image_id: it.image for it in items} | {img.pk: img for _k, img in refs}
 
-    def path_of(image_id: int) -> str | None:
-        img = images[image_id]
+    def path_of(image_id: int):
         try:
-            return str(safe_join(img.source.root, img.relative_path))
+            return images[image_id].ref()
         except UnsafePath:
             return None
 
@@ -605,16 +604,15 @@ def _export_items(sel: Selection) -> tuple[list, list]:
     root), and those refused because the file is now a link out of its source."""
     from pipelines import export as px
 
-    roots = {it.source_id: (it.source.root, str(Path(it.source.root).resolve())) for it in sel.items}
+    roots = {it.source_id: str(Path(it.source.root).resolve()) for it in sel.items}
     items, refused = [], []
     for it in sel.items:
         cc = it.candidate_class
         item = px.ExportItem(image_id=it.image_id, src="", sha256=it.image.sha256, wnid=cc.wnid, class_name=_class_name(cc),
                              file_name=it.image.relative_path.rsplit("/", 1)[-1], source=it.source.name,
                              source_path=it.image.relative_path, synset=sel.classes[cc.wnid]["name"])
-        root, root_real = roots[it.source_id]
-        try:
-            items.append(replace(item, src=str(safe_join(root, it.image.relative_path, root_real=root_real))))
+        try:  # the bytes through the source's layout: a file, or an archive member read in place
+            items.append(replace(item, src=it.image.ref(root_real=roots[it.source_id])))
         except UnsafePath as exc:  # the file became a link out of its source after ingest
             refused.append(px.Placed(item=item, problem=f"unsafe_path: {exc}"))
     return items, refused
@@ -722,13 +720,13 @@ def id_samples_of_source(source: Source) -> tuple[list, list[tuple[str, str]]]:
 
     samples, skipped = [], []
     root_real = str(Path(source.root).resolve())
-    for img in Image.objects.filter(source=source, status=Image.Status.OK).order_by("relative_path"):
+    for img in Image.objects.filter(source=source, status=Image.Status.OK).select_related("source").order_by("relative_path"):
         try:
-            path = safe_join(source.root, img.relative_path, root_real=root_real)
+            path = img.ref(root_real=root_real)
         except UnsafePath as exc:
             skipped.append((img.relative_path, str(exc)))
             continue
-        samples.append(IdSample(path=str(path), name=img.relative_path, width=img.width, height=img.height, format=img.format))
+        samples.append(IdSample(path=path, name=img.relative_path, width=img.width, height=img.height, format=img.format))
     return samples, skipped
 
 

@@ -31,7 +31,7 @@ from curation.services.loaded_models import ModelNameError, check_model_name, lo
 from curation.version import code_version
 from pipelines.names import atomic_write, safe_component
 from pipelines.near_dups import Membership, apply_overrides
-from pipelines.sources import SafeJoiner, UnsafePath, safe_join
+from pipelines.sources import SafeJoiner, UnsafePath
 
 
 class PipelineError(ValueError):
@@ -122,13 +122,19 @@ def extract_process_chunk(*, job_id: int, index: int, progress: Callable[[int], 
     lo, hi = (min(wanted), max(wanted)) if wanted else (0, -1)
     have = {i for i in ImageEmbedding.objects.filter(model_name=model_name, image_id__gte=lo, image_id__lte=hi)
             .values_list("image_id", flat=True) if i in wanted}
-    images = [(pk, rel) for pk, rel in Image.objects.filter(pk__gte=lo, pk__lte=hi).order_by("pk").values_list("pk", "relative_path")
-              if pk in wanted and pk not in have]
+    rows = [r for r in Image.objects.filter(pk__gte=lo, pk__lte=hi).order_by("pk")
+            .values_list("pk", "relative_path", "container", "offset", "bytes", "sha256") if r[0] in wanted and r[0] not in have]
+    # an archive is read front to back (ids follow ingest's member order); a file checked against its root
+    rows.sort(key=lambda r: (r[2], r[3], r[0]))
+    images = [(r[0], r[1]) for r in rows]
     join = SafeJoiner(source.root)
-    paths, unsafe = [], {}
-    for pk, rel in images:
+    paths: list = []
+    unsafe = {}
+    for pk, rel, container, offset, size, sha in rows:
         try:
-            paths.append(join(rel))
+            if not container:
+                join(rel)
+            paths.append(source.member_ref(rel, container=container, offset=offset, size=size if container else -1, sha256=sha))
         except UnsafePath as exc:
             paths.append("")
             unsafe[pk] = str(exc)
@@ -300,9 +306,9 @@ def dedup_execute(*, job_id: int) -> Job:
     Job.objects.filter(pk=job.pk).update(total=len(cands) + len(refs))
     cand_x, ref_x = load_features(cands), load_features(refs)
 
-    def path_of(e: ImageEmbedding) -> str | None:
+    def path_of(e: ImageEmbedding):
         try:
-            return str(safe_join(e.image.source.root, e.image.relative_path))
+            return e.image.ref()
         except UnsafePath:
             return None
 

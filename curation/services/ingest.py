@@ -6,9 +6,9 @@ Every step is idempotent, so a redelivered or re-run task repeats nothing that w
 """
 from __future__ import annotations
 
-import os
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Callable
 
 from django.conf import settings
@@ -24,8 +24,10 @@ from curation.models import CandidateClass, Image, ImageEmbedding, Job, JobChunk
 from curation.services.jobs import job_mark_running
 from curation.services.sources import source_sync_classes
 from curation.version import code_version
-from pipelines.images import inspect_image
-from pipelines.sources import PATH_ESCAPES_ROOT, UnsafePath, safe_join, scan_source
+from pipelines.images import EMPTY_FILE, FILE_TOO_LARGE, UNREADABLE, inspect_image_bytes
+from pipelines.source_layouts import DEFAULT_MAX_BYTES, MemberOutsideRoot, MemberRef, read_member
+from pipelines.source_layouts.lists import scan_layout
+from pipelines.sources import PATH_ESCAPES_ROOT
 
 ProgressCallback = Callable[[int], None]
 
@@ -51,6 +53,7 @@ def ingest_start(*, source: Source, user: User | None = None, rehash: bool = Fal
             code_version=code_version(),
             config={
                 "source": source.name, "root": source.root, "role": source.role, "class_map": source.class_map,
+                "layout": source.layout, "layout_options": source.layout_options,
                 "chunk_size": settings.INGEST_CHUNK_SIZE, "threads": settings.INGEST_THREADS, "max_pixels": settings.MAX_IMAGE_PIXELS, "rehash": rehash,
             },
         )
@@ -67,20 +70,23 @@ def ingest_plan(*, job_id: int) -> list[int]:
     if planned is not None:
         return planned
     source = job.source
-    scan = scan_source(source.root)  # outside any transaction: it may take a while
-    classes = {c.folder: c for c in source_sync_classes(source=source, folders=scan.class_folders)}
+    # outside any transaction: it may take a while (an archive's headers are read once, here)
+    scan = scan_layout(source.layout, Path(source.root), source.layout_options or {})
+    classes = {c.folder: c for c in source_sync_classes(source=source, folders=scan.class_keys)}
     size = max(1, int(job.config.get("chunk_size") or settings.INGEST_CHUNK_SIZE))
-    rows = [[f.rel_path, f.class_folder, f.size, f.mtime_ns] for f in scan.files]
+    rows = [[m.path, m.class_key, m.size, m.mtime_ns, m.container, m.offset] for m in scan.members]
+    where = f"{scan.containers} archives" if scan.containers else f"{len(scan.class_keys)} class folders"
 
     def record(locked: Job) -> None:  # with the chunks, in their transaction
         _record_refusals(source, classes, scan.refused)
         locked.result = {
             "files_found": len(rows),
             "refused_paths": [r.rel_path for r in scan.refused],
-            "class_folders": len(scan.class_folders),
+            "class_folders": len(scan.class_keys),
+            "archives": scan.containers,
         }
         locked.save(update_fields=["result"])
-        job_mark_running(job=locked, message=f"{len(rows)} files in {len(scan.class_folders)} class folders")
+        job_mark_running(job=locked, message=f"{len(rows)} images in {len(scan.class_keys)} classes" + (f" ({where})" if scan.containers else ""))
 
     return chunks_write(job_id=job.pk, payloads=[rows[start:start + size] for start in range(0, len(rows), size)],
                         total=len(rows), on_written=record)
@@ -103,7 +109,14 @@ def _record_refusals(source: Source, classes: dict[str, CandidateClass], refused
         Image.objects.bulk_update(changed, ["status", "error_code", "error", "candidate_class", "updated_at"])
 
 
-_INSPECTED_FIELDS = ["sha256", "width", "height", "orientation", "format", "mode", "bytes", "mtime_ns", "status", "error_code", "error", "candidate_class"]
+_INSPECTED_FIELDS = ["sha256", "width", "height", "orientation", "format", "mode", "bytes", "mtime_ns", "status", "error_code", "error",
+                     "candidate_class", "container", "offset"]
+
+
+def _row(row: list) -> list:
+    """A chunk's row: [path, class key, size, mtime_ns, container, offset] (chunks planned before
+    source layouts had the first four)."""
+    return list(row) + ["", -1][len(row) - 4:] if len(row) < 6 else list(row)
 
 
 def ingest_process_chunk(*, job_id: int, index: int, progress: ProgressCallback | None = None) -> bool:
@@ -117,35 +130,39 @@ def ingest_process_chunk(*, job_id: int, index: int, progress: ProgressCallback 
     rehash = bool(job.config.get("rehash"))
     max_pixels = int(job.config.get("max_pixels") or settings.MAX_IMAGE_PIXELS)
     classes = {c.folder: c for c in CandidateClass.objects.filter(source=source)}
-    paths = [row[0] for row in chunk.payload]
+    payload = [_row(r) for r in chunk.payload]
+    paths = [row[0] for row in payload]
     existing = {i.relative_path: i for i in Image.objects.filter(source=source, relative_path__in=paths)}
 
-    def needs_check(rel, size, mtime_ns) -> bool:
+    def needs_check(rel, size, mtime_ns, container, offset) -> bool:
         img = existing.get(rel)
         return (
-            img is None or rehash or img.bytes != size or img.mtime_ns != mtime_ns
+            img is None or rehash or (size >= 0 and img.bytes != size) or img.mtime_ns != mtime_ns
+            or img.container != container or img.offset != offset
             or img.status == Image.Status.MISSING or not img.sha256
         )
 
     # Reading, hashing and decoding release the GIL, so a few threads overlap I/O and decode.
-    todo = [rel for rel, _c, size, mtime_ns in chunk.payload if needs_check(rel, size, mtime_ns)]
-    root_real = os.path.realpath(source.root)
+    # Members are read in the order the scan found them (an archive front to back).
+    todo = [r for r in payload if needs_check(*r[:1], *r[2:])]
     threads = max(1, int(job.config.get("threads") or settings.INGEST_THREADS))
 
-    def check(rel: str) -> dict:
-        fields = _inspect(source.root, rel, max_pixels, root_real)
+    def check(row: list) -> dict:
+        rel, _cls, size, _mtime, container, offset = row
+        fields = _inspect(source.member_ref(rel, container=container, offset=offset, size=size), max_pixels)
+        fields["container"], fields["offset"] = container, offset
         if progress:
             progress(1)
         return fields
 
     with ThreadPoolExecutor(max_workers=threads) as pool:
-        inspected = dict(zip(todo, pool.map(check, todo)))
+        inspected = dict(zip((r[0] for r in todo), pool.map(check, todo)))
 
     new: list[Image] = []
     changed: list[Image] = []
     stale: list[int] = []
     stats: Counter = Counter()
-    for rel, class_folder, size, mtime_ns in chunk.payload:
+    for rel, class_folder, size, mtime_ns, _container, _offset in payload:
         img = existing.get(rel)
         if rel not in inspected:
             stats["unchanged"] += 1
@@ -181,13 +198,24 @@ def ingest_process_chunk(*, job_id: int, index: int, progress: ProgressCallback 
     return chunk_finish(chunk, progress=len(chunk.payload), stats=dict(stats), write=write)
 
 
-def _inspect(root: str, rel: str, max_pixels: int, root_real: str | None = None) -> dict:
+def _inspect(ref: MemberRef, max_pixels: int) -> dict:
+    """The checks of one member, read through its source's layout (a file, a tar member by its
+    offset, a Parquet row). Never raises for a bad member: its reason is recorded instead."""
+    def broken(code: str, message: str, size: int = 0) -> dict:
+        return {"sha256": "", "width": 0, "height": 0, "orientation": 1, "format": "", "mode": "", "bytes": size,
+                "status": Image.Status.BROKEN, "error_code": code, "error": message}
+
+    if ref.size > DEFAULT_MAX_BYTES:
+        return broken(FILE_TOO_LARGE, f"{ref}: {ref.size} bytes is more than the {DEFAULT_MAX_BYTES}-byte limit for one image", ref.size)
     try:
-        path = safe_join(root, rel, root_real=root_real)
-    except UnsafePath as exc:
-        return {"sha256": "", "width": 0, "height": 0, "orientation": 1, "format": "", "mode": "", "bytes": 0,
-                "status": Image.Status.BROKEN, "error_code": PATH_ESCAPES_ROOT, "error": str(exc)}
-    r = inspect_image(path, max_pixels=max_pixels)
+        data = read_member(ref, verify=False)
+    except MemberOutsideRoot as exc:
+        return broken(PATH_ESCAPES_ROOT, str(exc))
+    except OSError as exc:  # MemberUnreadable says what and why; a plain OSError gets its strerror
+        return broken(UNREADABLE, str(exc) if not getattr(exc, "strerror", None) else f"{ref}: cannot read the file ({exc.strerror})")
+    if not data:
+        return broken(EMPTY_FILE, f"{ref}: the file is empty (0 bytes)")
+    r = inspect_image_bytes(data, name=str(ref), max_pixels=max_pixels)
     return {
         "sha256": r.sha256, "width": r.width, "height": r.height, "orientation": r.orientation,
         "format": r.format, "mode": r.mode, "bytes": r.bytes,

@@ -4,6 +4,7 @@ once, keyed by the file's SHA-256, and written atomically."""
 from __future__ import annotations
 
 import base64
+import io
 import os
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
@@ -15,7 +16,8 @@ from PIL import ImageOps
 
 from curation.models import Image
 from pipelines.images import to_rgb
-from pipelines.sources import UnsafePath, safe_join
+from pipelines.source_layouts import MemberRef
+from pipelines.sources import UnsafePath
 
 SIZES = {"thumb": 224, "view": 1400}
 VARIANTS = (*SIZES, "full")
@@ -27,12 +29,30 @@ class RenditionError(RuntimeError):
     pass
 
 
-def source_file(image: Image) -> Path:
-    """The image's file under its source root (paths escaping the root are refused)."""
+def source_member(image: Image) -> MemberRef:
+    """The image's bytes through its source's layout (paths escaping the root are refused)."""
     try:
-        return safe_join(image.source.root, image.relative_path)
+        return image.ref()
     except UnsafePath as exc:
         raise RenditionError(str(exc)) from exc
+
+
+def _full_copy(image: Image, ref: MemberRef, ctype: str) -> tuple[Path, str]:
+    """A browser-ready file as it was ingested: written once from its checked bytes, keyed by its
+    SHA-256 (an archive member has no file of its own to serve; a changed file is never shown)."""
+    ext = {"JPEG": "jpg", "PNG": "png", "GIF": "gif", "WEBP": "webp"}.get(image.format, "bin")
+    out = Path(settings.THUMBNAIL_DIR) / "orig" / image.sha256[:2] / f"{image.sha256}.{ext}"
+    if not out.is_file():
+        try:
+            data = ref.read()
+        except OSError as exc:
+            raise RenditionError(str(exc)) from exc
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=out.parent, suffix=".part")
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, out)
+    return out, ctype
 
 
 def _write_atomic(path: Path, im: PILImage.Image, fmt: str) -> None:
@@ -58,15 +78,15 @@ def rendition(image: Image, variant: str) -> tuple[Path, str]:
         raise RenditionError(f"unknown image variant {variant!r}: use one of {', '.join(VARIANTS)}")
     if image.status != Image.Status.OK or not image.sha256:
         raise RenditionError(f"{image}: not a readable image ({image.get_status_display()})")
-    src = source_file(image)
+    src = source_member(image)
     if variant == "full" and image.format in BROWSER_FORMATS and image.mode in BROWSER_MODES:
-        return src, PILImage.MIME.get(image.format, "application/octet-stream")
+        return _full_copy(image, src, PILImage.MIME.get(image.format, "application/octet-stream"))
     ext, fmt, ctype = ("png", "PNG", "image/png") if variant == "full" else ("jpg", "JPEG", "image/jpeg")
     out = Path(settings.THUMBNAIL_DIR) / variant / image.sha256[:2] / f"{image.sha256}.{ext}"
     if out.is_file():
         return out, ctype
     try:
-        with PILImage.open(src) as im:
+        with PILImage.open(io.BytesIO(src.read())) as im:  # read through the layout, checked against the ingest hash
             if im.width * im.height > settings.MAX_IMAGE_PIXELS:
                 raise RenditionError(f"{src}: {im.width}x{im.height} pixels is over the limit (decompression bomb)")
             if variant in SIZES and im.format == "JPEG":

@@ -11,6 +11,8 @@ from django.db import transaction
 from curation.audit import audit_record
 from curation.models import CandidateClass, Source
 from pipelines.names import InvalidName, check_name
+from pipelines.source_layouts import DEFAULT_LAYOUT, LayoutError, source_layout
+from pipelines.source_layouts.lists import read_path_list
 from pipelines.sources import ClassMapping, map_class_folders, read_class_map, scan_class_folders
 from pipelines.wordnet import load_wordnet
 
@@ -32,9 +34,15 @@ class SourceRegistration:
 
 def source_register(
     *, name: str, root: str | Path, role: str = Source.Role.CANDIDATE, class_map_path: str | Path | None = None,
-    user: User | None = None, restrict_to_allowed_roots: bool = False,
+    user: User | None = None, restrict_to_allowed_roots: bool = False, layout: str = DEFAULT_LAYOUT,
+    layout_options: dict[str, Any] | None = None, list_path: str | Path | None = None, list_format: str = "",
 ) -> SourceRegistration:
     """Create or update a source and map its class folders to WordNet.
+
+    ``layout`` names how the root holds its images (pipelines/source_layouts/), with its
+    ``layout_options``; ``list_path`` (a published list in ``list_format``) makes the source just
+    the members that list names. Classes of a folder source are mapped here; an archive's classes
+    are only known once its members are read, so ingest maps them.
 
     ``restrict_to_allowed_roots`` is set by web entry points: there, a root must lie under
     ``settings.SOURCE_ALLOWED_ROOTS`` so that a browser cannot point the server at any folder.
@@ -52,6 +60,20 @@ def source_register(
         raise SourceError(f"{root} is outside the folders sources may come from ({allowed}); set OODC_SOURCE_ROOTS")
     if role not in Source.Role.values:
         raise SourceError(f"role must be one of {', '.join(Source.Role.values)}, not {role!r}")
+    options = {k: v for k, v in (layout_options or {}).items() if v not in (None, "")}
+    try:
+        plugin = source_layout(layout)
+        for key in ("wnid_list", "names_file"):  # files the layout reads again at every scan: kept as absolute paths
+            if key in options:
+                options[key] = str(Path(options[key]).expanduser().resolve())
+        plugin.check_options(options)
+        if list_path:
+            listing = read_path_list(Path(list_path).expanduser().resolve(), list_format or "paths")
+            options["list"] = {"path": listing.path, "format": listing.format, "sha256": listing.sha256, "entries": len(listing.entries)}
+        elif list_format:
+            raise LayoutError("--list-format needs --list FILE")
+    except LayoutError as exc:
+        raise SourceError(str(exc)) from None
     wn = load_wordnet(settings.NLTK_DATA)
     class_map = read_class_map(class_map_path, wn) if class_map_path else None
 
@@ -59,19 +81,30 @@ def source_register(
         source = Source.objects.select_for_update().filter(name=name).first()
         created = source is None
         if created:
-            source = Source.objects.create(name=name, root=str(root), role=role, class_map=class_map or {}, created_by=user)
+            source = Source.objects.create(name=name, root=str(root), role=role, class_map=class_map or {}, created_by=user,
+                                           layout=plugin.name, layout_options=options)
         else:
             if source.role != role:
                 raise SourceError(f"source {name!r} exists with role {source.role!r}; pick another name or the same role")
             if Path(source.root) != root:
                 raise SourceError(f"source {name!r} is registered at {source.root}, not {root}; pick another name")
+            if (source.layout or DEFAULT_LAYOUT) != plugin.name:
+                raise SourceError(f"source {name!r} is registered with --layout {source.layout}, not {plugin.name}; pick another name")
+            if bool((source.layout_options or {}).get("list")) != bool(options.get("list")):
+                raise SourceError(f"source {name!r} was registered {'with' if source.layout_options.get('list') else 'without'} "
+                                  "a --list; give the same, or pick another name")
+            updates = ["layout_options"]
+            source.layout_options = options
             if class_map is not None:
                 source.class_map = class_map
-                source.save(update_fields=["class_map"])
-        classes = source_sync_classes(source=source, folders=scan_class_folders(root), wn=wn)
+                updates.append("class_map")
+            source.save(update_fields=updates)
+        folders = scan_class_folders(root) if plugin.name == DEFAULT_LAYOUT and not options.get("list") else []
+        classes = source_sync_classes(source=source, folders=folders, wn=wn) if folders else list(source.classes.all())
         audit_record(
             actor=user, action="source_registered" if created else "source_rescanned", target=source,
-            data={"root": str(root), "role": role, "classes": len(classes),
+            data={"root": str(root), "role": role, "layout": plugin.name, "classes": len(classes),
+                  **({"list": options["list"]} if options.get("list") else {}),
                   "unmapped": [c.folder for c in classes if c.mapping == CandidateClass.Mapping.UNMAPPED]},
         )
     return SourceRegistration(source=source, created=created, classes=classes)

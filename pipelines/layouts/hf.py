@@ -90,12 +90,13 @@ class HuggingFaceParquet(Layout):
         return where
 
     @staticmethod
-    def _path(root: Path, p: Placed) -> str:
+    def _path(root: Path, p: Placed):
         """Where the image's bytes are: the export's own first copy, else the source file."""
         return str(root / next(iter(p.files.values()))) if p.files else p.item.src
 
     def _row(self, root: Path, p: Placed, index: dict[str, int], difficulty: dict | None) -> dict:
-        data = Path(self._path(root, p)).read_bytes()
+        where = self._path(root, p)
+        data = where.read(verify=False) if hasattr(where, "read") else Path(where).read_bytes()  # a source member, or a file
         if hashlib.sha256(data).hexdigest() != p.item.sha256:  # placed and checked a moment ago: changed since
             raise RuntimeError(f"{self._path(root, p)} changed while the export was written (sha256 differs from ingest); export again")
         row = {"image": {"bytes": data, "path": p.item.file_name}, "label": index[p.item.wnid], "wnid": p.item.wnid,

@@ -1,0 +1,278 @@
+"""Sources in the forms the field ships (issue 44): ImageNet-21K's per-class tars, timm's
+WebDataset shards, the hub's Parquet files and published path lists, each written by the tool
+that makes the real thing (tarfile, webdataset's TarWriter, datasets), ingested with add_source,
+read back in place, reviewed and exported with every byte checked against the source."""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from curation.models import CandidateClass, Export, ExportMember, Image, Job, ReviewItem, Source
+from curation.services.renditions import RenditionError, rendition
+from curation.services.review import review_queue_sync
+from fixtures.archives import write_class_tars, write_hf_parquet, write_wds_shards
+from fixtures.images import decompression_bomb_png, jpeg_bytes, pattern_image
+from pipelines.source_layouts import MemberChanged
+from tests.review_data import KEPT_CLASSES, fake_predictions
+
+pytestmark = pytest.mark.django_db
+
+WNIDS = ["n09308572", "n11517776", "n09270735"]  # iceberg, sunset, dune
+
+
+def jpeg(i: int, size=(96, 72)) -> bytes:
+    rng = np.random.default_rng(i)
+    palette = [tuple(int(c) for c in rng.integers(0, 255, 3)) for _ in range(3)]
+    return jpeg_bytes(pattern_image(rng, ("dots", "stripes", "checker", "blobs")[i % 4], palette, size))
+
+
+def add_source(*args, **kw) -> str:
+    out, err = io.StringIO(), io.StringIO()
+    call_command("add_source", *args, stdout=out, stderr=err, **kw)
+    return out.getvalue() + err.getvalue()
+
+
+def rows(name: str) -> dict[str, Image]:
+    return {i.relative_path: i for i in Image.objects.filter(source__name=name).select_related("candidate_class", "source")}
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def test_class_tars_are_read_in_place_and_a_rescan_notices_changed_and_vanished_archives(tmp_path):
+    root = tmp_path / "winter21_whole"
+    members = write_class_tars(root, {w: [(f"{w}_{n}.JPEG", jpeg(10 * k + n)) for n in range(4)] for k, w in enumerate(WNIDS)})
+    before = set(os.listdir(tmp_path))
+    out = add_source("w21", str(root), layout="class-tars")
+    assert "layout class-tars" in out and "3 classes, 3 mapped to WordNet" in out
+    got = rows("w21")
+    assert set(got) == set(members)
+    for path, data in members.items():
+        img = got[path]
+        assert img.status == Image.Status.OK, img.error
+        assert img.sha256 == sha(data) and img.bytes == len(data) and (img.width, img.height) == (96, 72)
+        assert img.container == path.split("/")[0] and img.offset > 0
+        assert img.candidate_class.wnid == path.split(".tar")[0]
+        assert img.ref().read() == data  # read back by its recorded offset
+    assert set(os.listdir(tmp_path)) == before and sorted(os.listdir(root)) == sorted(f"{w}.tar" for w in WNIDS)  # nothing unpacked
+
+    job = Job.objects.filter(source__name="w21").latest("pk")
+    assert job.result["archives"] == 3
+    add_source("w21", str(root), layout="class-tars")  # a rerun changes nothing
+    assert Job.objects.filter(source__name="w21").latest("pk").result["added"] == 0
+    assert Image.objects.filter(source__name="w21").count() == 12
+
+    # one archive rewritten with one member's bytes changed, one archive gone
+    changed = {**{f"{WNIDS[0]}_{n}.JPEG": jpeg(n) for n in range(4)}, f"{WNIDS[0]}_2.JPEG": jpeg(99)}
+    write_class_tars(root, {WNIDS[0]: list(changed.items())})
+    (root / f"{WNIDS[2]}.tar").unlink()
+    add_source("w21", str(root), layout="class-tars")
+    result = Job.objects.filter(source__name="w21").latest("pk").result
+    assert result["changed"] == 1 and result["newly_missing"] == 4, result
+    got = rows("w21")
+    assert got[f"{WNIDS[0]}.tar/{WNIDS[0]}_2.JPEG"].sha256 == sha(jpeg(99))
+    assert {p for p, i in got.items() if i.status == Image.Status.MISSING} == {p for p in members if p.startswith(WNIDS[2])}
+
+
+def test_webdataset_shards_written_by_webdataset_with_timm_keys(tmp_path):
+    root = tmp_path / "imagenet-w21-wds"
+    samples = [(f"{WNIDS[i % 3]}_{i}", jpeg(i), WNIDS[i % 3], i % 3) for i in range(11)]
+    members = write_wds_shards(root, samples, per_shard=4)
+    assert json.loads((root / "_info.json").read_text())["splits"]["train"]["shard_lengths"] == [4, 4, 3]
+    add_source("wds", str(root), layout="wds")
+    got = rows("wds")
+    assert set(got) == set(members)
+    for path, (data, wnid) in members.items():
+        assert got[path].status == Image.Status.OK and got[path].sha256 == sha(data)
+        assert got[path].candidate_class.wnid == wnid  # from the sample's json class_name
+        assert got[path].ref().read() == data
+
+    # shards without json: the class comes from .cls through a wnid list (timm's sorted list)
+    bare = tmp_path / "bare-wds"
+    write_wds_shards(bare, samples, per_shard=6, with_json=False)
+    (tmp_path / "wnids.txt").write_text("\n".join(WNIDS) + "\n")
+    out = add_source("bare-nolist", str(bare), layout="wds")  # no class without the list: each sample refused, named
+    assert "no_class" in out
+    refused = Image.objects.filter(source__name="bare-nolist")
+    assert refused.count() == 11 and set(refused.values_list("error_code", flat=True)) == {"no_class"}
+    add_source("bare", str(bare), layout="wds", opt_wnid_list=str(tmp_path / "wnids.txt"))
+    assert {(i.candidate_class.wnid, i.sha256) for i in rows("bare").values()} == {(w, sha(d)) for _k, d, w, _l in samples}
+
+
+def test_parquet_written_by_datasets_with_image_and_classlabel(tmp_path):
+    root = tmp_path / "hub"
+    names = ["iceberg", "sunset", "dune"]
+    rows_in = [(f"photo_{i}.JPEG", jpeg(i), names[i % 3]) for i in range(10)]
+    members = write_hf_parquet(root, rows_in, names=names, shards=2)
+    add_source("hub", str(root), layout="parquet")
+    got = rows("hub")
+    assert set(got) == set(members)
+    for path, (data, cls) in members.items():
+        img = got[path]
+        assert img.status == Image.Status.OK and img.sha256 == sha(data) and img.candidate_class.folder == cls
+        assert img.ref().read() == data  # read by its row group and row
+    classes = dict(CandidateClass.objects.filter(source__name="hub").values_list("folder", "wnid"))
+    assert set(classes) == set(names) and classes["dune"] == "n09270735"  # names map as folder names do (iceberg: two senses)
+
+
+def test_hostile_archives_are_refused_item_by_item_and_the_batch_goes_on(tmp_path, monkeypatch):
+    import pipelines.source_layouts as layouts
+
+    monkeypatch.setattr(layouts, "DEFAULT_MAX_BYTES", 200_000)
+    root = tmp_path / "hostile"
+    root.mkdir()
+    outside = tmp_path / "outside.txt"
+    outside.write_text("secret")
+    good = jpeg(1)
+
+    def add(tf, name, data=b"", kind=tarfile.REGTYPE, link=""):
+        info = tarfile.TarInfo(name)
+        info.type, info.linkname, info.size = kind, link, len(data)
+        tf.addfile(info, io.BytesIO(data) if data else None)
+
+    with tarfile.open(root / f"{WNIDS[0]}.tar", "w", format=tarfile.GNU_FORMAT) as tf:
+        add(tf, "good.JPEG", good)
+        add(tf, "../escape.JPEG", good)
+        add(tf, "/etc/absolute.JPEG", good)
+        add(tf, "sym.JPEG", kind=tarfile.SYMTYPE, link=str(outside))
+        add(tf, "hard.JPEG", kind=tarfile.LNKTYPE, link="good.JPEG")
+        add(tf, "dev.JPEG", kind=tarfile.CHRTYPE)
+        add(tf, "good.JPEG", jpeg(2))  # the same name again
+        add(tf, "huge.JPEG", b"\xff" * 300_000)
+        add(tf, "text.JPEG", b"<html>404</html>")
+        add(tf, "bomb.JPEG", decompression_bomb_png())
+    data = (root / f"{WNIDS[0]}.tar").read_bytes()
+    write_class_tars(tmp_path / "tmp", {WNIDS[1]: [(f"a{n}.JPEG", jpeg(n)) for n in range(3)]})
+    whole = tmp_path / "tmp" / f"{WNIDS[1]}.tar"
+    with tarfile.open(whole) as tf:
+        second = tf.getmember("a1.JPEG").offset_data
+    (root / f"{WNIDS[1]}.tar").write_bytes(whole.read_bytes()[: second + 100])  # the first member whole, the second cut
+    import gzip
+
+    (root / f"{WNIDS[2]}.tar.gz").write_bytes(gzip.compress(data))
+    out = add_source("hostile", str(root), layout="class-tars")
+    got = {i.relative_path: (i.status, i.error_code) for i in Image.objects.filter(source__name="hostile")}
+    codes = sorted(code for _s, code in got.values())
+    assert got[f"{WNIDS[0]}.tar/good.JPEG"] == ("ok", "")
+    assert got[f"{WNIDS[1]}.tar/a0.JPEG"] == ("ok", "")
+    expected = {"unsafe_member_name": 2, "link_member": 2, "not_a_regular_file": 1, "duplicate_member": 1, "file_too_large": 1,
+                "not_an_image": 1, "decompression_bomb": 1, "compressed_archive": 1,
+                "truncated_archive": 2}  # the member cut off, and the end of the archive
+    for code, n in expected.items():
+        assert codes.count(code) == n, (code, got)
+    assert "gunzip -k" in Image.objects.get(source__name="hostile", error_code="compressed_archive").error
+    assert "broken or refused" in out
+    assert outside.read_text() == "secret" and sorted(os.listdir(tmp_path)) == sorted(["hostile", "outside.txt", "tmp"])
+
+    # a Parquet file of another schema: refused whole, in one line naming the columns
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq_root = tmp_path / "foreign"
+    pq_root.mkdir()
+    pq.write_table(pa.table({"text": ["a", "b"], "score": [1, 2]}), pq_root / "x.parquet")
+    add_source("foreign", str(pq_root), layout="parquet")
+    refused = Image.objects.get(source__name="foreign")
+    assert refused.error_code == "foreign_schema" and "--image-column" in refused.error
+    assert Image.objects.filter(source__name="foreign").count() == 1
+
+
+def test_published_lists_become_sources_of_just_their_images(tmp_path):
+    # an OpenOOD imglist and a NINCO file_list.csv over a folder root, as their releases ship them
+    large = tmp_path / "images_largescale"
+    files = {}
+    for k, cls in enumerate(("iceberg", "sunset", "dune")):
+        for n in range(3):
+            rel = f"ninco/NINCO_OOD_classes/{cls}/{cls}_{n}.jpg"
+            files[rel] = jpeg(10 * k + n)
+            (large / rel).parent.mkdir(parents=True, exist_ok=True)
+            (large / rel).write_bytes(files[rel])
+    listed = sorted(files)[:6]
+    imglist = tmp_path / "test_ninco.txt"
+    imglist.write_text("".join(f"{p} -1\n" for p in listed) + "ninco/NINCO_OOD_classes/dune/gone.jpg -1\n../../etc/passwd -1\n")
+    out = add_source("openood-ninco", str(large), list_path=str(imglist), list_format="openood")
+    got = rows("openood-ninco")
+    ok = {p for p, i in got.items() if i.status == Image.Status.OK}
+    assert ok == set(listed)
+    assert {i.error_code for p, i in got.items() if p not in ok} == {"listed_not_found", "bad_list_line"}
+    assert {got[p].candidate_class.folder for p in ok} <= {"iceberg", "sunset", "dune"}
+    source = Source.objects.get(name="openood-ninco")
+    assert source.layout_options["list"]["sha256"] == sha(imglist.read_bytes()) and "sha256" in out
+
+    ninco = tmp_path / "file_list.csv"
+    ninco.write_text("image_location,class\n" + "".join(f"{p.removeprefix('ninco/')},{p.split('/')[2]}\n" for p in listed[:4]))
+    add_source("ninco-list", str(large / "ninco"), list_path=str(ninco), list_format="ninco")
+    assert {i.relative_path for i in rows("ninco-list").values() if i.status == "ok"} == {p.removeprefix("ninco/") for p in listed[:4]}
+
+    # ImageNet-OOD's release: <wnid>/<wnid>_<n>.JPEG over ImageNet-21K's per-class tars (only the named tars are read)
+    w21 = tmp_path / "w21"
+    write_class_tars(w21, {w: [(f"{w}_{n}.JPEG", jpeg(n + 5 * k)) for n in range(5)] for k, w in enumerate(WNIDS)})
+    paths = tmp_path / "imagenet_ood.txt"
+    paths.write_text(f"{WNIDS[0]}/{WNIDS[0]}_1.JPEG\n{WNIDS[0]}/{WNIDS[0]}_3.JPEG\n{WNIDS[1]}/{WNIDS[1]}_0.JPEG\n")
+    add_source("inood", str(w21), layout="class-tars", list_path=str(paths), list_format="paths")
+    assert set(rows("inood")) == {f"{WNIDS[0]}.tar/{WNIDS[0]}_1.JPEG", f"{WNIDS[0]}.tar/{WNIDS[0]}_3.JPEG", f"{WNIDS[1]}.tar/{WNIDS[1]}_0.JPEG"}
+    assert Job.objects.filter(source__name="inood").latest("pk").result["archives"] == 2
+
+
+def test_bad_layout_input_is_one_line(tmp_path):
+    (tmp_path / "empty").mkdir()
+    for kwargs, needle in [({"layout": "wds", "opt_wnid_list": str(tmp_path / "nope.txt")}, "--wnid-list"),
+                           ({"list_path": str(tmp_path / "nope.txt"), "list_format": "openood"}, "--list"),
+                           ({"list_format": "ninco"}, "--list-format needs --list")]:
+        with pytest.raises(CommandError) as exc:
+            add_source("bad", str(tmp_path / "empty"), **kwargs)
+        assert needle in str(exc.value) and "\n" not in str(exc.value)
+    assert not Source.objects.filter(name="bad").exists()
+
+
+def test_an_archive_source_is_reviewed_and_exported_byte_for_byte_and_a_changed_member_is_never_shown(tmp_path, settings):
+    settings.EXPORT_ROOT = tmp_path / "exports"
+    settings.THUMBNAIL_DIR = tmp_path / "thumbs"
+    call_command("set_id_classes", "imagenet-1k", stdout=io.StringIO())
+    root = tmp_path / "pool"
+    members = write_class_tars(root, {w: [(f"img_{k}_{n:04d}.JPEG", jpeg(20 * k + n, (200, 150))) for n in range(4)]
+                                      for k, w in enumerate(KEPT_CLASSES)})
+    add_source("pool", str(root), layout="class-tars")
+    source = Source.objects.get(name="pool")
+    fake_predictions(source)
+    review_queue_sync(source=source)
+    assert ReviewItem.objects.filter(source=source).count() == 12
+    from tests.test_exports import random_features, review_all, run_export, user
+
+    random_features(source)
+    decided = review_all(user("ann", "annotator"), lambda img: ("ood", []))
+    assert len(decided) == 12
+    export, out = run_export(name="from-tars", sources=["pool"])
+    assert export.status == Export.Status.DONE, out
+    export_root = Path(settings.EXPORT_ROOT) / "from-tars" / "v1"
+    by_id = {i.pk: i for i in Image.objects.filter(source=source)}
+    for m in ExportMember.objects.filter(export=export):
+        for layout in ("ninco", "imagenet-ood", "openood"):
+            assert (export_root / m.files[layout]).read_bytes() == members[by_id[m.image_id].relative_path]
+    decisions = (export_root / "decisions.csv").read_text()
+    assert f"{KEPT_CLASSES[0]}.tar/img_0_0000.JPEG" in decisions  # provenance names the archive and the member
+
+    # thumbnails and the full view come from the archive; a member rewritten in place is refused
+    img = by_id[min(by_id)]
+    path, ctype = rendition(img, "thumb")
+    assert path.is_file() and ctype == "image/jpeg"
+    tar = root / img.container
+    blob = bytearray(tar.read_bytes())
+    blob[img.offset + 100] ^= 0xFF  # same size, other bytes: nothing but the hash can tell
+    tar.write_bytes(bytes(blob))
+    with pytest.raises(MemberChanged):
+        img.ref().read()
+    with pytest.raises(RenditionError, match="changed since ingest"):
+        rendition(img, "view")
+    export2, out2 = run_export(name="after-change", sources=["pool"])
+    assert img.pk not in set(ExportMember.objects.filter(export=export2).values_list("image_id", flat=True))
