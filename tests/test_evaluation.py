@@ -626,3 +626,84 @@ def test_per_layer_outputs_are_planned_for_the_fit_set_too_and_loaded_with_their
     out, _, _, _ = load_outputs(row, extras=[key])
     np.testing.assert_array_equal(out.extra[key][[0, 2]], [[4, 5, 6], [1, 2, 3]])
     assert np.isnan(out.extra[key][1]).all() and out.extra[f"{key}:widths"].tolist() == [1, 2]
+
+
+def _evaluate_argv(*extra, sets=("import:test", "import:fit"), models="toy") -> tuple[int, str]:
+    """``manage.py evaluate`` as from the command line (run_from_argv): its exit status and stderr."""
+    from django.db import connections
+
+    from curation.management.commands.evaluate import Command
+
+    err = io.StringIO()
+    cmd = Command(stdout=io.StringIO(), stderr=err)
+    close_all, connections.close_all = connections.close_all, lambda: None  # run_from_argv closes them: the test's transaction
+    try:
+        cmd.run_from_argv(["manage.py", "evaluate", "--export", "ood", "--id-test", sets[0], "--id-fit", sets[1],
+                           "--models", models, *extra])
+    except SystemExit as exc:
+        return int(exc.code or 0), err.getvalue()
+    finally:
+        connections.close_all = close_all
+    return 0, err.getvalue()
+
+
+def test_evaluate_refuses_bad_arguments_before_a_run_exists(tmp_path, capsys):
+    """Issue 47 rows 5 and 6: an unknown model, an unknown detector, a number out of range or not
+    written in digits is one line and exit status 1, and no evaluation run (or job) is left."""
+    _world(tmp_path)
+    idt, idf = _id_source(tmp_path, "idt"), _id_source(tmp_path, "idf")
+    status, err = _evaluate_argv(sets=(f"source:{idt.name}", f"source:{idf.name}"), models="nosuch_model_xyz")
+    assert status == 1 and "unknown model(s) 'nosuch_model_xyz'" in err and len(err.strip().splitlines()) == 1, err
+    capsys.readouterr()  # the ingests' progress bars
+    cases = [
+        (("--methods", "msp", "--severity-window", "-1"), "--severity-window must be between 0"),
+        (("--methods", "msp", "--severity-window", "٣"), "--severity-window must be a whole number written in digits"),
+        (("--methods", "msp", "--seed", "1_000"), "--seed must be a whole number"),
+        (("--methods", "msp", "--seed", str(2**32)), "--seed must be between 0 and 4294967295"),
+        (("--methods", "msp", "--sanity-seeds", "21"), "--sanity-seeds must be between 0 and 20"),
+        (("--methods", "knn", "--knn-k", "0"), "--knn-k: 0 must be between"),
+        (("--methods", "knn", "--knn-k", "1.5"), "argument --knn-k: invalid int value: '1.5'"),
+        (("--methods", "odin", "--odin-temperature", "nan"), "--odin-temperature must be a finite number"),
+        (("--methods", "msp,bogus"), "unknown detector(s) bogus"),
+        (("--methods", "msp", "--fpr-method", "zzz"), "invalid choice: 'zzz'"),
+    ]
+    for argv, message in cases:
+        status, err = _evaluate_argv(*argv)
+        err = err + capsys.readouterr().err
+        assert status == 1, (argv, status, err)
+        assert message in err and len(err.strip().splitlines()) == 1, (argv, err)
+    assert EvaluationRun.objects.count() == 0 and not Job.objects.filter(kind=Job.Kind.EVALUATE).exists()
+
+
+def test_a_detector_failing_inside_a_run_fails_the_run_and_names_it(tmp_path, role_groups, monkeypatch):
+    """A detector that raises inside a run marks the run failed as ``partial:`` naming the
+    detector and its error; the other detectors' results stand and show; the command exits 1
+    with that message. (Issue 47 row 6 was MSP failing on a negative window, the run "done".)"""
+    from pipelines.detectors import DETECTORS
+
+    export = _world(tmp_path)
+
+    def broken(self, data):
+        raise ValueError("need at least one array to concatenate")
+
+    monkeypatch.setattr(DETECTORS["msp"], "score", broken)
+    run = evaluation_create(export=export, id_test="import:test", id_fit="import:fit", models=["toy"], methods=["msp", "mahalanobis"],
+                            enqueue=False)
+    run = evaluation_run_inline(run=run)
+    assert run.status == "failed" and run.job.status == "failed", (run.status, run.message)
+    assert run.message.startswith("partial: 1 of 2 detector result(s) failed: toy/msp (") and "concatenate" in run.message
+    assert run.results["models"]["toy"]["detectors"]["mahalanobis"]["status"] == "ok"  # what was computed stays
+    page = _client("res-partial", "researcher").get(f"/evaluations/{run.pk}/").content.decode()
+    assert "The run failed:" in page and "toy/msp" in page and "Mahalanobis" in page
+    with pytest.raises(CommandError, match=r"failed: partial: 1 of 1 detector result\(s\) failed: toy/msp \(ValueError"):
+        call_command("evaluate", export="ood", id_test="import:test", id_fit="import:fit", models="toy", methods="msp", seed="7",
+                     stdout=io.StringIO())
+    # a negative window (the row's own cause) in a run's record, as an older version could write it,
+    # fails every detector it reaches the same way, never "done"
+    monkeypatch.undo()
+    run = evaluation_create(export=export, id_test="import:test", id_fit="import:fit", models=["toy"], methods=["msp"], enqueue=False)
+    bad = {**run.config, "severity_window": -1}
+    EvaluationRun.objects.filter(pk=run.pk).update(config=bad)
+    Job.objects.filter(pk=run.job_id).update(config=bad)
+    run = evaluation_run_inline(run=EvaluationRun.objects.get(pk=run.pk))
+    assert run.status == "failed" and "toy/msp (ValueError: need at least one array to concatenate)" in run.message

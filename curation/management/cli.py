@@ -45,3 +45,34 @@ def comma_list(value: str | None, flag: str) -> list[str]:
         return items(value, flag)
     except ValueError as exc:
         raise CommandError(str(exc)) from None
+
+
+def whole_number_option(value: object, flag: str, *, lo: int, hi: int) -> int | None:
+    """A whole-number option through the one rule (``pipelines.numbers.whole_number``: ASCII
+    digits, in ``lo..hi``); None when not given. One line naming the flag otherwise."""
+    from pipelines.numbers import whole_number
+
+    if value is None:
+        return None
+    try:
+        return whole_number(value.strip() if isinstance(value, str) else value, flag, lo=lo, hi=hi)
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
+
+
+def one_line_parser_errors(parser):
+    """Make ``parser`` report a bad or missing option as one line and exit status 1 when the
+    command runs from the command line (argparse prints its usage and exits 2), so every refusal
+    of a command reads and exits alike. Under call_command it still raises CommandError."""
+    import sys
+
+    original = parser.error
+
+    def error(message):
+        if getattr(parser, "called_from_command_line", False):
+            sys.stderr.write(f"CommandError: {message} (see --help)\n")
+            sys.exit(1)
+        original(message)
+
+    parser.error = error
+    return parser

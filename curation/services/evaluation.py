@@ -30,7 +30,7 @@ from curation.models import CandidateClass, EvalFeatureSet, EvaluationRun, Expor
 from curation.services.jobs import job_fail, job_mark_running
 from curation.version import code_version
 from pipelines.names import InvalidName, atomic_write, check_name, safe_component
-from pipelines.sources import UnsafePath, safe_join
+from pipelines.sources import UnsafePath
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff"}
 ROLES = ("id_test", "id_fit", "ood", "unit_tests")
@@ -78,7 +78,7 @@ def _digest(lines) -> str:
 
 
 def _source_images(source: Source, classes: tuple[str, ...] = ()):
-    qs = Image.objects.filter(source=source, status=Image.Status.OK).select_related("candidate_class").order_by("relative_path")
+    qs = Image.objects.filter(source=source, status=Image.Status.OK).select_related("candidate_class", "source").order_by("relative_path")
     return qs.filter(candidate_class__wnid__in=list(classes)) if classes else qs
 
 
@@ -137,8 +137,8 @@ def set_items(image_set: ImageSet) -> list[Item]:
         items = []
         for img in _source_images(source, image_set.classes):
             wnid = img.candidate_class.wnid if img.candidate_class else ""
-            try:
-                path, error = str(safe_join(source.root, img.relative_path, root_real=root_real)), ""
+            try:  # the bytes through the source's layout, checked against the ingest hash when read
+                path, error = img.ref(root_real=root_real), ""
             except UnsafePath as exc:
                 path, error = "", str(exc)
             items.append(Item(key=img.relative_path, path=path, wnid=wnid, group=wnid, error=error))
@@ -189,6 +189,57 @@ def _conventions(params: dict) -> dict:
         return asdict(Conventions(**chosen))
     except ValueError as exc:
         raise EvaluationError(str(exc)) from None
+
+
+# The whole-number settings of a run: (key, its words in a message, lowest, highest, default when
+# unset or empty). Checked when the run is asked for, so a bad value never reaches the detectors
+# (a negative C-OOD window used to fail MSP and friends deep inside a run that then said "done").
+RUN_NUMBERS = (
+    ("severity_window", "severity window", 0, 10**7, lambda: settings.EVAL_SEVERITY_WINDOW or 0),
+    ("seed", "seed", 0, 2**32 - 1, lambda: 0),
+    ("sanity_seeds", "sanity seeds (random networks; 0 is off, the paper uses 5)", 0, 20, lambda: settings.EVAL_SANITY_SEEDS),
+    ("sanity_sample", "sanity sample", 1, 10**7, lambda: settings.EVAL_SANITY_SAMPLE),
+)
+
+
+def _run_numbers(params: dict) -> dict[str, int]:
+    """The run's whole-number settings, each through ``pipelines.numbers.whole_number`` and its
+    range (``RUN_NUMBERS``); EvaluationError naming the first bad one."""
+    from pipelines.numbers import whole_number
+
+    out = {}
+    for key, words, lo, hi, default in RUN_NUMBERS:
+        raw = params.get(key)
+        if raw is None or raw == "":
+            raw = default()
+        try:
+            out[key] = whole_number(raw, words, lo=lo, hi=hi)
+        except ValueError as exc:
+            raise EvaluationError(str(exc)) from None
+    return out
+
+
+def _check_models_resolvable(models: Sequence[str], imported: Sequence[ImageSet]) -> None:
+    """Every model of a run can be had: a registered model, the model whose outputs an imported
+    set holds, one with outputs in the cache already, or a timm architecture. Checked before the
+    run exists, so a typo is one line and no failed run is left behind (timm is imported only for
+    a name none of the others know)."""
+    from pipelines.classifiers import MODELS
+
+    known = set(MODELS) | {s.obj.model_name for s in imported}
+    unknown = [m for m in models if m not in known and not EvalFeatureSet.objects.filter(model_name=m).exists()]
+    if not unknown:
+        return
+    try:
+        import timm
+    except ImportError:  # pragma: no cover - timm is a dependency; without it only the names above can run
+        missing = unknown
+    else:
+        missing = [m for m in unknown if not timm.is_model(m)]
+    if missing:
+        raise EvaluationError(f"unknown model(s) {', '.join(repr(m) for m in missing)}: not a registered model "
+                              f"({', '.join(sorted(MODELS)) or 'none'}), not the model of an imported set, and not a timm "
+                              "architecture (python -c \"import timm; print(timm.list_models('NAME*'))\" lists close ones)")
 
 
 def evaluation_create(*, export: Export | None = None, id_test: str, id_fit: str, models: list[str], methods: list[str] | None = None,
@@ -262,9 +313,11 @@ def evaluation_create(*, export: Export | None = None, id_test: str, id_fit: str
         if s.kind == "import" and s.obj.decoder not in (decoder, "unknown"):
             raise EvaluationError(f"{s.key} was computed with the {s.obj.decoder} decoder and this run decodes with {decoder}: "
                                   f"outputs of one evaluation must come from one decoder (choose decoder {s.obj.decoder})")
+    _check_models_resolvable(models, [s for s in (test_set, fit_set) if s.kind == "import"])
     method_params = {k: v for k, v in _method_params(params).items() if k in methods}
     weights = params.get("weights") if isinstance(params.get("weights"), dict) else {}
-    seed = int(params.get("seed", 0))
+    numbers = _run_numbers(params)
+    seed = numbers["seed"]
     ood_set = export_set(export) if export is not None else resolve_set(ood, role="OOD set")
     if ood_set.kind == "import":
         raise EvaluationError(f"OOD set {ood}: imported outputs cannot be the OOD set; give source:NAME@CLASSES or an export")
@@ -289,7 +342,7 @@ def evaluation_create(*, export: Export | None = None, id_test: str, id_fit: str
         sets["unit_tests"] = export_set(unit_tests)
     config = {
         "models": models, "methods": methods, "method_params": method_params, "seed": seed,
-        "severity_window": int(params.get("severity_window") or settings.EVAL_SEVERITY_WINDOW or 0),
+        "severity_window": numbers["severity_window"],
         "sets": {role: {"key": s.key, "version": s.version} for role, s in sets.items()},
         "weights": {m: (weights or {}).get(m, "") for m in models},
         "chunk_size": settings.EVAL_CHUNK_SIZE, "batch_size": settings.EXTRACT_BATCH_SIZE,
@@ -301,12 +354,10 @@ def evaluation_create(*, export: Export | None = None, id_test: str, id_fit: str
         config["restrict_logits"] = restriction
     if fs_x:
         config["fs_x"] = {"split": fs_x["split"], "variants": [k.partition("@")[0] for k in ood_shifted]}
-    sanity_seeds = int(params.get("sanity_seeds", settings.EVAL_SANITY_SEEDS))
-    if sanity_seeds < 0 or sanity_seeds > 20:
-        raise EvaluationError(f"sanity seeds {sanity_seeds}: use 0 (off) to 20 random networks (the paper: 5)")
+    sanity_seeds = numbers["sanity_seeds"]
     if sanity_seeds:
         config["sanity"] = {"seeds": sanity_seeds, "arch": params.get("sanity_arch") or settings.EVAL_SANITY_ARCH,
-                            "sample": int(params.get("sanity_sample") or settings.EVAL_SANITY_SAMPLE)}
+                            "sample": numbers["sanity_sample"]}
     with transaction.atomic():
         if export is not None:
             Export.objects.select_for_update().get(pk=export.pk)
@@ -678,16 +729,30 @@ def evaluation_finalize(*, job_id: int, progress: Callable[[str], None] | None =
         locked = EvaluationRun.objects.select_for_update().get(pk=run.pk)
         if locked.status in (EvaluationRun.Status.DONE, EvaluationRun.Status.FAILED):
             return locked
-        not_ok = [(f"{m}/{d}", e["status"]) for m, r in results["models"].items() for d, e in r["detectors"].items() if e["status"] != "ok"]
-        skipped = [name for name, st in not_ok if st == "skipped"]
-        failed = [name for name, st in not_ok if st != "skipped"]
-        locked.results, locked.status, locked.finished_at = results, EvaluationRun.Status.DONE, timezone.now()
-        locked.message = (f"{len(cfg['models'])} model(s) x {len(cfg['methods'])} detector(s) evaluated"
-                          + (f"; skipped (cannot run on these sets, see each row): {', '.join(skipped)}" if skipped else "")
-                          + (f"; failed: {', '.join(failed)}" if failed else ""))
+        locked.results, locked.finished_at = results, timezone.now()
+        locked.status, locked.message = run_outcome(results, n_models=len(cfg["models"]), n_methods=len(cfg["methods"]))
         locked.save(update_fields=["results", "status", "finished_at", "message"])
-        Job.objects.filter(pk=job.pk).update(status=Job.Status.DONE, finished_at=locked.finished_at, message=locked.message)
+        job_status = Job.Status.DONE if locked.status == EvaluationRun.Status.DONE else Job.Status.FAILED
+        Job.objects.filter(pk=job.pk).update(status=job_status, finished_at=locked.finished_at, message=locked.message)
     return locked
+
+
+def run_outcome(results: dict, *, n_models: int, n_methods: int) -> tuple[str, str]:
+    """(status, message) of a finished run. A detector that could not run on these sets is
+    ``skipped`` (said per row; the run is done). A detector that raised is a failure: the run is
+    then ``failed`` and its message starts with ``partial:`` and names each failed model/detector
+    with its error, while the results that were computed stay on the run's page."""
+    not_ok = [(f"{m}/{d}", e) for m, r in results["models"].items() for d, e in r["detectors"].items() if e["status"] != "ok"]
+    skipped = [name for name, e in not_ok if e["status"] == "skipped"]
+    failed = [(name, str(e.get("error") or "no error recorded").splitlines()[0][:300]) for name, e in not_ok if e["status"] != "skipped"]
+    total = n_models * n_methods
+    message = (f"{n_models} model(s) x {n_methods} detector(s) evaluated"
+               + (f"; skipped (cannot run on these sets, see each row): {', '.join(skipped)}" if skipped else ""))
+    if not failed:
+        return EvaluationRun.Status.DONE, message
+    return EvaluationRun.Status.FAILED, (f"partial: {len(failed)} of {total} detector result(s) failed: "
+                                         + "; ".join(f"{name} ({error})" for name, error in failed)
+                                         + f". The other results stand ({message}).")
 
 
 def _sanity(cfg: dict, sets: dict[str, ImageSet], progress) -> dict:

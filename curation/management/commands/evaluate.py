@@ -1,6 +1,8 @@
+import math
+
 from django.core.management.base import BaseCommand, CommandError
 
-from curation.management.cli import comma_list
+from curation.management.cli import comma_list, one_line_parser_errors, whole_number_option
 from curation.management.progress import InlineBar, resume_and_wait, wait_for_job
 from curation.models import EvaluationRun, Export
 from curation.services.evaluation import EvaluationError, EvaluationRunning, evaluation_create, evaluation_run_inline
@@ -28,6 +30,33 @@ def find_export(spec: str, *, kind: str) -> Export:
     return export
 
 
+def numeric_options(o: dict) -> dict:
+    """The command's numbers, each through the one rule (curation.management.cli): whole numbers
+    in their ranges, decimals finite and in ASCII digits; each detector's own within the range it
+    declares (checked again by the service). One line naming the flag, exit status 1, before any
+    run exists."""
+    out = {
+        "severity_window": whole_number_option(o["severity_window"], "--severity-window", lo=0, hi=10**7),
+        "severity_per_class": whole_number_option(o["severity_per_class"], "--severity-per-class", lo=1, hi=10**7),
+        "severity_estimation": whole_number_option(o["severity_estimation"], "--severity-estimation", lo=1, hi=10**7),
+        "seed": whole_number_option(o["seed"], "--seed", lo=0, hi=2**32 - 1),
+        "sanity_seeds": whole_number_option(o["sanity_seeds"], "--sanity-seeds", lo=0, hi=20),
+    }
+    from pipelines.detectors import DetectorError
+
+    for det, p in parameters():  # parsed by argparse as the declared type; here finite and in the declared range
+        value = o.get(p.key(det))
+        if value is None or p.choices:
+            continue
+        if isinstance(value, float) and not math.isfinite(value):
+            raise CommandError(f"{p.flag(det)} must be a finite number, not {value}")
+        try:
+            out[p.key(det)] = p.check(det, value)
+        except DetectorError as exc:
+            raise CommandError(str(exc)) from None
+    return out
+
+
 def _csv(value: str | None, flag: str = "--models/--methods") -> list[str]:
     return comma_list(value, flag)
 
@@ -50,7 +79,7 @@ class Command(BaseCommand):
                                  "--id-test and --id-fit are whole ID sources, --variant the covariate-shifted sources")
         parser.add_argument("--variant", action="append", default=[], metavar="SET",
                             help="with --fs-x: a variant source (source:NAME, e.g. ImageNet-V2, -R, -C copies); repeat")
-        parser.add_argument("--sanity-seeds", type=int, default=None,
+        parser.add_argument("--sanity-seeds", default=None,
                             help="random networks for ImageNet-OOD's random-weight sanity check (default OODC_EVAL_SANITY_SEEDS, 5; "
                                  "0: off). RANDOM WEIGHTS, for the check only")
         parser.add_argument("--sanity-arch", default="", help="the architecture of those random networks (default resnet18; the paper: resnet50)")
@@ -68,12 +97,12 @@ class Command(BaseCommand):
         for det, p in parameters():  # each detector's own declaration: --knn-k, --odin-temperature, ...
             parser.add_argument(p.flag(det), dest=p.key(det), type=p.kind, default=None, choices=p.choices or None,
                                 help=f"{DETECTORS[det].label}: {p.describe()}")
-        parser.add_argument("--severity-window", type=int, default=0, help="C-OOD window (default |Y_ID| = 1000)")
+        parser.add_argument("--severity-window", default="0", help="C-OOD window, 0 to 10,000,000 (default 0: |Y_ID|, 1000 for ImageNet-1K)")
         parser.add_argument("--severity-protocol", choices=PROTOCOLS, default=PROTOCOLS[0],
                             help="C-OOD's protocol (200 images per class: 150 estimate, 50 test; default) or our small-data "
                                  "variant (classes with >= 2 images split in half), labelled as not C-OOD's")
-        parser.add_argument("--severity-per-class", type=int, default=PER_CLASS, help="C-OOD protocol: images per OOD class (200)")
-        parser.add_argument("--severity-estimation", type=int, default=ESTIMATION, help="C-OOD protocol: of which estimate severity (150)")
+        parser.add_argument("--severity-per-class", default=str(PER_CLASS), help="C-OOD protocol: images per OOD class (200)")
+        parser.add_argument("--severity-estimation", default=str(ESTIMATION), help="C-OOD protocol: of which estimate severity (150)")
         parser.add_argument("--fpr-method", choices=FPR_METHODS, default=FPR_METHODS[0],
                             help="FPR@95 (ID positive) threshold: exact order statistic (default) or NINCO's code "
                                  "(np.quantile, linear interpolation) to reproduce NINCO's tables")
@@ -83,7 +112,7 @@ class Command(BaseCommand):
         parser.add_argument("--oaa-convention", choices=OAA_CONVENTIONS, default=OAA_CONVENTIONS[0],
                             help="mOAA: rejected OOD count as correct (paper, default) or every rejected wrong prediction "
                                  "(the authors' compute_oaa)")
-        parser.add_argument("--seed", type=int, default=0, help="seed for C-OOD's estimation/test split (default 0)")
+        parser.add_argument("--seed", default="0", help="seed for C-OOD's estimation/test split, 0 to 2**32-1 (default 0)")
         parser.add_argument("--decoder", choices=DECODERS, default=None,
                             help="how images become model inputs, for every set of the run (default OODC_DECODER, pil); "
                                  "part of the output cache key")
@@ -91,9 +120,13 @@ class Command(BaseCommand):
         parser.add_argument("--resume", action="store_true",
                             help="if the same evaluation is unfinished and stale (its worker died), resume it instead of refusing")
 
+    def create_parser(self, prog_name, subcommand, **kwargs):
+        return one_line_parser_errors(super().create_parser(prog_name, subcommand, **kwargs))
+
     def handle(self, *args, **o):
         from django.conf import settings
 
+        o.update(numeric_options(o))  # every number checked (digits 0-9, in range) before anything is looked up
         models, methods = _csv(o["models"], "--models"), _csv(o["methods"], "--methods")  # checked before any look-up
         from pipelines.classifiers import MODELS
         from pipelines.evaluation import ModelListError, model_list
