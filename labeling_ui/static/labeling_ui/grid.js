@@ -1,8 +1,12 @@
-// Grid review: a page of one class's thumbnails. Arrows move the cursor, O/I/U/N/S mark the tile
-// under it (I takes the ID class as on the single-image screen), Space opens it large, Enter records
-// every unmarked tile as ood and sends the page (one request, which brings the next page), Z takes
-// the last page back. Keys, the ID choice and keys typed while a page is sent are the shared
-// screen controller's (screen.js).
+// Grid review: a page of one class's thumbnails. A click marks a tile id with its top-1 class (a
+// second click clears it; shift-click does the same to a range), Y does it to the cursor tile,
+// a tile's number moves the cursor to it, arrows move it too, O/I/U/N/S mark the cursor tile (I
+// takes the ID class as on the single-image screen), holding V shows the tile under the mouse at
+// full size (a loupe that follows the mouse), Space opens it large, Enter records every unmarked
+// tile as ood and sends the page (one request, which brings the next page), Z takes the last page
+// back, + and - change the tile size (the page holds as many as fit; the size is remembered on the
+// server). Keys, the ID choice and keys typed while a page is sent are the shared screen
+// controller's (screen.js).
 (function () {
   "use strict";
   const root = document.getElementById("grid-review");
@@ -11,12 +15,16 @@
   const imageUrl = (id, variant) => `${root.dataset.images}${id}/${variant}`;
   const { call, el } = window.OODScreen;
   const MIN = Number(root.dataset.min), MAX = Number(root.dataset.max);
-  const SIZES = [12, 24, 35, 48, 60, 77, 96].filter((n) => n >= MIN && n <= MAX);
+  const TILE_MIN = Number(root.dataset.tileMin), TILE_MAX = Number(root.dataset.tileMax);
+  const TILES = [80, 96, 112, 128, 144, 160, 192, 224, 256, 320].filter((n) => n >= TILE_MIN && n <= TILE_MAX);
+  const GAP = 4, PAD = 8;
   const LETTER = { ood: "O", id: "I", unclear: "U", not_target: "N", skip: "S" };
 
-  let size = Number(localStorage.getItem("oodc-grid-size")) || Number(root.dataset.size);
-  if (!(size >= MIN && size <= MAX)) size = Number(root.dataset.size);
+  let tile = Number(root.dataset.tile) || 128;  // the tile side the annotator chose (remembered on the server)
+  let size = Number(root.dataset.size);        // tiles asked for: as many as fit at that side (fitCount)
   let tiles = [], cursor = 0, cls = null, progress = null, shownAt = 0, pages = 0;
+  let anchor = null;  // the last clicked tile and what the click did: a shift-click repeats it up to the tile clicked
+  const session = { start: performance.now(), tiles: 0, pages: 0, seconds: 0 };
   let progressAt = 0, sinceProgress = 0;  // the server's count is asked for every few pages; counted here in between
   const marks = new Map();   // assignment -> {decision, wnids, note}: this page's marks, until it is sent
   const sent = [];           // the marks of the pages sent, newest last (what undo brings back)
@@ -25,22 +33,33 @@
   const viewing = () => !$("tile-view").hidden;
 
   // -- layout: the page fills the area without scrolling ------------------------------------------
+  // The page asks for as many tiles as fit the area at the chosen side; the tiles are then laid
+  // out as large as the area allows (a class's last page, holding its rest, gets smaller ones).
+  function fitCount(side) {
+    const area = $("tiles-area").getBoundingClientRect();
+    const cols = Math.max(1, Math.floor((area.width - PAD + GAP) / (side + GAP)));
+    const rows = Math.max(1, Math.floor((area.height - PAD + GAP) / (side + GAP)));
+    return Math.max(MIN, Math.min(MAX, cols * rows));
+  }
   function layout() {
     const area = $("tiles-area").getBoundingClientRect();
-    const n = Math.max(tiles.length, 1), gap = 4;
+    const n = Math.max(tiles.length, 1);
     let best = { side: 0, cols: 1 };
     for (let c = 1; c <= n; c++) {
       const rows = Math.ceil(n / c);
-      const side = Math.floor(Math.min((area.width - 8 - gap * (c - 1)) / c, (area.height - 8 - gap * (rows - 1)) / rows));
+      const side = Math.floor(Math.min((area.width - PAD - GAP * (c - 1)) / c, (area.height - PAD - GAP * (rows - 1)) / rows));
       if (side > best.side) best = { side, cols: c };
     }
     const grid = $("tiles");
     grid.style.gridTemplateColumns = `repeat(${best.cols}, ${best.side}px)`;
     grid.style.setProperty("--tile", `${best.side}px`);
     grid.dataset.cols = best.cols;
-    $("size-label").textContent = `${size} per page`;
+    grid.dataset.side = best.side;
+    grid.classList.toggle("small-tiles", best.side < 110);
+    $("size-label").textContent = `${tile} px · ${tiles.length || size} tiles`;
   }
-  new ResizeObserver(() => layout()).observe($("tiles-area"));  // the window, or the key bar growing a line
+  // the window, or the key bar growing a line: the tiles follow at once, the page size from the next page on
+  new ResizeObserver(() => { layout(); size = fitCount(tile); }).observe($("tiles-area"));
 
   // -- the page -----------------------------------------------------------------------------------
   function tileEl(t, i) {
@@ -48,10 +67,13 @@
     const cap = el("div", { class: "cap" }, el("span", { class: "t1", text: top ? top.label : "—" }),
       el("span", { class: "msp", text: top ? `${Math.round(100 * top.prob)}%` : "" }));
     const d = el("div", { class: "tile", role: "gridcell", "data-i": String(i), "data-assignment": String(t.assignment),
-                          "data-image": String(t.image), title: top ? `${t.path} · top-1 ${top.label} (MSP ${top.prob.toFixed(2)})` : t.path },
+                          "data-image": String(t.image), title: top ? `${i + 1}: ${t.path} · top-1 ${top.label} (MSP ${top.prob.toFixed(2)}) · click: id (${top.label}), again: clear` : t.path },
       el("img", { alt: `image ${t.image}`, draggable: "false" }),
-      el("span", { class: "badge" }), cap);
-    d.addEventListener("click", (ev) => { moveTo(i); if (ev.detail === 2) openView(); });
+      el("span", { class: "num", text: String(i + 1) }), el("span", { class: "badge" }), cap);
+    d.addEventListener("click", (ev) => clickTile(i, ev));
+    d.addEventListener("mouseenter", () => { hovered = i; if (peeking) showPeek(); });
+    d.addEventListener("mouseleave", () => { if (hovered === i) hovered = null; });
+    d.addEventListener("mousemove", (ev) => { if (peeking && hovered === i) loupe(ev); });
     return d;
   }
   // -- thumbnails: a page's in one request (api/images/thumbs), the next page's while this one is
@@ -98,7 +120,7 @@
   }
   function showPanel() {
     const t = tiles[cursor];
-    $("cursor-at").textContent = t ? `${cursor + 1} of ${tiles.length}` : "";
+    $("cursor-at").textContent = t ? `${cursor + 1}/${tiles.length}` : "";
     $("top5").replaceChildren(...(t ? t.top5 : []).map((p) => el("li", { "data-wnid": p.wnid, "data-rank": String(p.rank) },
       el("div", { class: "row" }, el("kbd", { text: String(p.rank) }), el("strong", { text: p.label }),
         el("span", { class: "prob", text: `${(100 * p.prob).toFixed(1)}%` })),
@@ -111,7 +133,12 @@
     $("progress-left").textContent = `${progress.left} of ${progress.total} left in your queue`;
     $("progress-today").textContent = `${progress.done_today} done today`;
     $("progress-pace").textContent = progress.median_seconds === null ? "" : `median ${progress.median_seconds} s per image`;
-    $("empty-summary").textContent = `You reviewed ${progress.done_today} image${progress.done_today === 1 ? "" : "s"} today.`;
+    $("empty-summary").textContent = `You reviewed ${progress.done_today} image${progress.done_today === 1 ? "" : "s"} today` +
+      (progress.median_seconds === null ? "." : `, a median of ${progress.median_seconds} s each.`);
+    const mins = (performance.now() - session.start) / 60000;
+    $("empty-pace").textContent = session.tiles ? `This session: ${session.tiles} image${session.tiles === 1 ? "" : "s"} on ` +
+      `${session.pages} page${session.pages === 1 ? "" : "s"} in ${mins < 1 ? "under a minute" : `${Math.round(mins)} min`}, ` +
+      `${(session.seconds / session.tiles).toFixed(1)} s per image on the page (${Math.round(3600 * session.tiles / Math.max(1, session.seconds))} an hour).` : "";
   }
   function render(data) {
     screen.leaveId();
@@ -125,6 +152,8 @@
     keepMarks();
     root.dataset.restored = String(restored);
     cursor = 0;
+    anchor = null;
+    hidePeek();
     // busy: images are waiting but another annotator was leasing them at this instant; the page
     // is asked for again (never the "finished" panel while work is left)
     const busy = !tiles.length && data.busy === true;
@@ -132,7 +161,7 @@
     root.classList.toggle("is-busy", busy);
     $("empty").hidden = !!tiles.length || busy;
     if (busy) askAgain();
-    document.querySelectorAll("button.decide, #send").forEach((b) => { b.disabled = !tiles.length; });
+    document.querySelectorAll("button.decide, #send, #top1-btn").forEach((b) => { b.disabled = !tiles.length; });
     $("ood-label").textContent = cls ? cls.label : "Queue finished";
     $("ood-gloss").textContent = cls ? cls.gloss : "";
     $("source").textContent = cls ? `· ${cls.source}` : "";
@@ -189,25 +218,162 @@
   function keepMarks() {
     try { if (marks.size) localStorage.setItem(MARKS_KEY, JSON.stringify([...marks])); else localStorage.removeItem(MARKS_KEY); } catch (e) { /* storage full or off: marks live on screen only */ }
   }
-  function mark(decision, wnids) {
-    const t = tiles[cursor];
-    if (!t) return;
-    const note = $("note").value.trim();
+  function setMark(i, decision, wnids) {
+    const t = tiles[i];
+    if (!t) return false;
+    const note = i === cursor ? $("note").value.trim() : "";
     marks.set(t.assignment, { decision, wnids: wnids || [], note });
+    if (i === cursor) $("note").value = "";
+    paintTile(i);
+    return true;
+  }
+  function marked(i, decision, wnids) {
+    const named = (w) => { const p = tiles[i] && tiles[i].top5.find((x) => x.wnid === w); return p ? p.label : w; };
+    const what = decision === "id" ? `id (${(wnids || []).map(named).join(", ")})` : decision;
+    status(`Tile ${i + 1}: ${what}. ${marks.size} marked; Enter records the other ${tiles.length - marks.size} as ood.`, "ok");
+  }
+  function mark(decision, wnids) {
+    // the class search may still hold the focus for a moment after its Enter (it is hidden as
+    // the mark is made): give it back to the page now, so the next Enter sends the page
+    const search = $("search");
+    if (search && document.activeElement === search) search.blur();
+    if (!setMark(cursor, decision, wnids)) return;
     keepMarks();
-    $("note").value = "";
-    paintTile(cursor);
-    const what = decision === "id" ? `id (${wnids.join(", ")})` : decision;
-    status(`Tile ${cursor + 1}: ${what}. ${marks.size} marked; Enter records the other ${tiles.length - marks.size} as ood.`, "ok");
+    marked(cursor, decision, wnids);
     if (viewing()) closeView();
     if (cursor < tiles.length - 1) moveTo(cursor + 1); else showPanel();
   }
+  const topOne = (i) => (tiles[i] && tiles[i].top5.length ? tiles[i].top5[0] : null);
+  function markTop1(i) {  // id, with the tile's top-1 class: the most common id answer in one step
+    const top = topOne(i);
+    if (!top) { status(`Tile ${i + 1} has no top-5 to take the class from: I, then search.`, "error"); return false; }
+    return setMark(i, "id", [top.wnid]);
+  }
+  function clearAt(i) {
+    const t = tiles[i];
+    if (!t || !marks.delete(t.assignment)) return false;
+    paintTile(i);
+    return true;
+  }
   function clearMark() {
-    const t = tiles[cursor];
-    if (t && marks.delete(t.assignment)) { keepMarks(); paintTile(cursor); showPanel(); status(`Tile ${cursor + 1}: mark removed.`); }
+    if (clearAt(cursor)) { keepMarks(); showPanel(); status(`Tile ${cursor + 1}: mark removed.`); }
+  }
+  function yesTop1() {  // Y: the cursor tile is id, its top-1 class; the cursor moves on
+    const top = topOne(cursor);
+    if (!top) { status(`Tile ${cursor + 1} has no top-5: I, then search for its class.`, "error"); return; }
+    mark("id", [top.wnid]);
+  }
+  // a click marks the tile id with its top-1 class, or clears the mark it has; shift-click does
+  // what the last click did to every tile from that one to this one
+  function clickTile(i, ev) {
+    if (screen.busy() || !tiles[i]) return;
+    if (screen.mode() === "id") screen.leaveId();
+    if (ev.shiftKey && anchor !== null && anchor.i !== i) {
+      const [a, b] = anchor.i < i ? [anchor.i, i] : [i, anchor.i];
+      let n = 0;
+      for (let j = a; j <= b; j++) n += (anchor.set ? markTop1(j) : clearAt(j)) ? 1 : 0;
+      keepMarks();
+      moveTo(i);
+      status(`Tiles ${a + 1}–${b + 1}: ${anchor.set ? "id, each with its top-1 class" : "marks removed"} (${n} tile${n === 1 ? "" : "s"}). ` +
+             `${marks.size} marked; Enter records the other ${tiles.length - marks.size} as ood.`, "ok");
+      return;
+    }
+    const had = marks.has(tiles[i].assignment);
+    const set = had ? !clearAt(i) : markTop1(i);
+    anchor = { i, set };
+    keepMarks();
+    moveTo(i);
+    if (set) marked(i, "id", marks.get(tiles[i].assignment).wnids);
+    else if (had) status(`Tile ${i + 1}: mark removed.`);
   }
 
-  let busyTries = 0;
+  // -- a tile by its number: digits name it (the cursor goes there as soon as the number can grow
+  // no further, after a short pause, or on Enter) -------------------------------------------------
+  let number = "", numberTimer = 0;
+  function typeNumber(d) {
+    number += d;
+    clearTimeout(numberTimer);
+    const n = Number(number);
+    if (n * 10 > tiles.length || number.length >= 3) { goNumber(); return; }
+    status(`Tile ${number}… (another digit, or Enter)`);
+    numberTimer = setTimeout(goNumber, 900);
+  }
+  function goNumber() {
+    clearTimeout(numberTimer);
+    const n = Number(number);
+    number = "";
+    if (!n || n > tiles.length) { status(`There is no tile ${n} on this page (1–${tiles.length}).`, "error"); return; }
+    moveTo(n - 1);
+    status(`Tile ${n}: Y or a click marks it id (${topOne(n - 1) ? topOne(n - 1).label : "no top-5"}), O/U/N/S/I as usual.`);
+  }
+
+  // -- peek: V held shows the tile under the mouse (or the cursor's) at full size, over the half of
+  // the page away from it; moving the mouse over the tile moves the loupe ----------------------------
+  let peeking = false, hovered = null, peekAt = null;
+  function peekIndex() { return hovered !== null && tiles[hovered] ? hovered : cursor; }
+  function showPeek() {
+    const i = peekIndex(), t = tiles[i], d = $("tiles").children[i];
+    if (!t || !d) return;
+    const area = $("tiles-area").getBoundingClientRect(), r = d.getBoundingClientRect();
+    const onLeft = r.left + r.width / 2 < area.left + area.width / 2;  // the tile is on the left: the peek goes right
+    const box = $("peek");
+    box.classList.toggle("right", onLeft);
+    box.classList.toggle("left", !onLeft);
+    box.hidden = false;
+    root.classList.add("peeking");
+    const img = $("peek-img");
+    if (peekAt !== t.image) {
+      peekAt = t.image;
+      img.removeAttribute("src");
+      if (thumbs.has(t.image)) img.src = thumbs.get(t.image);  // at once, until the full file arrives
+      const full = new Image();
+      full.onload = () => { if (peekAt === t.image) { img.src = full.src; img.dataset.full = "1"; } };
+      img.dataset.full = "";
+      full.src = imageUrl(t.image, "full");
+      img.dataset.image = t.image;
+    }
+    $("peek-info").textContent = `Tile ${i + 1} · ${t.width}×${t.height} · top-1 ${t.top5[0] ? t.top5[0].label : "—"} · move over the tile to zoom · release V`;
+    fitPeek();
+  }
+  function fitPeek() {  // the whole image, as large as the peek allows
+    const img = $("peek-img"), box = $("peek-stage").getBoundingClientRect(), t = tiles[peekIndex()];
+    if (!t) return;
+    const s = Math.min(box.width / t.width, box.height / t.height);
+    img.style.width = `${t.width}px`;
+    img.style.height = `${t.height}px`;
+    img.style.transform = `translate(${(box.width - t.width * s) / 2}px, ${(box.height - t.height * s) / 2}px) scale(${s})`;
+    $("peek").dataset.zoom = "fit";
+  }
+  function loupe(ev) {  // the image at full resolution (at least twice the fitted size), the pointed spot in the middle
+    const i = peekIndex(), t = tiles[i], d = $("tiles").children[i];
+    if (!t || !d) return;
+    const r = d.getBoundingClientRect(), box = $("peek-stage").getBoundingClientRect();
+    const fit = Math.min(box.width / t.width, box.height / t.height);
+    const s = Math.max(1, 2 * fit);
+    // the tile shows the image cropped to a square (object-fit: cover): map the pointer back to the image
+    const side = Math.min(t.width, t.height), ox = (t.width - side) / 2, oy = (t.height - side) / 2;
+    const u = ox + side * (ev.clientX - r.left) / r.width, v = oy + side * (ev.clientY - r.top) / r.height;
+    $("peek-img").style.transform = `translate(${box.width / 2 - u * s}px, ${box.height / 2 - v * s}px) scale(${s})`;
+    $("peek").dataset.zoom = s === 1 ? "1:1" : `${s.toFixed(2)}x`;
+  }
+  function hidePeek() {
+    peeking = false;
+    $("peek").hidden = true;
+    root.classList.remove("peeking");
+  }
+  const typing = (e) => e.target && (e.target.tagName === "INPUT" || e.target.tagName === "TEXTAREA");
+  window.addEventListener("keydown", (e) => {
+    if ((e.key !== "v" && e.key !== "V") || e.ctrlKey || e.metaKey || e.altKey || typing(e) || screen.mode() === "id") return;
+    if (!$("help").hidden || !tiles.length) return;
+    e.preventDefault();
+    e.stopImmediatePropagation();  // held, not typed ahead
+    if (!peeking) { peeking = true; showPeek(); }
+  }, true);
+  window.addEventListener("keyup", (e) => { if ((e.key === "v" || e.key === "V") && peeking) hidePeek(); });
+  window.addEventListener("blur", () => { if (peeking) hidePeek(); });
+
+
+  let busyTries = 0, saveTile = false;
   function askAgain() {
     busyTries += 1;
     status(`Others are taking images from the queue at this moment; asking again (try ${busyTries})…`);
@@ -217,12 +383,13 @@
   async function load() {
     status("Loading…");
     try {
-      render(await call(`${api.next}?size=${size}`));
+      render(await call(`${api.next}?size=${size}${saveTile ? `&tile=${tile}` : ""}`));
+      saveTile = false;
       if (root.classList.contains("is-busy")) return true;
       busyTries = 0;
       const kept = Number(root.dataset.restored);
       status(kept ? `Your ${kept} mark${kept === 1 ? "" : "s"} on this page from before ${kept === 1 ? "is" : "are"} back; Enter sends the page.`
-        : tiles.length ? "Ready: arrows move, O/I/U/N mark, Enter sends the page (the rest as ood). ? for the keys." : "", kept ? "ok" : undefined);
+        : tiles.length ? "Ready: click a tile (or Y) for id with its top-1, a number goes to a tile, hold V to peek, Enter sends the rest as ood. ? for all keys." : "", kept ? "ok" : undefined);
       return true;
     } catch (e) { status(`Could not load your page: ${e.message}. Reload to try again.`, "error"); return false; }
   }
@@ -245,6 +412,9 @@
       }
       sent.push(explicit);
       pages += 1;
+      session.pages += 1;
+      session.tiles += tiles.length;
+      session.seconds += (performance.now() - shownAt) / 1000;
       marks.clear();
       render(data);
       const summary = Object.entries(counts).map(([d, n]) => `${n} ${d}`).join(", ");
@@ -268,13 +438,19 @@
     } catch (e) { status(e.message, "error"); return false; }
   }
 
+  // + more, smaller tiles; - fewer, larger ones. The page is fetched again at the new size (its
+  // marks stay), and the side is remembered for the annotator on the server.
   async function resize(delta) {
-    const i = SIZES.findIndex((n) => n >= size);
-    const next = SIZES[Math.max(0, Math.min(SIZES.length - 1, (i < 0 ? SIZES.length - 1 : i) + delta))];
-    if (next === size) { status(`${size} tiles per page is the ${delta > 0 ? "most" : "fewest"} there can be.`); return true; }
-    size = next;
-    localStorage.setItem("oodc-grid-size", String(size));
-    return load();
+    const i = TILES.findIndex((n) => n >= tile);
+    const at = i < 0 ? TILES.length - 1 : i;
+    const next = TILES[Math.max(0, Math.min(TILES.length - 1, at - delta))];
+    if (next === tile) { status(`${tile} px tiles are the ${delta > 0 ? "smallest" : "largest"} there are.`); return true; }
+    tile = next;
+    size = fitCount(tile);
+    saveTile = true;
+    const ok = await load();
+    if (ok) status(`${tile} px tiles: ${tiles.length} on this page (as many as fit). Remembered for you.`, "ok");
+    return ok;
   }
 
   async function moreLikeThis() {
@@ -294,7 +470,7 @@
     direct: { o: "ood", u: "unclear", n: "not_target", s: "skip" },
     idPrompt: "ID visible on this tile: 1–5 for one of its top-5 classes (Shift adds more), type a name (or /) to search all ID classes, Esc to cancel.",
     keys: {
-      Enter: () => send(), z: () => undo(), "+": () => resize(1), "=": () => resize(1), "-": () => resize(-1),
+      Enter: () => (number ? goNumber() : send()), z: () => undo(), y: () => yesTop1(), "+": () => resize(1), "=": () => resize(1), "-": () => resize(-1),
       Backspace: () => clearMark(), Delete: () => clearMark(), m: () => moreLikeThis(),
     },
     before: (e, mode) => {
@@ -303,6 +479,8 @@
         if (zoom.key(e, mode !== "id")) return true;
       }
       if (mode === "id") return false;
+      if (/^[0-9]$/.test(e.key) && !viewing() && tiles.length) { typeNumber(e.key); return true; }
+      if (e.key === "Escape" && number) { number = ""; clearTimeout(numberTimer); status("Tile number cancelled."); return true; }
       const arrows = { ArrowLeft: [-1, 0], ArrowRight: [1, 0], ArrowUp: [0, -1], ArrowDown: [0, 1] }[e.key];
       if (arrows && !viewing()) { move(...arrows); return true; }
       if (e.key === " ") { openView(); return true; }
@@ -314,6 +492,7 @@
   $("undo").addEventListener("click", (ev) => { ev.currentTarget.blur(); if (!screen.busy()) screen.run(() => undo()); });
   $("more").addEventListener("click", (ev) => { ev.currentTarget.blur(); if (!screen.busy()) screen.run(() => resize(1)); });
   $("fewer").addEventListener("click", (ev) => { ev.currentTarget.blur(); if (!screen.busy()) screen.run(() => resize(-1)); });
-  $("tile-view").addEventListener("dblclick", () => {});
+  $("top1-btn").addEventListener("click", (ev) => { ev.currentTarget.blur(); if (!screen.busy()) yesTop1(); });
+  size = fitCount(tile);
   screen.run(() => load());
 })();
