@@ -6,16 +6,17 @@ from __future__ import annotations
 from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, JsonResponse
+from django.http import Http404, HttpResponseBadRequest, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.views.decorators.http import require_GET, require_POST
 
 from curation import selectors
-from curation.models import CandidateClass, Source
+from curation.models import CandidateClass, ReviewDecision, Source
 from curation.roles import CURATOR, RESEARCHER
 from curation.selectors.browse import (
+    PAGE_MAX,
     PAGE_SIZES,
     BrowseError,
     BrowseFilters,
@@ -51,6 +52,18 @@ def _back(request, fallback: str) -> str:
     return fallback
 
 
+# The choices of the browser's and the duplicate page's forms. A value outside them is no form of
+# ours: 400 with the choices, nothing changed (issue 47), rather than a message after a redirect.
+IMAGE_ACTIONS = ("exclude", "include", "requeue", "front", "label", "admin")
+LABEL_DECISIONS = tuple(d for d in ReviewDecision.values if d != ReviewDecision.SKIP)
+DUPLICATE_ACTIONS = ("clear", "confirm", "not_duplicate", "keep")
+
+
+def _not_a_choice(name: str, value: str, choices) -> HttpResponseBadRequest:
+    return HttpResponseBadRequest(f"{name}={value[:40]!r} is not one of {', '.join(choices)}; nothing was changed\n",
+                                  content_type="text/plain; charset=utf-8")
+
+
 def _ids(request) -> list[int]:
     try:
         return [object_id(raw, "ids") for raw in request.POST.getlist("ids")]
@@ -59,11 +72,11 @@ def _ids(request) -> list[int]:
 
 
 def _page_number(request) -> int:
-    raw = request.GET.get("page", "").strip()
+    raw = request.GET.get("page", "")
     if not raw:
         return 1
     try:
-        return whole_number(raw, "page")
+        return whole_number(raw, "page", lo=1, hi=PAGE_MAX)
     except ValueError:
         raise BrowseError(f"page={raw[:40]!r} is not a page number") from None
 
@@ -117,6 +130,10 @@ def _hidden_fields(filters: BrowseFilters) -> list[tuple[str, str]]:
 @role_required(CURATOR)
 def images_action(request):
     action = request.POST.get("action", "")
+    if action not in IMAGE_ACTIONS:
+        return _not_a_choice("action", action, IMAGE_ACTIONS)
+    if action == "label" and request.POST.get("decision", "") not in LABEL_DECISIONS:
+        return _not_a_choice("decision", request.POST.get("decision", ""), LABEL_DECISIONS)
     back = _back(request, reverse("labeling_ui:images"))
     try:
         ids = _ids(request)
@@ -133,12 +150,10 @@ def images_action(request):
             report = images_label(image_ids=ids, decision=request.POST.get("decision", ""),
                                   wnids=request.POST.get("wnids", "").replace(",", " ").split(), reason=request.POST.get("label_reason", ""),
                                   user=request.user)
-        elif action == "admin":
+        else:  # admin
             if not ids:
                 raise BrowseActionError("no image is selected: tick the images first")
             return redirect(f"{reverse('admin:curation_image_changelist')}?id__in={','.join(map(str, ids[:500]))}")
-        else:
-            raise BrowseActionError(f"unknown action {action[:40]!r}: use exclude, include, requeue, front, label or admin")
     except (BrowseActionError, SimilarError) as exc:
         messages.error(request, str(exc))
     else:
@@ -161,7 +176,11 @@ def image_detail(request, image_id: int):
         return render(request, "labeling_ui/image_detail.html", {"d": d, "error": str(exc), "here": request.get_full_path()}, status=400)
     keep = filters.query()
     step = f"?{keep}" if keep else ""
-    list_query = filters.query(after=request.GET.get("after", "")[:200] or None, page=request.GET.get("page", "")[:12] or None)
+    try:
+        back_page = _page_number(request)
+    except BrowseError as exc:
+        return render(request, "labeling_ui/image_detail.html", {"d": d, "error": str(exc), "here": request.get_full_path()}, status=400)
+    list_query = filters.query(after=request.GET.get("after", "")[:200] or None, page=back_page if back_page > 1 else None)
     return render(request, "labeling_ui/image_detail.html", {
         "d": d, "can_act": CURATOR in request_roles(request), "here": request.get_full_path(),
         "prev_url": f"{reverse('labeling_ui:image_detail', args=[prev])}{step}" if prev else "",
@@ -199,6 +218,8 @@ def duplicate_group_page(request, image_id: int):
         if CURATOR not in request_roles(request):
             raise PermissionDenied("only curators correct the duplicate search")
         action = request.POST.get("action", "")
+        if action not in DUPLICATE_ACTIONS:
+            return _not_a_choice("action", action, DUPLICATE_ACTIONS)
         try:
             target = object_id(request.POST.get("image", ""), "image")
             if action == "clear":

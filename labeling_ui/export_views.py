@@ -139,6 +139,9 @@ def diff(request, export_id: int):
     change = request.GET.get("change", "")
     if change not in ("", "added", "removed"):
         return HttpResponseBadRequest("change must be added or removed (or left out for both)\n", content_type="text/plain; charset=utf-8")
+    out_format = request.GET.get("format", "")
+    if out_format not in ("", "html", "csv"):
+        return HttpResponseBadRequest(f"format={out_format[:40]!r} is not html or csv\n", content_type="text/plain; charset=utf-8")
     try:
         page = whole_number(request.GET.get("page", "1"), "page", lo=1, hi=10**9)
     except ValueError as exc:
@@ -147,7 +150,7 @@ def diff(request, export_id: int):
     if isinstance(written, HttpResponse):
         return written
     data = written[2]
-    if request.GET.get("format") == "csv":
+    if out_format == "csv":
         response = HttpResponse(data, content_type="text/csv; charset=utf-8")
         response["Content-Disposition"] = attachment(f"{export.label}-{d['file']}")
         return response

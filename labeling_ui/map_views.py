@@ -4,7 +4,7 @@ browser's selection actions. Thin: curation.services.embedding_map makes and rea
 from __future__ import annotations
 
 from django.contrib import messages
-from django.http import Http404, JsonResponse
+from django.http import Http404, HttpResponseBadRequest, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
@@ -17,6 +17,7 @@ from labeling_ui.http import object_id
 from labeling_ui.review_views import request_roles, role_required
 from pipelines.embedding_map import METHODS
 from pipelines.names import class_label
+from pipelines.numbers import comma_list
 
 
 def _source(request, raw) -> Source:
@@ -30,8 +31,24 @@ def _source(request, raw) -> Source:
     return source
 
 
+class NotAMethod(ValueError):
+    pass
+
+
 def _method(raw: str) -> str:
-    return raw if raw in METHODS else "umap"
+    """The projection asked for: one of ``METHODS`` (umap when the field is absent or empty); any
+    other value is refused (400), not quietly drawn as umap (issue 47)."""
+    if not raw:
+        return "umap"
+    if raw not in METHODS:
+        raise NotAMethod(f"method={raw[:40]!r} is not one of {', '.join(METHODS)}")
+    return raw
+
+
+def _bad_method(exc: NotAMethod, api: bool = False):
+    if api:
+        return JsonResponse({"error": str(exc)}, status=400)
+    return HttpResponseBadRequest(f"{exc}; nothing was changed\n", content_type="text/plain; charset=utf-8")
 
 
 @role_required(CURATOR, RESEARCHER)
@@ -41,7 +58,10 @@ def embedding_map(request):
         if CURATOR not in request_roles(request):
             return render(request, "403.html", status=403)
         source = _source(request, request.POST.get("source", ""))
-        method = _method(request.POST.get("method", ""))
+        try:
+            method = _method(request.POST.get("method", ""))
+        except NotAMethod as exc:
+            return _bad_method(exc)
         try:
             job = embedding_map_start(source=source, method=method, user=request.user)
         except MapError as exc:
@@ -53,7 +73,10 @@ def embedding_map(request):
                              else f"The map of {source.name} is being made (job {job.pk}); this page shows it when it is done.")
         return redirect(f"{reverse('labeling_ui:embedding_map')}?source={source.pk}&method={method}")
     source = _source(request, request.GET["source"]) if request.GET.get("source") else (sources[0] if sources else None)
-    method = _method(request.GET.get("method", "umap"))
+    try:
+        method = _method(request.GET.get("method", "umap"))
+    except NotAMethod as exc:
+        return _bad_method(exc)
     ready = None
     job = None
     if source is not None:
@@ -68,7 +91,11 @@ def embedding_map(request):
 @role_required(CURATOR, RESEARCHER, api=True)
 def embedding_map_json(request, source_id: int):
     source = _source(request, source_id)
-    points = embedding_map_points(source=source, method=_method(request.GET.get("method", "umap")))
+    try:
+        method = _method(request.GET.get("method", "umap"))
+    except NotAMethod as exc:
+        return _bad_method(exc, api=True)
+    points = embedding_map_points(source=source, method=method)
     if points is None:
         return JsonResponse({"error": f"the map of {source.name} has not been made: press Make the map"}, status=404)
     from curation.models import CandidateClass, SynsetText
@@ -83,7 +110,7 @@ def embedding_map_json(request, source_id: int):
 def embedding_map_selection(request):
     """The points a box or lasso took, as thumbnails with the browser's selection actions."""
     try:
-        ids = [object_id(x, "ids") for x in request.POST.get("ids", "").split(",") if x.strip()]
+        ids = [object_id(x, "ids") for x in comma_list(request.POST.get("ids", ""), "ids")]
     except ValueError as exc:
         return render(request, "labeling_ui/map_selection.html", {"error": str(exc), "rows": []}, status=400)
     truncated = len(ids) > MAX_SELECTION

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from functools import wraps
 
 from django.conf import settings
@@ -11,14 +12,14 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.http import FileResponse, Http404, HttpResponse, HttpResponseNotModified, JsonResponse
+from django.http import FileResponse, Http404, HttpResponse, HttpResponseBadRequest, HttpResponseNotModified, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.http import quote_etag
 from django.views.decorators.http import require_GET, require_POST
 
 from curation import selectors
-from curation.models import ClassDecision, ClassVisualSignal, Image, ReviewSettings, Source
+from curation.models import ClassDecision, ClassVisualSignal, Image, ReviewDecision, ReviewSettings, Source
 from curation.roles import ANNOTATOR, CURATOR, RESEARCHER, user_roles
 from curation.selectors import annotator_scope
 from curation.services.class_filter import (
@@ -128,6 +129,17 @@ def screen(request):
 @require_GET
 def api_next(request):
     return JsonResponse({"items": _items(review_next(user=request.user)), "progress": selectors.annotator_progress(request.user)})
+
+
+_SHARE = re.compile(r"(?:[01](?:\.[0-9]{0,12})?|\.[0-9]{1,12})\Z", re.ASCII)
+
+
+def share(raw: str, what: str) -> float:
+    """A share from a form, 0 to 1, written in ASCII digits (``0``, ``0.05``, ``.5``, ``1``).
+    float() would take ``nan``, ``1e-3``, ``1_0`` and Unicode digits (``٠.٥``): refused here."""
+    if not isinstance(raw, str) or not _SHARE.match(raw) or not 0 <= float(raw) <= 1:
+        raise ValueError(f"{what} must be a number from 0 to 1 written in digits (e.g. 0.05), not {str(raw)[:40]!r}")
+    return float(raw)
 
 
 def seconds_on_screen(value) -> float | None:
@@ -289,12 +301,12 @@ def source_settings(request, source_id: int):
             report = review_queue_sync(source=source, user=request.user)
             messages.success(request, report.summary())
         else:
-            gold_rate = float(request.POST.get("gold_rate", 0) or 0)
-            if not math.isfinite(gold_rate):
-                raise ValueError(f"gold rate must be a number between 0 and 1, not {gold_rate}")
-            required = whole_number(request.POST.get("reviews_required", "1"), "reviews required")
-            if not 1 <= required <= 9:
-                raise ReviewError(f"reviews required must be between 1 and 9, not {required}")
+            order = request.POST.get("order")
+            if order is not None and order not in ReviewSettings.Order.values:
+                return HttpResponseBadRequest(f"order={order[:40]!r} is not one of {', '.join(ReviewSettings.Order.values)}; nothing "
+                                              "was changed\n", content_type="text/plain; charset=utf-8")
+            gold_rate = share(request.POST.get("gold_rate", "") or "0", "gold rate")
+            required = whole_number(request.POST.get("reviews_required", "1"), "reviews required", lo=1, hi=9)
             impact = review_settings_impact(source=source, reviews_required=required)
             confirmed = request.POST.get("confirm") == impact.token
             if impact.changes_decided_work and not confirmed:
@@ -304,7 +316,7 @@ def source_settings(request, source_id: int):
                                                                              if k not in ("csrfmiddlewaretoken", "confirm")},
                                "token": impact.token})
             review_settings_save(source=source, reviews_required=required,
-                                 order=request.POST.get("order"), gold_rate=gold_rate,
+                                 order=order, gold_rate=gold_rate,
                                  group_classes=bool(request.POST.get("group_classes")) if request.POST.get("group_classes_shown") else None,
                                  user=request.user, impact=impact if impact.changes_decided_work else None)
             messages.success(request, f"Review settings of {source.name} saved and applied to its queue."
@@ -324,10 +336,15 @@ def _adjudication_state(request, item=None) -> dict:
             "undoable": len(adj.adjudications_undoable(user=request.user, limit=50))}
 
 
+ADJUDICATION_DECISIONS = tuple(d for d in ReviewDecision.values if d != ReviewDecision.SKIP)
+
+
 def _adjudication_fields(data) -> dict:
     decision = data.get("decision") or ""
     if not decision:
         raise ReviewError("choose a decision: press O, I (then a top-5 number or / to search), U or N, or click its button")
+    if not isinstance(decision, str) or decision not in ADJUDICATION_DECISIONS:
+        raise ValueError(f"decision={str(decision)[:40]!r} is not one of {', '.join(ADJUDICATION_DECISIONS)}")
     wnids = data.get("wnids") or []
     if isinstance(wnids, str):
         wnids = wnids.replace(",", " ").split()
@@ -346,7 +363,14 @@ def adjudicate(request):
 
     if request.method == "POST":  # without JavaScript: the form posts here and the page comes back
         try:
-            item = adjudication_decide(**_adjudication_fields(request.POST), user=request.user)
+            fields = _adjudication_fields(request.POST)
+        except ValueError as exc:  # no form of ours sends it: refused, nothing recorded
+            return HttpResponseBadRequest(f"{exc}; nothing was recorded\n", content_type="text/plain; charset=utf-8")
+        except ReviewError as exc:
+            messages.error(request, str(exc))
+            return redirect("labeling_ui:adjudicate")
+        try:
+            item = adjudication_decide(**fields, user=request.user)
         except (ReviewError, ValueError) as exc:
             messages.error(request, str(exc))
         else:
@@ -440,8 +464,27 @@ def classes(request):
         "next_url": _classes_url(filters, page.number + 1) if page.has_next() else ""})
 
 
+# What the flagged-classes screen's forms post: each kind of answer and the verdicts it takes. A
+# kind or verdict outside this table is no form of ours (a typo, a hand-made request): refused
+# with 400 before anything is looked up, never read as some other kind (issue 47 row 3).
+CLASS_ANSWERS = {
+    "bulk": ("accept",),
+    "flag": ("accept", "reject", "map", "keep_unmapped"),
+    "signal": ("accept", "reject"),
+}
+
+
+def _classes_refused(request, message: str):
+    return render(request, "labeling_ui/review_classes.html", {"error": message, "entries": [], "filters": {}}, status=400)
+
+
 def _classes_post(request, back: str):
-    kind, verdict, note = request.POST.get("kind"), request.POST.get("verdict"), request.POST.get("note", "")
+    kind, verdict, note = request.POST.get("kind", ""), request.POST.get("verdict", ""), request.POST.get("note", "")
+    if kind not in CLASS_ANSWERS:
+        return _classes_refused(request, f"kind={kind[:40]!r} is not one of {', '.join(CLASS_ANSWERS)}; nothing was recorded")
+    if verdict not in CLASS_ANSWERS[kind]:
+        return _classes_refused(request, f"verdict={verdict[:40]!r} is not one of {', '.join(CLASS_ANSWERS[kind])} for a {kind} "
+                                         "answer; nothing was recorded")
     try:
         if kind == "bulk":
             if verdict != "accept":
@@ -472,7 +515,7 @@ def _classes_post(request, back: str):
                 if isinstance(impact, HttpResponse):
                     return impact
                 class_flag_answer(decision_id=pk, verdict=verdict, note=note, user=request.user, impact=impact)
-        else:
+        else:  # kind == "signal"
             signal = get_object_or_404(ClassVisualSignal.objects.select_related("candidate_class"), pk=pk)
             impact = _rejection_needs_confirmation(request, signal.candidate_class, verdict, back)
             if isinstance(impact, HttpResponse):

@@ -11,7 +11,7 @@ from django.views.decorators.http import require_GET
 from curation import selectors
 from curation.models import ClassFilterRun
 from curation.roles import CURATOR, RESEARCHER, user_roles
-from labeling_ui.http import attachment
+from labeling_ui.http import attachment, whole_number
 from pipelines import csv_cells
 
 
@@ -55,7 +55,11 @@ def class_filter_report(request, run_id: int):
         if search[key] and search[key] not in allowed:
             return HttpResponseBadRequest(f"{key}={search[key]!r} is not one of: {', '.join(allowed)}")
     searching = any(search.values())
-    page = Paginator(selectors.class_decision_search(run=run, **search), 100).get_page(request.GET.get("page")) if searching else None
+    try:  # the one rule for integers from a request; a page past the last shows the last
+        number = whole_number(request.GET.get("page") or "1", "page", lo=1, hi=10**9)
+    except ValueError as exc:
+        return HttpResponseBadRequest(f"{exc}\n", content_type="text/plain; charset=utf-8")
+    page = Paginator(selectors.class_decision_search(run=run, **search), 100).get_page(number) if searching else None
     query = "&".join(f"{k}={quote(v)}" for k, v in search.items() if v)
     return render(request, "labeling_ui/class_filter_report.html", {
         "r": report, "run": run, "search": search, "page": page, "query": query, "rules": rules,
