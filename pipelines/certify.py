@@ -162,10 +162,40 @@ def neyman_allocation(sizes: Sequence[int], rates: Sequence[float], total: int, 
     return out
 
 
-def draw_order(size: int, *, seed: int, stratum: int) -> IntArray:
+# -- the plan's random streams (issue 50) -------------------------------------------------------------
+#
+# Sampler 1 (plans made before issue 50) seeded stratum h's order with default_rng([seed, h]) and
+# stage k's stratum draws with default_rng([seed, k, 7919]). numpy pads a seed list with zeros,
+# so default_rng(seed) IS default_rng([seed, 0]): data generated from the plan's seed and
+# stratum 0's order were the same random numbers. Sampler 2 takes every stream as a child of
+# SeedSequence(seed) (numpy's spawn keys: SeedSequence(seed).spawn(...) gives the same children),
+# which no plain seed or seed list of up to four words reproduces; orders under key
+# (ORDER_KEY, h), stage draws under (STRATA_KEY, k). Sampler 2 also recomputes the stratum
+# probabilities right after the draw that empties a stratum (``strata_for_uniforms``).
+
+SAMPLER = 2  # what new plans use; a plan stores the sampler that drew it (and each stage its own)
+SAMPLERS: tuple[int, ...] = (1, 2)
+ORDER_KEY = 0
+STRATA_KEY = 1
+
+
+def _check_sampler(sampler: int) -> None:
+    if sampler not in SAMPLERS:
+        raise CertifyError(f"unknown sampler {sampler!r}: this code knows samplers {', '.join(map(str, SAMPLERS))}")
+
+
+def plan_stream(seed: int, *key: int) -> np.random.Generator:
+    """The generator of the plan's stream ``key`` (sampler 2): PCG64 seeded by the child of
+    SeedSequence(seed) with spawn key ``key``, independent of every other key and of
+    ``default_rng(seed)`` itself."""
+    return np.random.default_rng(np.random.SeedSequence(int(seed), spawn_key=tuple(int(k) for k in key)))
+
+
+def draw_order(size: int, *, seed: int, stratum: int, sampler: int = SAMPLER) -> IntArray:
     """A seeded simple random sample without replacement of a stratum's items, as an order:
-    position k is the k-th image drawn. Replays exactly from (seed, stratum)."""
-    rng = np.random.default_rng([int(seed), int(stratum)])
+    position k is the k-th image drawn. Replays exactly from (seed, stratum, sampler)."""
+    _check_sampler(sampler)
+    rng = np.random.default_rng([int(seed), int(stratum)]) if sampler == 1 else plan_stream(seed, ORDER_KEY, stratum)
     return rng.permutation(int(size)).astype(np.int64)
 
 
@@ -644,33 +674,76 @@ def draw_probabilities(base: FloatArray, remaining: FloatArray) -> FloatArray:
 
 
 def draw_strata(*, sizes: Counts, drawn: Counts, base: Sequence[float] | FloatArray, n: int, seed: int,
-                stream: int) -> IntArray:
+                stream: int, sampler: int = SAMPLER) -> IntArray:
     """The strata of the next ``n`` draws (fewer if the strata run out): draw j picks stratum h
     with probability pi_h (``draw_probabilities`` of ``base`` given what was drawn before it),
-    from numpy's PCG64 seeded by (seed, stream), so the sequence replays. A stratum that runs
-    out is left out from the next draw on."""
+    one uniform per draw from the plan's stream for ``stream`` (the stage), so the sequence
+    replays. ``sampler`` 1 replays plans drawn before issue 50 (``strata_for_uniforms``)."""
+    _check_sampler(sampler)
     N = np.asarray(sizes, dtype=np.int64)
     taken = np.asarray(drawn, dtype=np.int64).copy()
     w = np.asarray(base, dtype=np.float64)
     if np.any(w[N - taken > 0] <= 0):
         raise CertifyError("every stratum with undrawn images needs a positive draw weight")
     n = int(min(n, int((N - taken).sum())))
-    u = np.random.default_rng([int(seed), int(stream), 7919]).random(n)
+    rng = np.random.default_rng([int(seed), int(stream), 7919]) if sampler == 1 else plan_stream(seed, STRATA_KEY, stream)
+    u = rng.random(n)
+    return strata_for_uniforms(sizes=N, drawn=taken, base=w, u=u, sampler=sampler)
+
+
+def strata_for_uniforms(*, sizes: Counts, drawn: Counts, base: Sequence[float] | FloatArray, u: FloatArray,
+                        sampler: int = SAMPLER) -> IntArray:
+    """The strata of draws j = 0, 1, ... from their uniforms u_j in [0, 1): draw j picks the
+    stratum whose slice of [0, 1) holds u_j, the slices being pi (``draw_probabilities``) given
+    the draws before j, so P(stratum h | past) = pi_h, as the bound's Y = A + x M_h / pi_h needs.
+
+    Sampler 2: pi is recomputed right after a draw that takes a stratum's last item (between
+    such draws the strata left and so pi do not change, so the draws in between go in one
+    vectorised batch). Sampler 1 (before issue 50) kept the old pi until a draw overflowed an
+    empty stratum and then mapped that draw's same uniform, already known to lie in the empty
+    stratum's slice, with the new pi: on sizes [50, 50, 2] and base [0.2, 0.2, 0.6] the draw
+    after the small stratum emptied picked strata 0 / 1 with probability 0.3 / 0.7, not the
+    0.5 / 0.5 the bound assumed. Kept only to replay plans stored before the fix."""
+    _check_sampler(sampler)
+    N = np.asarray(sizes, dtype=np.int64)
+    taken = np.asarray(drawn, dtype=np.int64).copy()
+    w = np.asarray(base, dtype=np.float64)
+    uu = np.asarray(u, dtype=np.float64)
+    n = len(uu)
+    if n > int((N - taken).sum()):
+        raise CertifyError("more draws asked for than undrawn images left")
     out = np.empty(n, dtype=np.int64)
     pos = 0
+    if sampler == 1:
+        while pos < n:
+            p = draw_probabilities(w, (N - taken).astype(np.float64))
+            cum = np.cumsum(p)
+            cum[-1] = np.inf
+            lab = np.searchsorted(cum, uu[pos:], side="right")
+            lab = np.minimum(lab, len(N) - 1)
+            onehot = np.zeros((n - pos, len(N)), dtype=np.int64)
+            onehot[np.arange(n - pos), lab] = 1
+            over = (np.cumsum(onehot, axis=0) + taken > N).any(axis=1)
+            stop = int(np.argmax(over)) if over.any() else n - pos
+            out[pos:pos + stop] = lab[:stop]
+            taken += onehot[:stop].sum(axis=0)
+            pos += stop
+        return out
     while pos < n:
-        p = draw_probabilities(w, (N - taken).astype(np.float64))
+        left = N - taken
+        live = np.flatnonzero(left > 0)
+        p = draw_probabilities(w, left.astype(np.float64))[live]
         cum = np.cumsum(p)
-        cum[-1] = np.inf
-        lab = np.searchsorted(cum, u[pos:], side="right")
-        lab = np.minimum(lab, len(N) - 1)
-        # the first draw that would take a stratum past its size: redo from there without it
-        onehot = np.zeros((n - pos, len(N)), dtype=np.int64)
-        onehot[np.arange(n - pos), lab] = 1
-        over = (np.cumsum(onehot, axis=0) + taken > N).any(axis=1)
-        stop = int(np.argmax(over)) if over.any() else n - pos
+        cum[-1] = np.inf  # rounding: u below 1 always lands in a stratum with items left
+        lab = live[np.searchsorted(cum, uu[pos:], side="right")]
+        # the batch ends with the first draw that takes some stratum's last item
+        stop = n - pos
+        for h in live:
+            at = np.flatnonzero(lab == h)
+            if len(at) >= left[h]:
+                stop = min(stop, int(at[left[h] - 1]) + 1)
         out[pos:pos + stop] = lab[:stop]
-        taken += onehot[:stop].sum(axis=0)
+        taken += np.bincount(lab[:stop], minlength=len(N))
         pos += stop
     return out
 
