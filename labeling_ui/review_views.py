@@ -464,14 +464,12 @@ def classes(request):
         "next_url": _classes_url(filters, page.number + 1) if page.has_next() else ""})
 
 
-# What the flagged-classes screen's forms post: each kind of answer and the verdicts it takes. A
-# kind or verdict outside this table is no form of ours (a typo, a hand-made request): refused
-# with 400 before anything is looked up, never read as some other kind (issue 47 row 3).
-CLASS_ANSWERS = {
-    "bulk": ("accept",),
-    "flag": ("accept", "reject", "map", "keep_unmapped"),
-    "signal": ("accept", "reject"),
-}
+# What the flagged-classes screen's forms post: the kinds of answer and the verdicts. A kind or
+# verdict outside these is no form of ours (a typo, a hand-made request): refused with 400 before
+# anything is looked up, never read as some other kind (issue 47 row 3). Which verdict a kind
+# takes (only accept in bulk; map and keep_unmapped for a flag) is said by the checks below.
+CLASS_KINDS = ("bulk", "flag", "signal")
+CLASS_VERDICTS = ("accept", "reject", "map", "keep_unmapped")
 
 
 def _classes_refused(request, message: str):
@@ -480,11 +478,10 @@ def _classes_refused(request, message: str):
 
 def _classes_post(request, back: str):
     kind, verdict, note = request.POST.get("kind", ""), request.POST.get("verdict", ""), request.POST.get("note", "")
-    if kind not in CLASS_ANSWERS:
-        return _classes_refused(request, f"kind={kind[:40]!r} is not one of {', '.join(CLASS_ANSWERS)}; nothing was recorded")
-    if verdict not in CLASS_ANSWERS[kind]:
-        return _classes_refused(request, f"verdict={verdict[:40]!r} is not one of {', '.join(CLASS_ANSWERS[kind])} for a {kind} "
-                                         "answer; nothing was recorded")
+    if kind not in CLASS_KINDS:
+        return _classes_refused(request, f"kind={kind[:40]!r} is not one of {', '.join(CLASS_KINDS)}; nothing was recorded")
+    if verdict not in CLASS_VERDICTS:
+        return _classes_refused(request, f"verdict={verdict[:40]!r} is not one of {', '.join(CLASS_VERDICTS)}; nothing was recorded")
     try:
         if kind == "bulk":
             if verdict != "accept":
@@ -516,6 +513,8 @@ def _classes_post(request, back: str):
                     return impact
                 class_flag_answer(decision_id=pk, verdict=verdict, note=note, user=request.user, impact=impact)
         else:  # kind == "signal"
+            if verdict not in ("accept", "reject"):
+                raise ReviewError(f"a visual signal is accepted or rejected, not {verdict}")
             signal = get_object_or_404(ClassVisualSignal.objects.select_related("candidate_class"), pk=pk)
             impact = _rejection_needs_confirmation(request, signal.candidate_class, verdict, back)
             if isinstance(impact, HttpResponse):

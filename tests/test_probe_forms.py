@@ -41,13 +41,17 @@ def test_a_class_answer_of_no_known_kind_is_refused_not_taken_as_a_signal(pool):
                  {"kind": "", "pk": signal.pk, "verdict": "accept"},
                  {"pk": signal.pk, "verdict": "accept"},
                  {"kind": "signal", "pk": signal.pk, "verdict": "zzz"},
-                 {"kind": "signal", "pk": signal.pk, "verdict": "map"},
-                 {"kind": "bulk", "classes": signal.candidate_class_id, "verdict": "reject"},
+                 {"kind": "signal", "pk": signal.pk},
                  {"kind": "flag", "pk": signal.pk, "verdict": "ACCEPT"}):
         r = client.post("/curate/classes/", form)
         assert r.status_code == 400, (form, r.status_code)
         assert "nothing was recorded" in r.content.decode(), form
         assert _state(signal) == before, form
+    # known words in the wrong place: said why, nothing recorded
+    for form, why in (({"kind": "signal", "pk": signal.pk, "verdict": "map"}, "accepted or rejected, not map"),
+                      ({"kind": "bulk", "classes": signal.candidate_class_id, "verdict": "reject"}, "only accepting is done in bulk")):
+        page = client.post("/curate/classes/", form, follow=True).content.decode()
+        assert why in page and _state(signal) == before, form
     assert signal.resolution == ""
     # the right kind still works
     r = client.post("/curate/classes/", {"kind": "signal", "pk": signal.pk, "verdict": "accept"})
