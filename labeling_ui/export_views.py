@@ -15,7 +15,19 @@ from curation.roles import CURATOR, RESEARCHER
 from curation.services.exports import export_path
 from labeling_ui.http import attachment, whole_number
 from labeling_ui.review_views import role_required
-from pipelines.export import LAYOUTS, MANIFEST, DownloadAborted, ExportError, archive_members, iter_tar_gz, iter_zip, read_manifest
+from pipelines.export import (
+    LAYOUTS,
+    MANIFEST,
+    SUMS_FILE,
+    DownloadAborted,
+    ExportError,
+    archive_members,
+    first_changed_member,
+    iter_tar_gz,
+    iter_zip,
+    read_manifest,
+    sha256sums,
+)
 from pipelines.images import sha256_file
 
 log = logging.getLogger("curation.downloads")
@@ -44,9 +56,19 @@ def download(request, export_id: int, fmt: str):
     if isinstance(written, HttpResponse):
         return written
     root, manifest, _ = written
+    members = archive_members(root, manifest, layout=layout)
+    # every file against the manifest before the first byte: a changed file is a 409 naming it,
+    # never a 200 whose archive stops short of it (issue 47; cost in docs/security.md)
+    changed = first_changed_member(root, members, manifest["files"])
+    if changed:
+        log.error("download of export %s (#%s) refused: %s", export.label, export.pk, changed)
+        return HttpResponse(f"{export.label} cannot be downloaded: {changed}. Nothing was sent. Check the export with "
+                            f"`python manage.py verify_export {root}` and write a new version.\n", status=409,
+                            content_type="text/plain; charset=utf-8")
     content_type, writer = FORMATS[fmt]
     prefix = export.label + (f"-{layout}" if layout else "")
-    stream = writer(root, archive_members(root, manifest, layout=layout), prefix=prefix, expected=manifest["files"])
+    sums = {SUMS_FILE: sha256sums(members, manifest["files"], export.manifest_sha256)}
+    stream = writer(root, members, prefix=prefix, expected=manifest["files"], extra=sums)
     response = StreamingHttpResponse(_logged(stream, export), content_type=content_type)
     response["Content-Disposition"] = attachment(f"{prefix}.{fmt}")
     response["Cache-Control"] = "private, no-store"
@@ -96,7 +118,9 @@ def _as_written(export: Export, name: str = "", *, absent: str = ""):
 
 
 def _logged(stream, export: Export):
-    """The archive stream; a file that fails its re-hash stops it, with a log line for the operator."""
+    """The archive stream; a file changed while it is being sent (after the check above) fails
+    its re-hash and stops it, with a log line for the operator: the response then ends without
+    its closing chunk, so clients report the download as failed (curl exits 18)."""
     try:
         yield from stream
     except DownloadAborted as exc:

@@ -313,13 +313,14 @@ def test_downloads_stream_the_export_to_allowed_roles(tmp_path, client):
     assert r.status_code == 200 and r.streaming and r["Content-Disposition"] == 'attachment; filename="dl-v1.tar.gz"'
     with tarfile.open(fileobj=io.BytesIO(b"".join(r.streaming_content)), mode="r:gz") as tar:
         names = {m.name.removeprefix("dl-v1/"): m for m in tar.getmembers()}
-        assert set(names) == set(manifest["files"]) | {"manifest.json"}
+        assert set(names) == set(manifest["files"]) | {"manifest.json", "SHA256SUMS"}
         for name, digest in manifest["files"].items():
             assert hashlib.sha256(tar.extractfile(names[name]).read()).hexdigest() == digest
     r = client.get(f"/exports/{export.pk}/download.zip?layout=openood")
     with zipfile.ZipFile(io.BytesIO(b"".join(r.streaming_content))) as zf:
         names = set(zf.namelist())
-        assert names == {f"dl-v1-openood/{n}" for n in manifest["files"] if n.startswith("openood/") or "/" not in n} | {"dl-v1-openood/manifest.json"}
+        assert names == {f"dl-v1-openood/{n}" for n in manifest["files"] if n.startswith("openood/") or "/" not in n} | {
+            "dl-v1-openood/manifest.json", "dl-v1-openood/SHA256SUMS"}
         assert zf.testzip() is None
     assert client.get(f"/exports/{export.pk}/download.rar").status_code == 404
     # an export whose manifest was rewritten is not served

@@ -10,6 +10,7 @@ import io
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -142,7 +143,10 @@ def test_content_disposition_follows_rfc_6266(filename):
         assert re.sub(r"\\(.)", r"\1", m.group(1)) == filename
 
 
-def test_downloads_re_hash_and_stop_at_a_tampered_or_missing_file(tmp_path, client, role_groups, caplog):
+def test_a_tampered_export_is_refused_before_the_download_starts(tmp_path, client, role_groups, caplog, monkeypatch):
+    """Issue 47: a file changed on disk after the export was written is a 409 naming it, in both
+    formats, before any byte is sent (it used to be a 200 whose archive stopped at that file:
+    unzip and tar refused it, curl exited 0). A clean export downloads with SHA256SUMS inside."""
     source, _ = reviewed_pool(tmp_path, n=8)
     export, _ = run_export(name="dmg", sources=[source.name], copy=True)
     root = Path(settings.EXPORT_ROOT) / "dmg" / "v1"
@@ -151,18 +155,46 @@ def test_downloads_re_hash_and_stop_at_a_tampered_or_missing_file(tmp_path, clie
     client.login(username="res", password="pw")
     url = f"/exports/{export.pk}/download"
     images = sorted(n for n in manifest["files"] if n.startswith("imagenet-ood/") and not n.endswith(".txt"))
-    with open(root / images[0], "ab") as fh:  # tampered: one byte appended
-        fh.write(b"\0")
+    for fmt in ("tar.gz", "zip"):  # intact first: served, and remembered as checked
+        assert client.get(f"{url}.{fmt}").status_code == 200
+    with open(root / images[0], "r+b") as fh:  # tampered in place: same size, one byte flipped
+        first = fh.read(1)
+        fh.seek(0)
+        fh.write(bytes([first[0] ^ 0xFF]))
     for fmt in ("tar.gz", "zip"):
         r = client.get(f"{url}.{fmt}")
-        assert r.status_code == 200  # headers are sent before the stream reaches the file
-        with pytest.raises(Exception, match="changed since the export was written"):
-            b"".join(r.streaming_content)
-    assert "download of export dmg-v1" in caplog.text
+        assert r.status_code == 409 and not r.streaming, (fmt, r.status_code)
+        body = r.content.decode()
+        assert images[0] in body and "changed since the export was written" in body and "verify_export" in body
+    assert "download of export dmg-v1 (#" in caplog.text and "refused" in caplog.text
     (root / images[0]).unlink()  # missing
+    r = client.get(f"{url}.zip")
+    assert r.status_code == 409 and "missing" in r.content.decode()
+    # changed while being sent, after the check: the stream still stops at that file (and logs it)
+    shutil.copy(next(p for p in (tmp_path / "pool").rglob("*.jpg")), root / images[0])
+    monkeypatch.setattr("labeling_ui.export_views.first_changed_member", lambda *a, **k: None)
     r = client.get(f"{url}.tar.gz")
-    with pytest.raises(Exception, match="missing"):
+    assert r.status_code == 200
+    with pytest.raises(Exception, match="changed since the export was written"):
         b"".join(r.streaming_content)
+
+
+def test_a_download_carries_checksums_to_verify_offline(tmp_path, client, role_groups):
+    source, _ = reviewed_pool(tmp_path, n=6)
+    export, _ = run_export(name="sums", sources=[source.name])
+    user("res", "researcher")
+    client.login(username="res", password="pw")
+    r = client.get(f"/exports/{export.pk}/download.tar.gz")
+    out = tmp_path / "unpacked"
+    with tarfile.open(fileobj=io.BytesIO(b"".join(r.streaming_content)), mode="r:gz") as tar:
+        tar.extractall(out, filter="data")
+    folder = out / "sums-v1"
+    checked = subprocess.run(["sha256sum", "--check", "--strict", "SHA256SUMS"], cwd=folder, capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    listed = (folder / "SHA256SUMS").read_text().splitlines()
+    assert any(line.endswith("  manifest.json") for line in listed) and len(listed) == len(json.loads((folder / "manifest.json").read_text())["files"]) + 1
+    (folder / "manifest.json").write_bytes(b"{}")  # what a user sees when a file was damaged on the way
+    assert subprocess.run(["sha256sum", "--check", "--quiet", "SHA256SUMS"], cwd=folder, capture_output=True).returncode == 1
 
 
 # -- CSV cells ---------------------------------------------------------------------------------------------
