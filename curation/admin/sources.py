@@ -6,7 +6,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from curation import jobs
-from curation.admin._common import RecordAdmin, action_form, only_one
+from curation.admin._common import RecordAdmin, WholeNumberField, action_form, only_one
 from curation.models import (
     CandidateClass,
     IdClassSet,
@@ -26,6 +26,7 @@ from curation.validators import name_field
 from pipelines.class_filter import PolicyError
 from pipelines.class_filter.policy import DEFAULT_PRESET, PRESETS
 from pipelines.corruptions import CORRUPTIONS, SEVERITIES
+from pipelines.numbers import whole_number
 from pipelines.wordnet import WordNetUnavailable
 
 
@@ -47,13 +48,13 @@ class CovariateShiftForm(forms.Form):
                                             help_text="The 15 ImageNet-C benchmark corruptions, then the 4 held-out ones")
     severities = forms.MultipleChoiceField(choices=[(str(s), str(s)) for s in SEVERITIES], initial=[str(SEVERITIES[-1])],
                                            widget=forms.CheckboxSelectMultiple)
-    seed = forms.IntegerField(initial=0, help_text="The same seed gives the same files")
+    seed = WholeNumberField(initial=0, min_value=0, max_value=2**32 - 1, help_text="The same seed gives the same files")
 
 
 class SemanticSplitForm(forms.Form):
     name = name_field("split name", max_length=90, help_text="The halves become ID class sets NAME-id and NAME-ood")
-    seed = forms.IntegerField(required=False, help_text="Empty: the authors' deterministic procedure (ImageNet-X for "
-                                                        "ImageNet-1K). A number: the seeded variant.")
+    seed = WholeNumberField(required=False, min_value=0, max_value=2**32 - 1,
+                            help_text="Empty: the authors' deterministic procedure (ImageNet-X for ImageNet-1K). A number: the seeded variant.")
 
 
 @admin.register(IdClassSet)
@@ -98,10 +99,11 @@ class IdClassSetAdmin(admin.ModelAdmin):
 
 
 class SourceAdmin(admin.ModelAdmin):
-    list_display = ("name", "role", "root", "created_at")
-    list_filter = ("role",)
+    list_display = ("name", "role", "layout", "root", "created_at")
+    list_filter = ("role", "layout")
     search_fields = ("name", "root")
-    readonly_fields = ("name", "root", "created_by", "created_at")  # a name is how commands and specs refer to it
+    # a name is how commands and specs refer to it; root, layout and list are add_source's (docs/sources.md)
+    readonly_fields = ("name", "root", "layout", "layout_options", "created_by", "created_at")
     actions = ["rescan", "run_class_filter", "extract", "find_near_duplicates", "build_review_queue", "make_covariate_shift"]
 
     def has_add_permission(self, request):
@@ -185,7 +187,8 @@ class SourceAdmin(admin.ModelAdmin):
 
         def submit(data):
             try:
-                job = covariate_shift_start(source=source, corruptions=data["corruptions"], severities=[int(x) for x in data["severities"]],
+                job = covariate_shift_start(source=source, corruptions=data["corruptions"], severities=[whole_number(x, "severity", lo=1, hi=5)
+                                                                                                        for x in data["severities"]],
                                             seed=data["seed"], name=data["name"], user=request.user)
             except CovariateShiftError as exc:
                 self.message_user(request, str(exc), messages.ERROR)
