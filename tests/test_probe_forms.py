@@ -100,3 +100,25 @@ def test_integers_and_shares_from_requests_go_through_the_one_rule(pool):
     assert r.status_code == 400
     r = client.post("/curate/map/selection", {"ids": f"{image.pk}, {image.pk}"})
     assert r.status_code == 200
+
+
+def test_the_admin_forms_numbers_follow_the_one_rule():
+    """Django's IntegerField takes int()'s text (``٣``, ``1_000``, ``5.0``) and FloatField
+    float()'s (``١.٥``, ``1_0``): the admin's forms refuse them; ranges hold."""
+    from curation.admin.evaluation import EvaluationCreateForm
+    from curation.admin.exports import ExportCreateForm
+
+    seed = EvaluationCreateForm().fields["seed"]
+    for bad in ("٣", "1_000", "5.0", "+5", str(2**32), "-1", "9" * 30):
+        with pytest.raises(Exception, match="whole number|less than or equal|greater than or equal"):
+            seed.clean(bad)
+    assert seed.clean("42") == 42 and seed.clean(" 7 ") == 7
+    warn = ExportCreateForm().fields["warn_loss"]
+    for bad in ("١.٥", "1_0", "nan", "inf", "0x1", "1.5"):
+        with pytest.raises(Exception, match="digits 0-9|less than or equal"):
+            warn.clean(bad)
+    assert warn.clean("0.25") == 0.25 and warn.clean("") is None
+    knn = EvaluationCreateForm().fields["knn_k"]
+    with pytest.raises(Exception, match="whole number"):
+        knn.clean("٣")
+    assert knn.clean("10") == 10

@@ -1,9 +1,46 @@
-"""What the admin modules share: read-only record admins, the stale-job filter, action forms."""
+"""What the admin modules share: read-only record admins, the stale-job filter, action forms,
+and the number fields of the admin's forms."""
+import math
+import re
+
+from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.template.response import TemplateResponse
 
 from curation import jobs
+from pipelines.numbers import INT64_MAX, whole_number
+
+_DECIMAL = re.compile(r"-?(?:[0-9]{1,30}(?:\.[0-9]{0,30})?|\.[0-9]{1,30})(?:[eE][-+]?[0-9]{1,3})?\Z", re.ASCII)
+
+
+class WholeNumberField(forms.IntegerField):
+    """Django's IntegerField reads text with int(), which takes Unicode digits (``٣``), ``1_000``
+    and ``5.0``, unbounded: here the one rule for integers from users (pipelines.numbers:
+    ASCII digits, a leading ``-`` at most, within a signed 64-bit integer), then the field's own
+    min_value / max_value."""
+
+    def to_python(self, value):
+        if value in self.empty_values:
+            return None
+        try:
+            return whole_number(value.strip() if isinstance(value, str) else value, self.label or "this number",
+                                lo=-INT64_MAX - 1, hi=INT64_MAX)
+        except ValueError:
+            raise forms.ValidationError("Enter a whole number written in digits 0-9.", code="invalid") from None
+
+
+class DecimalNumberField(forms.FloatField):
+    """A decimal written in ASCII digits (``0.5``, ``-2``, ``1e-3``), finite: float() would also
+    take ``nan``, ``1_0`` and Unicode digits."""
+
+    def to_python(self, value):
+        if value in self.empty_values:
+            return None
+        text = str(value).strip()
+        if not _DECIMAL.match(text) or not math.isfinite(float(text)):
+            raise forms.ValidationError("Enter a number written in digits 0-9 (e.g. 0.5 or 1e-3).", code="invalid")
+        return float(text)
 
 
 class StaleFilter(admin.SimpleListFilter):

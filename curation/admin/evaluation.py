@@ -6,7 +6,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from curation import jobs
-from curation.admin._common import NoChange, NoDelete, RecordAdmin, redirect_to
+from curation.admin._common import DecimalNumberField, NoChange, NoDelete, RecordAdmin, WholeNumberField, redirect_to
 from curation.models import (
     EvalFeatureSet,
     EvaluationRun,
@@ -55,7 +55,7 @@ class EvaluationCreateForm(forms.Form):
     models = forms.MultipleChoiceField(widget=forms.CheckboxSelectMultiple, required=False, help_text="Registered models")
     other_models = forms.CharField(required=False, help_text="More timm model names, comma separated (their weights must be reachable)")
     methods = forms.MultipleChoiceField(widget=forms.CheckboxSelectMultiple, help_text="Detectors (higher score = more ID)")
-    seed = forms.IntegerField(initial=0, help_text="Seed of C-OOD's estimation/test split")
+    seed = WholeNumberField(initial=0, min_value=0, max_value=2**32 - 1, help_text="Seed of C-OOD's estimation/test split")
     fpr_method = forms.ChoiceField(required=False, initial=FPR_METHODS[0], help_text="FPR@95 (ID positive) threshold")
     aupr_method = forms.ChoiceField(required=False, initial=AUPR_METHODS[0], help_text="AUPR-In / AUPR-Out")
     oaa_convention = forms.ChoiceField(required=False, initial=OAA_CONVENTIONS[0], help_text="Outlier-aware accuracy (mOAA)")
@@ -63,7 +63,7 @@ class EvaluationCreateForm(forms.Form):
     id_shifted = forms.MultipleChoiceField(required=False, widget=forms.CheckboxSelectMultiple,
                                            help_text="Optional: covariate-shifted copies of ID classes (ImageNet-V2/-R/-C, or made "
                                                      "with make_covariate_shift), reported standard, full-spectrum and as a shift")
-    sanity_seeds = forms.IntegerField(min_value=0, max_value=20, initial=5, required=False,
+    sanity_seeds = WholeNumberField(min_value=0, max_value=20, initial=5, required=False,
                                       help_text="Random-weight sanity check (ImageNet-OOD): random networks to run, 0 = off. "
                                                 "RANDOM WEIGHTS, for the check only")
     decoder = forms.ChoiceField(required=False, initial="", help_text="How images become model inputs, for every set of the run")
@@ -95,7 +95,7 @@ class EvaluationCreateForm(forms.Form):
                 self.fields[p.key(det)] = forms.CharField(required=False, initial=p.default, label=f"{DETECTORS[det].label}: {p.name}",
                                                           help_text=p.describe())
                 continue
-            field = forms.IntegerField if p.kind is int else forms.FloatField
+            field = WholeNumberField if p.kind is int else DecimalNumberField
             low = 0 if p.default is None else p.low  # 0 (or empty): the detector works it out
             self.fields[p.key(det)] = field(required=False, initial=p.default, min_value=low, max_value=p.high,
                                             label=f"{DETECTORS[det].label}: {p.name}", help_text=p.describe())

@@ -6,7 +6,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from curation import jobs
-from curation.admin._common import NoChange, NoDelete, RecordAdmin, redirect_to
+from curation.admin._common import DecimalNumberField, NoChange, NoDelete, RecordAdmin, WholeNumberField, redirect_to
 from curation.models import (
     Export,
     ExportMember,
@@ -32,7 +32,7 @@ class ExportCreateForm(forms.Form):
                                              help_text="Clean set: the candidate sources to export")
     classes = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 3}),
                               help_text="Clean set: wnids to export (comma or line separated); empty = every class")
-    min_per_class = forms.IntegerField(min_value=1, initial=1, help_text="Clean set: classes with fewer clean images are left out")
+    min_per_class = WholeNumberField(min_value=1, max_value=10**9, initial=1, help_text="Clean set: classes with fewer clean images are left out")
     layouts = forms.MultipleChoiceField(widget=forms.CheckboxSelectMultiple, required=False,
                                         help_text="Folder conventions to write (pipelines/layouts/, one file each)")
     split = name_field("split", max_length=40, initial="test",
@@ -43,7 +43,7 @@ class ExportCreateForm(forms.Form):
                                            "says which images the certificate admitted")
     leakage_override = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}),
                                        help_text="Export despite leakage (ID near-duplicates, other splits): the reason, recorded in the manifest")
-    warn_loss = forms.FloatField(required=False, min_value=0, max_value=1, widget=forms.NumberInput(attrs={"step": "0.05"}),
+    warn_loss = DecimalNumberField(required=False, min_value=0, max_value=1, widget=forms.NumberInput(attrs={"step": "0.05"}),
                                  help_text="Clean set: say so when this export loses more than this share of the previous "
                                            "version's images (0.2 = 20%; empty: the default, OODC_EXPORT_WARN_LOSS)")
     id_source = forms.ModelChoiceField(queryset=Source.objects.filter(role=Source.Role.ID).order_by("name"), required=False,
@@ -51,8 +51,8 @@ class ExportCreateForm(forms.Form):
     difficulty_split = forms.CharField(required=False, max_length=40,
                                        help_text=f"Clean set: also write easy/hard sub-splits by semantic similarity to the closest "
                                                  f"ID class. Empty: none; {DIFFICULTY_HELP}")
-    per_test = forms.IntegerField(min_value=1, max_value=100_000, initial=400, help_text="Unit tests: images per test (NINCO: 400)")
-    seed = forms.IntegerField(initial=0, help_text="Unit tests: the same seed gives the same images")
+    per_test = WholeNumberField(min_value=1, max_value=100_000, initial=400, help_text="Unit tests: images per test (NINCO: 400)")
+    seed = WholeNumberField(initial=0, min_value=0, max_value=2**32 - 1, help_text="Unit tests: the same seed gives the same images")
     convention = forms.ChoiceField(choices=[(c, CONVENTION_WORDS.get(c, c)) for c in CONVENTIONS],
                                    initial=CONVENTIONS[0], required=False, help_text="Unit tests: which convention (docs/exports.md)")
 
