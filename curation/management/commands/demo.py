@@ -11,6 +11,7 @@ from curation.models import EvaluationRun, Source
 from curation.services.demo import demo_gold_set, demo_planted_census, demo_preflight, demo_reviews_record
 from curation.services.review import review_queue_sync
 from curation.services.users import users_create_demo
+from fixtures.archives import folder_to_wds
 from fixtures.real_photos import MAX_ID_CLASSES, MIN_ID_ACCURACY, RealPhotosUnavailable, generate_real_demo, read_answer_key, stamp_table
 from pipelines.detectors import detector_names, get_detector
 
@@ -69,7 +70,12 @@ class Command(BaseCommand):
         call_command("set_id_classes", "imagenet-1k", stdout=out)
         out.write(self.style.MIGRATE_HEADING("3/10 Ingesting the sources"))
         call_command("add_source", "demo-candidates", str(paths.candidates), stdout=out, stderr=self.stderr, show_broken=30)
-        call_command("add_source", "demo-id", str(paths.id_reference), role="id", stdout=out, stderr=self.stderr)
+        # the ID reference travels as WebDataset shards (timm's key layout), read in place: every demo
+        # runs an archive source through ingest, extraction and the duplicate check (docs/sources.md)
+        id_shards = root / "demo-id-wds"
+        if not (id_shards / "_info.json").is_file():
+            folder_to_wds(paths.id_reference, id_shards)
+        call_command("add_source", "demo-id", str(id_shards), role="id", layout="wds", stdout=out, stderr=self.stderr)
         out.write(self.style.MIGRATE_HEADING("4/10 WordNet class filter on demo-candidates (ImageNet-OOD's policy, demo_policy.yaml: "
                                              f"classes of {max(1, per_class - 1)}+ images)"))
         csv_path = root / "class_filter_decisions.csv"
