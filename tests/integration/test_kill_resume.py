@@ -495,8 +495,46 @@ class EmbeddingMap:
         return "reference"
 
 
+def _as_class_tars(folder: Path, out: Path) -> None:
+    """The same images as ImageNet-21K ships them: one ``<class>.tar`` per class folder."""
+    from fixtures.archives import write_class_tars
+
+    write_class_tars(out, {d.name: [(f.name, f.read_bytes()) for f in sorted(d.iterdir())] for d in sorted(folder.iterdir())})
+
+
+class IngestArchive(Ingest):
+    """Ingest of per-class tars, read in place (issue 44)."""
+
+    def prepare(self, tmp_path, env):
+        make_image_folder(tmp_path / "files", n_good=30, classes=["sky", "hayfield", "n02084071"])
+        _as_class_tars(tmp_path / "files", tmp_path / "pool")
+
+    def queue(self, tmp_path, env):
+        out = manage(env, "add_source", "killed", str(tmp_path / "pool"), "--layout", "class-tars", "--no-wait")
+        assert out.returncode == 0, out.stderr
+
+    def result(self, tmp_path, which):
+        rows = super().result(tmp_path, which)
+        assert all(".tar/" in r[0] and r[2] == "ok" for r in rows)
+        return rows
+
+    def reference(self, tmp_path):
+        quiet("add_source", "reference", str(tmp_path / "pool"), layout="class-tars")
+        return "reference"
+
+
+class ExtractArchive(Extract):
+    """Extraction reading per-class tars in member order (issue 44)."""
+
+    def prepare(self, tmp_path, env):
+        make_image_folder(tmp_path / "files", n_good=24, classes=["sky", "hayfield"])
+        _as_class_tars(tmp_path / "files", tmp_path / "pool")
+        quiet("add_source", "killed", str(tmp_path / "pool"), layout="class-tars")
+        quiet("add_source", "reference", str(tmp_path / "pool"), layout="class-tars")
+
+
 SCENARIOS = [Ingest(), ClassFilter(), Extract(), Duplicates(), ExportKind(), UnitTests(), CovariateShift(), Evaluation(),
-             EmbeddingMap()]
+             EmbeddingMap(), IngestArchive(), ExtractArchive()]
 
 
 def test_every_kind_is_covered():
@@ -504,7 +542,7 @@ def test_every_kind_is_covered():
     assert covered == set(jobs.registered_kinds()), f"add a kill-and-resume scenario for {set(jobs.registered_kinds()) - covered}"
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.kind)
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.kind + ("-archive" if "Archive" in type(s).__name__ else ""))
 def test_killed_mid_work_and_resumed_equals_an_uninterrupted_run(scenario, env, workers, tmp_path, role_groups):  # noqa: F811
     scenario.prepare(tmp_path, env)
     workers.env = env
