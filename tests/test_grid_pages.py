@@ -17,7 +17,7 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def pool(tmp_path):
+def pool(tmp_path, role_groups):
     review_cache_clear()
     queue_with_rows(tmp_path, n=30)  # 3 classes of 10
     return user_create_with_role(username="p1", password="p1-pw-12345", role=ANNOTATOR)[0]

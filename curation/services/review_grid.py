@@ -307,14 +307,23 @@ def _grid_next_once(user: User, size: int, prefetch: int, rng) -> GridLease:
         place = len(page) + size
         left = total_real - _real(page)
         if left > 0 or beyond:
-            upcoming = _fill_class(user, scope, base, class_id, beyond[:prefetch], prefetch, now, rng, first_place=place,
-                                   exclude=[a.item_id for a in page])
+            upcoming = _fill_class(user, scope, base, class_id, beyond[:prefetch], _stretched(prefetch, left), now, rng,
+                                   first_place=place, exclude=[a.item_id for a in page])
         else:
             nxt = _next_class(user, base, class_id)
             if nxt is not False:
-                ahead = [a for a in live if a.class_id == nxt][:prefetch]
-                upcoming = _fill_class(user, scope, base, nxt, ahead, prefetch, now, rng, first_place=place)
+                ahead = [a for a in live if a.class_id == nxt]
+                nxt_total = _real(ahead) + _waiting(user, base).filter(candidate_class_id=nxt).count()
+                want = _stretched(prefetch, nxt_total)
+                upcoming = _fill_class(user, scope, base, nxt, ahead[:want], want, now, rng, first_place=place)
     return GridLease(page, class_id, upcoming)
+
+
+def _stretched(size: int, available: int) -> int:
+    """How many tiles a page of ``size`` of a class with ``available`` images for the annotator
+    takes: all of them when fewer than half a page would be left after it (as ``_no_stub``)."""
+    rest = available - size
+    return available if 0 < rest and 2 * rest < size else size
 
 
 @dataclass
