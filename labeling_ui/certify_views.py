@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 
 from django.contrib import messages
-from django.http import HttpResponseBadRequest
+from django.http import HttpResponse, HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
@@ -14,11 +14,15 @@ from curation.models import CertificationPlan, Source
 from curation.roles import CURATOR, RESEARCHER
 from curation.services.certification import (
     SEED_MAX,
+    CertificationConflict,
     CertificationError,
     certification_close,
     certification_plan_create,
     certification_refresh,
+    guarantee_text,
+    sampler_note,
 )
+from labeling_ui.http import decimal_number, whole_number
 from labeling_ui.review_views import request_roles, role_required
 from pipelines import certify as C
 
@@ -48,24 +52,24 @@ def bound_plot_svg(history: list[tuple[int, float]], target: float) -> str:
 
 
 def _seed(request) -> int | None:
-    """The plan's seed from the form: blank for a random one (the service draws it)."""
-    raw = request.POST.get("seed", "").strip()
-    if not raw:
+    """The plan's seed from the form: blank for a random one (the service draws it); otherwise a
+    whole number by the app's one rule (labeling_ui.http.whole_number)."""
+    raw = request.POST.get("seed", "")
+    if not raw.strip():
         return None
-    if not raw.isdigit():  # its range is the service's check
-        raise ValueError(f"seed must be a whole number from 0 to {SEED_MAX}, or blank for a random one; not {raw[:20]!r}")
-    return int(raw)
+    try:
+        return whole_number(raw, "seed", lo=0, hi=SEED_MAX)
+    except ValueError:
+        raise ValueError(f"seed must be a whole number from 0 to {SEED_MAX} in digits 0-9, or blank for a random one; "
+                         f"not {raw[:20]!r}") from None
+
+
+def _whole(request, name: str, default: int, lo: int, hi: int) -> int:
+    return whole_number(request.POST.get(name, str(default)), name, lo=lo, hi=hi)
 
 
 def _number(request, name: str, default: str, lo: float, hi: float) -> float:
-    raw = request.POST.get(name, default)
-    try:
-        v = float(raw)
-    except ValueError:
-        raise ValueError(f"{name} must be a number, not {raw[:20]!r}") from None
-    if not lo <= v <= hi:
-        raise ValueError(f"{name} must be between {lo} and {hi}, not {v}")
-    return v
+    return decimal_number(request.POST.get(name, default), name, lo=lo, hi=hi)
 
 
 @require_http_methods(["GET", "POST"])
@@ -77,11 +81,13 @@ def certify(request, source_id: int):
             return render(request, "labeling_ui/certify.html", {"source": source, "error": "planning needs the curator role"}, status=403)
         try:
             plan = certification_plan_create(
-                source=source, n_strata=int(_number(request, "strata", str(C.DEFAULT_STRATA), 1, 100)),
+                source=source, n_strata=_whole(request, "strata", C.DEFAULT_STRATA, 1, 100),
                 full_top=_number(request, "full_top", "0", 0, 0.5), confidence=_number(request, "confidence", "0.95", 0.5, 0.999),
                 target=_number(request, "target", "0.5", 0.001, 99) / 100,
-                pilot=int(_number(request, "pilot", str(C.PILOT_PER_STRATUM), 1, 10_000)), method=request.POST.get("method", C.BETTING),
+                pilot=_whole(request, "pilot", C.PILOT_PER_STRATUM, 1, 10_000), method=request.POST.get("method", C.BETTING),
                 score=request.POST.get("score", CertificationPlan.Score.NEAREST_ID), seed=_seed(request), user=request.user)
+        except CertificationConflict as exc:  # another plan is open: nothing wrong with the request itself
+            return HttpResponse(f"{exc}\n", status=409, content_type="text/plain; charset=utf-8")
         except (ValueError, CertificationError) as exc:
             return HttpResponseBadRequest(f"{exc}\n", content_type="text/plain; charset=utf-8")
         messages.success(request, f"Plan {plan.pk}: the pilot is in the review queue.")
@@ -107,7 +113,8 @@ def certify(request, source_id: int):
             strata = [{"h": h, "size": r["size"], "reviewed": r["reviewed"], "found": r["id_found"], "full": r["full"],
                        "bound": None if r["full"] else next(split, None), "share": None} for h, r in enumerate(c["strata"])]
         estimate = plan.certificate["remainder_id_share_estimate"] if certified else sd.cert.estimate
-        ctx.update(sd=sd, bound_share=share, betting=plan.prior == C.BETTING,
+        ctx.update(sd=sd, bound_share=share, betting=plan.prior == C.BETTING, guarantee=guarantee_text(plan.confidence),
+                   sampler_note=sampler_note(plan) if plan.prior == C.BETTING else "",
                    pct={"target": 100 * plan.target, "bound": 100 * share, "estimate": 100 * estimate},
                    plot=bound_plot_svg(history, plan.target),
                    strata=strata)

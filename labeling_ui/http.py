@@ -1,8 +1,9 @@
 """Request and response helpers shared by the views: the one rule for integers from a request
-(path ids, cursors, page numbers, list items: ``pipelines.numbers``), and Content-Disposition
-for downloads."""
+(path ids, cursors, page numbers, list items: ``pipelines.numbers``), its companion for numbers
+with a fraction (shares, percentages, confidences), and Content-Disposition for downloads."""
 from __future__ import annotations
 
+import math
 import re
 import unicodedata
 from urllib.parse import quote
@@ -11,7 +12,28 @@ from django.utils.http import content_disposition_header
 
 from pipelines.numbers import row_id, whole_number
 
-__all__ = ["attachment", "object_id", "whole_number"]
+__all__ = ["attachment", "decimal_number", "object_id", "whole_number"]
+
+# an HTML number input's value (a "valid floating-point number", HTML Living Standard 2.3.4.3):
+# ASCII digits, at most one point with digits after it, an optional leading "-" and exponent
+_DECIMAL = re.compile(r"-?(?:[0-9]+(?:\.[0-9]+)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?\Z", re.ASCII)
+
+
+def decimal_number(value: object, what: str, *, lo: float, hi: float) -> float:
+    """A number that may have a fraction, from a request: an int or float, or its text as an
+    HTML number input sends it, finite and within ``lo..hi``; otherwise a ValueError naming
+    ``what``. Like ``whole_number``, it refuses what ``float()`` would take but nobody typed as a
+    number: Unicode digits, underscores, spaces, ``inf``, ``nan``, a leading ``+``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(f"{what} must be a number, not {str(value)[:40]!r}")
+    if isinstance(value, str):
+        if not _DECIMAL.match(value):
+            raise ValueError(f"{what} must be a number written in digits 0-9 (with a point for a fraction), not {value[:40]!r}")
+        value = float(value)
+    v = float(value)
+    if not math.isfinite(v) or not lo <= v <= hi:
+        raise ValueError(f"{what} must be between {lo:g} and {hi:g}, not {str(value)[:40]}")
+    return v
 
 
 def attachment(filename: str) -> str:

@@ -95,7 +95,8 @@ def test_betting_plan_replays_its_draws_serves_them_first_and_stops_when_certifi
     served = sorted((v, s, d) for _i, s, d, v in units if v is not None)
     assert [s for _v, s, _d in served] == list(strata)
     assert [d for _v, _s, d in served] == [list(strata[:k]).count(strata[k]) for k in range(12)]
-    assert plan.allocation == [{"start": 0, "end": 12, "weights": [36 / 60, 14 / 60, 10 / 60]}]
+    assert plan.allocation == [{"start": 0, "end": 12, "weights": [36 / 60, 14 / 60, 10 / 60], "sampler": C.SAMPLER}]
+    assert plan.sampler == C.SAMPLER == 2
     id_items = {i for i, s, d, _v in units if s == 2 and d < 3}  # three ID images in the top stratum
     ann = _annotator()
     pilot = [next(i for i, _s, _d, v in units if v == k) for k in range(12)]
@@ -221,7 +222,7 @@ def test_the_page_plans_shows_the_bound_and_keeps_roles(tmp_path):
         r = c.post(url, {"strata": "2", "pilot": "3", "target": "20", "seed": bad})
         assert r.status_code == 400 and b"seed must be a whole number" in r.content, bad
     assert not CertificationPlan.objects.filter(source=source).exists()
-    r = c.post(url, {"strata": "2", "pilot": "3", "target": "20", "confidence": "0.9", "seed": " 41 "})
+    r = c.post(url, {"strata": "2", "pilot": "3", "target": "20", "confidence": "0.9", "seed": "41"})
     assert r.status_code == 302 and CertificationPlan.objects.get(source=source).seed == 41
     page = c.get(url).content.decode()
     assert "<svg" in page and "Plan " in page and 'id="cert-strata"' in page

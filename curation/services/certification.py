@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
@@ -36,10 +36,15 @@ class CertificationError(ValueError):
     """A request the certification refuses; the message says why and what to do."""
 
 
+class CertificationConflict(CertificationError):
+    """The source already has an open plan (made before, or by another curator at the same moment)."""
+
+
 def certification_plan_create(*, source: Source, score: str = CertificationPlan.Score.NEAREST_ID, n_strata: int = C.DEFAULT_STRATA,
                               full_top: float = 0.0, confidence: float = 0.95, target: float = 0.005, seed: int | None = None,
                               pilot: int = C.PILOT_PER_STRATUM, minimum_share: float = 0.02, unclear_is_id: bool = True,
-                              model_name: str | None = None, method: str = C.BETTING, user: User | None = None) -> CertificationPlan:
+                              model_name: str | None = None, method: str = C.BETTING, user: User | None = None,
+                              sampler: int = C.SAMPLER) -> CertificationPlan:
     """Split the source's undecided queue images into score strata, draw a seeded random order
     per stratum and queue the pilot, then the stratum reviewed in full, if any.
 
@@ -48,7 +53,12 @@ def certification_plan_create(*, source: Source, score: str = CertificationPlan.
     probability in proportion to its size (a simple random sample of the pool); later stages
     are queued as the reviews come in (``certification_refresh``). ``wor-cs/shared`` and
     ``wor-cs/product`` (kept for comparison): equal-count strata, the first ``pilot`` draws of
-    every stratum, then Neyman proportions."""
+    every stratum, then Neyman proportions.
+
+    ``sampler``: pipelines.certify.SAMPLER; 1 only to redo a plan as it was drawn before issue 50
+    (tests of the replay). The check that the source has no open plan and the insert run in one
+    transaction holding the source's row, so curators planning at the same moment get one plan
+    and a refusal each, never a database error."""
     if score not in CertificationPlan.Score.values:
         raise CertificationError(f"unknown score {score!r}: use one of {', '.join(CertificationPlan.Score.values)}")
     if method not in C.METHODS:
@@ -61,8 +71,9 @@ def certification_plan_create(*, source: Source, score: str = CertificationPlan.
         raise CertificationError(f"the pilot needs at least one review per stratum, not {pilot}")
     if not 0 <= minimum_share <= 0.5:
         raise CertificationError(f"the minimum share per stratum must be between 0 and 0.5, not {minimum_share}")
-    if CertificationPlan.objects.filter(source=source, status__in=OPEN).exists():
-        raise CertificationError(f"{source.name} already has an open certification plan: close it first (`certify close --source {source.name}`)")
+    if sampler not in C.SAMPLERS:
+        raise CertificationError(f"unknown sampler {sampler!r}: use one of {', '.join(map(str, C.SAMPLERS))}")
+    _refuse_if_open(source)  # early, before the work below; checked again under the lock
     model_name = model_name or settings.DEFAULT_MODEL
     items = list(ReviewItem.objects.filter(source=source, status=ReviewItem.Status.OPEN, is_gold=False)
                  .order_by("id").values_list("id", "image_id"))
@@ -89,7 +100,7 @@ def certification_plan_create(*, source: Source, score: str = CertificationPlan.
     cov = C.stratum_covariate(values, st.labels, H)
     item_ids = np.array([x for x, _i in items], dtype=np.int64)
     members = [item_ids[st.labels == h] for h in range(H)]
-    orders = [members[h][C.draw_order(len(members[h]), seed=seed, stratum=h)] for h in range(H)]
+    orders = [members[h][C.draw_order(len(members[h]), seed=seed, stratum=h, sampler=sampler)] for h in range(H)]
     sampled = [h for h in range(H) if not st.full[h]]
     stages: list[dict] = []
     if betting and sampled:
@@ -97,8 +108,8 @@ def certification_plan_create(*, source: Source, score: str = CertificationPlan.
         end = int(C.stage_ends(len(sampled), int(sz.sum()), pilot=pilot)[0])
         base = C.stage_weights(sz, None, None, None, stage=0)
         first = np.array(sampled, dtype=np.int64)[C.draw_strata(sizes=sz, drawn=np.zeros(len(sz)), base=base, n=end, seed=seed,
-                                                                 stream=0)]
-        stages.append({"start": 0, "end": end, "weights": [float(w) for w in base]})
+                                                                 stream=0, sampler=sampler)]
+        stages.append({"start": 0, "end": end, "weights": [float(w) for w in base], "sampler": sampler})
     else:
         first = C.interleave([min(pilot, len(orders[h])) if h in sampled else 0 for h in range(H)])
     serve: dict[int, int] = {}
@@ -112,22 +123,51 @@ def certification_plan_create(*, source: Source, score: str = CertificationPlan.
             for it in orders[h]:
                 serve[int(it)] = k
                 k += 1
-    with transaction.atomic():
-        plan = CertificationPlan.objects.create(
-            source=source, model_name=model_name, score=score, n_strata=n_strata, full_top=full_top, confidence=confidence,
-            target=target, seed=seed, pilot=pilot, minimum_share=minimum_share, unclear_is_id=unclear_is_id,
-            prior=C.BETTING if betting else method.split("/")[1], allocation=stages,
-            code_version=f"{C.CODE_VERSION} {code_version()}", created_by=user if getattr(user, "pk", None) else None,
-            strata=[{"size": int(len(members[h])), "edge": float(st.edges[h]), "full": bool(st.full[h]), "covariate": float(cov[h])}
-                    for h in range(H)])
-        CertificationUnit.objects.bulk_create(
-            [CertificationUnit(plan=plan, item_id=int(it), stratum=h, draw=d, serve=serve.get(int(it)))
-             for h in range(H) for d, it in enumerate(orders[h])], batch_size=5000)
-        audit_record(actor=user, action="certification_planned", target=plan,
-                     data={"source": source.name, "images": len(items), "strata": [s["size"] for s in plan.strata],
-                           "score": score, "seed": seed, "target": target, "confidence": confidence, "pilot": pilot,
-                           "method": method_name(plan)})
+    try:
+        with transaction.atomic():
+            # the one-open-plan check and the insert under the source's row lock: a second request
+            # waits here until the first commits, then sees its plan (PostgreSQL; SQLite writes
+            # one at a time anyway, and the unique constraint is the last word on both)
+            Source.objects.select_for_update().filter(pk=source.pk).first()
+            _refuse_if_open(source)
+            plan = _plan_insert(source=source, model_name=model_name, score=score, n_strata=n_strata, full_top=full_top,
+                                confidence=confidence, target=target, seed=seed, pilot=pilot, minimum_share=minimum_share,
+                                unclear_is_id=unclear_is_id, method=method, betting=betting, stages=stages, user=user, st=st,
+                                cov=cov, members=members, orders=orders, serve=serve, items=len(items), sampler=sampler)
+    except IntegrityError:
+        if CertificationPlan.objects.filter(source=source, status__in=OPEN).exists():
+            raise CertificationConflict(f"{source.name} got an open certification plan from another curator at the same moment: "
+                                     "reload the page to see it") from None
+        raise
     certification_cache_clear()
+    return plan
+
+
+def _refuse_if_open(source: Source) -> None:
+    if CertificationPlan.objects.filter(source=source, status__in=OPEN).exists():
+        raise CertificationConflict(f"{source.name} already has an open certification plan: close it first (`certify close --source {source.name}`)")
+
+
+def _plan_insert(*, source: Source, model_name: str, score: str, n_strata: int, full_top: float, confidence: float, target: float,
+                 seed: int, pilot: int, minimum_share: float, unclear_is_id: bool, method: str, betting: bool, stages: list[dict],
+                 user: User | None, st: C.Stratification, cov: np.ndarray, members: list[np.ndarray], orders: list[np.ndarray],
+                 serve: dict[int, int], items: int, sampler: int) -> CertificationPlan:
+    """The plan's rows (inside the caller's transaction)."""
+    H = len(st.full)
+    plan = CertificationPlan.objects.create(
+        source=source, model_name=model_name, score=score, n_strata=n_strata, full_top=full_top, confidence=confidence,
+        target=target, seed=seed, pilot=pilot, minimum_share=minimum_share, unclear_is_id=unclear_is_id,
+        prior=C.BETTING if betting else method.split("/")[1], allocation=stages, sampler=sampler,
+        code_version=f"{C.CODE_VERSION} {code_version()}", created_by=user if getattr(user, "pk", None) else None,
+        strata=[{"size": int(len(members[h])), "edge": float(st.edges[h]), "full": bool(st.full[h]), "covariate": float(cov[h])}
+                for h in range(H)])
+    CertificationUnit.objects.bulk_create(
+        [CertificationUnit(plan=plan, item_id=int(it), stratum=h, draw=d, serve=serve.get(int(it)))
+         for h in range(H) for d, it in enumerate(orders[h])], batch_size=5000)
+    audit_record(actor=user, action="certification_planned", target=plan,
+                 data={"source": source.name, "images": items, "strata": [s["size"] for s in plan.strata],
+                       "score": score, "seed": seed, "target": target, "confidence": confidence, "pilot": pilot,
+                       "method": method_name(plan), "sampler": sampler})
     return plan
 
 
@@ -409,7 +449,9 @@ def _queue_stage(plan: CertificationPlan, sd: Standing) -> bool:
         t = np.array([sd.reviewed[h] for h in samp], dtype=np.int64)
         s = np.array([sd.found[h] for h in samp], dtype=np.int64)
         base = C.stage_weights(sz, t, s, cv, stage=k)
-        lab = C.draw_strata(sizes=sz, drawn=queued, base=base, n=end - start, seed=p.seed, stream=k)
+        # every new stage uses the current sampler, also in a plan begun before issue 50 (its
+        # stages so far keep theirs): its draws follow the probabilities the bound assumes
+        lab = C.draw_strata(sizes=sz, drawn=queued, base=base, n=end - start, seed=p.seed, stream=k, sampler=C.SAMPLER)
         nxt = {h: int(queued[j]) for j, h in enumerate(samp)}
         by_key = {(u.stratum, u.draw): u for u in CertificationUnit.objects.filter(plan=p, serve__isnull=True, stratum__in=samp)
                   .only("id", "stratum", "draw")}
@@ -424,7 +466,7 @@ def _queue_stage(plan: CertificationPlan, sd: Standing) -> bool:
             pos += 1
             updates.append(u)
         CertificationUnit.objects.bulk_update(updates, ["serve"], batch_size=5000)
-        stages.append({"start": start, "end": start + len(lab), "weights": [float(w) for w in base]})
+        stages.append({"start": start, "end": start + len(lab), "weights": [float(w) for w in base], "sampler": C.SAMPLER})
         p.allocation = stages
         p.status = CertificationPlan.Status.SAMPLING
         p.save(update_fields=["status", "allocation"])
@@ -474,6 +516,61 @@ def _allocate(plan: CertificationPlan, sd: Standing) -> None:
         plan.status, plan.allocation = p.status, p.allocation
 
 
+def stage_samplers(plan: CertificationPlan) -> list[int]:
+    """The sampler that drew each stage of a betting plan (stages stored before issue 50 carry no
+    ``sampler``: the plan's own, 1 for plans made then)."""
+    return [int(st.get("sampler", plan.sampler)) for st in (plan.allocation or []) if isinstance(st, dict)]
+
+
+def sampler_note(plan: CertificationPlan) -> str:
+    """What the plan page and the certificate say about the sampler that drew the plan."""
+    used = stage_samplers(plan) or [plan.sampler]
+    if all(v == C.SAMPLER for v in used) and plan.sampler == C.SAMPLER:
+        return (f"sampler {C.SAMPLER}: every draw picks its stratum with exactly the probability the bound uses, also after a "
+                "stratum runs out")
+    old = [k for k, v in enumerate(used) if v == 1]
+    return (f"sampler {plan.sampler} drew this plan's stratum orders; stages {', '.join(map(str, old))} were drawn by sampler 1, "
+            "made before issue 50 and kept so the plan replays: after a stratum ran out in the middle of a stage, the next draws "
+            "could pick the other strata with probabilities other than the ones the bound uses, so its guarantee is not proved "
+            "for those draws" + (f"; later stages use sampler {C.SAMPLER}" if any(v != 1 for v in used) else ""))
+
+
+def guarantee_text(confidence: float) -> str:
+    """What a certificate guarantees, in words (docs/review.md, "Why the bound holds")."""
+    alpha = 1 - confidence
+    return (f"The chance that the bound was ever below the true number of ID images, at any look (after any review, at the "
+            f"certification or after it, however the curator chose when to stop), is at most {alpha:.3g}. So up to "
+            f"{100 * alpha:.3g}% of certified remainders may really hold more ID images than the target. It counts the reviewers' "
+            "decisions as right.")
+
+
+def certification_replays(*, plan: CertificationPlan) -> bool:
+    """Whether the plan's stored draws are what its seed gives under the samplers it records:
+    each stratum's order, and for betting plans each stage's strata in serving order."""
+    units = list(CertificationUnit.objects.filter(plan=plan).values_list("item_id", "stratum", "draw", "serve"))
+    H = len(plan.strata)
+    for h in range(H):
+        mine = sorted((d, i) for i, s, d, _v in units if s == h)
+        members = sorted(i for _d, i in mine)
+        order = C.draw_order(len(members), seed=plan.seed, stratum=h, sampler=plan.sampler)
+        if [i for _d, i in mine] != [members[int(j)] for j in order]:
+            return False
+    if plan.prior != C.BETTING:
+        return True
+    samp = [h for h in range(H) if not plan.strata[h]["full"]]
+    index = {h: j for j, h in enumerate(samp)}
+    served = [index[s] for _v, s in sorted((v, s) for _i, s, _d, v in units if v is not None and s in index)]
+    sz = np.array([plan.strata[h]["size"] for h in samp], dtype=np.int64)
+    drawn = np.zeros(len(samp), dtype=np.int64)
+    for k, (st, sampler) in enumerate(zip(plan.allocation, stage_samplers(plan))):
+        lo, hi = int(st["start"]), int(st["end"])
+        lab = C.draw_strata(sizes=sz, drawn=drawn, base=st["weights"], n=hi - lo, seed=plan.seed, stream=k, sampler=sampler)
+        if [int(x) for x in lab] != served[lo:hi]:
+            return False
+        drawn += np.bincount(lab, minlength=len(samp))
+    return len(served) == int(drawn.sum())
+
+
 def certificate_record(sd: Standing) -> dict:
     """What an export's manifest carries."""
     plan, c = sd.plan, sd.cert
@@ -495,7 +592,8 @@ def certificate_record(sd: Standing) -> dict:
         "remainder_id_bound": c.remainder_bound, "remainder_id_share_bound": round(c.remainder_share, 6),
         "remainder_id_share_estimate": round(c.estimate, 6),
         "gold_miss_rate": sd.gold_miss_rate, "code_version": plan.code_version,
-        **({"stages": plan.allocation} if plan.prior == C.BETTING else {}),
+        "guarantee": guarantee_text(plan.confidence),
+        **({"stages": plan.allocation, "sampler": plan.sampler, "sampler_note": sampler_note(plan)} if plan.prior == C.BETTING else {}),
     }
 
 
