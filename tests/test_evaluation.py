@@ -665,6 +665,8 @@ def test_evaluate_refuses_bad_arguments_before_a_run_exists(tmp_path, capsys):
         (("--methods", "knn", "--knn-k", "1.5"), "argument --knn-k: invalid int value: '1.5'"),
         (("--methods", "odin", "--odin-temperature", "nan"), "--odin-temperature must be a finite number"),
         (("--methods", "msp,bogus"), "unknown detector(s) bogus"),
+        (("--methods", "msp", "--export", "²"), "no dataset export '²'"),
+        (("--methods", "msp", "--export", "ood-v٣"), "no dataset export 'ood-v٣'"),
         (("--methods", "msp", "--fpr-method", "zzz"), "invalid choice: 'zzz'"),
     ]
     for argv, message in cases:

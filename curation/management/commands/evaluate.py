@@ -14,14 +14,22 @@ from pipelines.severity import ESTIMATION, PER_CLASS, PROTOCOLS
 
 def find_export(spec: str, *, kind: str) -> Export:
     """An export by id, NAME-vN, NAME/vN or NAME (its latest finished version)."""
+    from pipelines.numbers import row_id
+
+    def number(text: str) -> int | None:  # the one rule: ASCII digits, 1 to 2**63 - 1 ("²".isdigit() is true)
+        try:
+            return row_id(text, "export")
+        except ValueError:
+            return None
+
     spec = spec.strip()
     qs = Export.objects.filter(kind=kind)
-    if spec.isdigit():
-        export = qs.filter(pk=int(spec)).first()
+    if number(spec) is not None:
+        export = qs.filter(pk=number(spec)).first()
     else:
         name, sep, version = spec.replace("/v", "-v").rpartition("-v")
-        if sep and version.isdigit():
-            export = qs.filter(name=name, version=int(version)).first()
+        if sep and number(version) is not None:
+            export = qs.filter(name=name, version=number(version)).first()
         else:
             export = qs.filter(name=spec, status=Export.Status.DONE).order_by("-version").first()
     if export is None:
