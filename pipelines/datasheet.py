@@ -130,7 +130,9 @@ def render(facts: dict) -> str:
                f"({_pct(c['share'])}, Wilson interval {_pct(c['ci_low'])} to {_pct(c['ci_high'])} at z = 1.96; sample seed {c['seed']}). "
                "This is the source's rate before cleaning (NINCO Table 1), not the export's."]
     if facts.get("certificate"):
-        md += ["", facts["certificate"]]
+        md += ["", facts["certificate"], "",
+               "What a certificate guarantees: the chance that its bound was ever below the true number of ID images, at any "
+               "look (after any review, at the certification or after it), is at most one minus its confidence."]
     dif = facts.get("difficulty")
     if dif:
         md += ["", "## Easy / hard sub-splits", "",

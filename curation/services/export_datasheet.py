@@ -137,7 +137,10 @@ def _limitations(facts: dict) -> list[str]:
     if rv["gold"] == 0:
         out.append("No gold checks were answered, so annotators' accuracy was not measured.")
     if facts.get("certificate"):
-        out.append("Some images were admitted by a statistical certificate, not by a review (see Contamination).")
+        out.append("Some images were admitted by a statistical certificate, not by a review (see Contamination). Its bound is "
+                   "anytime-valid: the chance that it was ever below the true number of ID images, at any look, is at most one minus "
+                   "its confidence, so up to that share of certified remainders may hold more ID images than the target; it counts "
+                   "the reviewers' decisions as right.")
     out.append("Images are judged against the ID class set named above; for another ID set the review does not carry over.")
     out.append("The contamination figures are estimated from a sample of the source before cleaning; residual ID content in the "
                "export itself is bounded only by the review protocol above.")
