@@ -92,6 +92,15 @@ def render(facts: dict) -> str:
                  [[s["name"], s["images"], s["ok"], s["final"], s["final_by_label"].get("ood", 0), s["final_by_label"].get("id", 0),
                    s["final_by_label"].get("unclear", 0), s["final_by_label"].get("not_target", 0), s["exported"]]
                   for s in facts["sources"]])
+    # how each source was read (docs/sources.md), and the published list an audited one was made from
+    forms = [s for s in facts["sources"] if s.get("layout", "folder") != "folder" or s.get("list")]
+    if forms:
+        md += [""]
+        for s in forms:
+            lst = s.get("list")
+            md += [f"- **{s['name']}** was read as `{s.get('layout', 'folder')}`"
+                   + (f", only the {lst['entries']} entries of the published list `{lst['path'].rsplit('/', 1)[-1]}` ({lst['format']}, sha256 "
+                      f"`{lst['sha256']}`)" if lst else "") + "; its images are named `<archive>/<member>` where they lie in an archive."]
     md += ["", "## Class filter", ""]
     for cf in facts["class_filter"]:
         if cf.get("run") is None:

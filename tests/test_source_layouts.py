@@ -242,16 +242,20 @@ def test_an_archive_source_is_reviewed_and_exported_byte_for_byte_and_a_changed_
     root = tmp_path / "pool"
     members = write_class_tars(root, {w: [(f"img_{k}_{n:04d}.JPEG", jpeg(20 * k + n, (200, 150))) for n in range(4)]
                                       for k, w in enumerate(KEPT_CLASSES)})
-    add_source("pool", str(root), layout="class-tars")
+    # audited as a published list names it (ImageNet-OOD's form: <wnid>/<file>), one member left out
+    listed = sorted(members)[1:]
+    (tmp_path / "published.txt").write_text("".join(p.replace(".tar/", "/") + "\n" for p in listed))
+    add_source("pool", str(root), layout="class-tars", list_path=str(tmp_path / "published.txt"), list_format="paths")
+    members = {p: members[p] for p in listed}
     source = Source.objects.get(name="pool")
     fake_predictions(source)
     review_queue_sync(source=source)
-    assert ReviewItem.objects.filter(source=source).count() == 12
+    assert ReviewItem.objects.filter(source=source).count() == 11
     from tests.test_exports import random_features, review_all, run_export, user
 
     random_features(source)
     decided = review_all(user("ann", "annotator"), lambda img: ("ood", []))
-    assert len(decided) == 12
+    assert len(decided) == 11
     export, out = run_export(name="from-tars", sources=["pool"])
     assert export.status == Export.Status.DONE, out
     export_root = Path(settings.EXPORT_ROOT) / "from-tars" / "v1"
@@ -260,7 +264,9 @@ def test_an_archive_source_is_reviewed_and_exported_byte_for_byte_and_a_changed_
         for layout in ("ninco", "imagenet-ood", "openood"):
             assert (export_root / m.files[layout]).read_bytes() == members[by_id[m.image_id].relative_path]
     decisions = (export_root / "decisions.csv").read_text()
-    assert f"{KEPT_CLASSES[0]}.tar/img_0_0000.JPEG" in decisions  # provenance names the archive and the member
+    assert f"{KEPT_CLASSES[0]}.tar/img_0_0001.JPEG" in decisions  # provenance names the archive and the member
+    datasheet = (export_root / "README.md").read_text()
+    assert "published.txt" in datasheet and hashlib.sha256((tmp_path / "published.txt").read_bytes()).hexdigest() in datasheet
 
     # thumbnails and the full view come from the archive; a member rewritten in place is refused
     img = by_id[min(by_id)]

@@ -35,7 +35,9 @@ def _sources(names: list[str], exported: Counter) -> list[dict]:
         out.append({"name": source.name, "images": images.count(), "ok": images.filter(status=Image.Status.OK).count(),
                     "final": final.count(),
                     "final_by_label": dict(sorted(Counter(final.values_list("final_decision", flat=True)).items())),
-                    "exported": exported[source.name]})
+                    "exported": exported[source.name], "layout": source.layout or "folder",
+                    **({"list": {k: v for k, v in source.layout_options["list"].items() if k in ("path", "format", "sha256", "entries")}}
+                       if (source.layout_options or {}).get("list") else {})})
     return out
 
 
