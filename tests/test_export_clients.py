@@ -92,9 +92,35 @@ def python_blocks(readme: str) -> list[str]:
     return re.findall(r"```python\n(.*?)```", readme, flags=re.S)
 
 
-@pytest.fixture
-def export(tmp_path):
-    source, decided = reviewed_pool(tmp_path, n=15)
+def reviewed_shards(tmp_path, n=15):
+    """``reviewed_pool``'s images shipped as WebDataset shards (webdataset's TarWriter) and read in
+    place (issue 44): every export layout must carry the archive members' bytes unchanged."""
+    from django.contrib.auth.models import Group, User
+
+    from curation.models import Source
+    from curation.services.review import review_queue_sync
+    from fixtures.archives import folder_to_wds
+    from tests.review_data import fake_predictions, write_candidates
+    from tests.test_exports import random_features, review_all
+
+    call_command("set_id_classes", "imagenet-1k", stdout=io.StringIO())
+    write_candidates(tmp_path / "files", n)
+    folder_to_wds(tmp_path / "files", tmp_path / "shards", per_shard=4)
+    call_command("add_source", "pool", str(tmp_path / "shards"), layout="wds", stdout=io.StringIO(), stderr=io.StringIO())
+    source = Source.objects.get(name="pool")
+    assert source.images.filter(status="ok").count() == n and all(".tar/" in p for p in source.images.values_list("relative_path", flat=True))
+    fake_predictions(source)
+    review_queue_sync(source=source)
+    random_features(source)
+    annotator = User.objects.create_user("ann", password="pw")
+    annotator.groups.add(Group.objects.get(name="annotator"))
+    decided = review_all(annotator, lambda img: ("id", ["n02123045"]) if img.pk % 5 == 1 else ("ood", []))
+    return source, decided
+
+
+@pytest.fixture(params=["folder", "wds"])
+def export(request, tmp_path):
+    source, decided = (reviewed_pool if request.param == "folder" else reviewed_shards)(tmp_path, n=15)
     export, out = run_export(name="Clients-1", sources=[source.name], difficulty_split="median")
     assert export.status == "done", out
     root = Path(settings.EXPORT_ROOT) / "Clients-1" / "v1"
@@ -234,10 +260,11 @@ def test_unit_tests_carry_nincos_two_column_list_under_nincos_names(tmp_path):
     assert load_dataset("imagefolder", data_dir=str(out), split="train").num_rows == 34
 
 
-def test_hf_layout_writes_parquet_shards_that_load_dataset_reads(tmp_path):
+@pytest.mark.parametrize("form", ["folder", "wds"])
+def test_hf_layout_writes_parquet_shards_that_load_dataset_reads(tmp_path, form):
     from datasets import load_dataset
 
-    source, decided = reviewed_pool(tmp_path, n=15)
+    source, decided = (reviewed_pool if form == "folder" else reviewed_shards)(tmp_path, n=15)
     export, out = run_export(name="tables", sources=[source.name], layouts=["hf"], difficulty_split="median")
     assert export.status == "done", out
     root = Path(settings.EXPORT_ROOT) / "tables" / "v1"
