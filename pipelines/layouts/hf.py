@@ -71,9 +71,9 @@ class HuggingFaceParquet(Layout):
         shards: list[list[Placed]] = [[]]
         size = 0
         for p in placed:
-            where = self._path(root, p)
+            src = self._path(root, p)
             # a source member knows its size (a tar's) or is read to learn it (a Parquet row's); a file is stat'ed
-            n = (where.size if where.size >= 0 else len(where.read(verify=False))) if hasattr(where, "read") else Path(where).stat().st_size
+            n = (src.size if src.size >= 0 else len(src.read(verify=False))) if hasattr(src, "read") else Path(src).stat().st_size
             if shards[-1] and size + n > SHARD_BYTES:
                 shards.append([])
                 size = 0
