@@ -611,6 +611,7 @@ def _export_items(sel: Selection) -> tuple[list, list]:
         item = px.ExportItem(image_id=it.image_id, src="", sha256=it.image.sha256, wnid=cc.wnid, class_name=_class_name(cc),
                              file_name=it.image.relative_path.rsplit("/", 1)[-1], source=it.source.name,
                              source_path=it.image.relative_path, synset=sel.classes[cc.wnid]["name"])
+        it.image.source = it.source  # loaded with the item: no query per image
         try:  # the bytes through the source's layout: a file, or an archive member read in place
             items.append(replace(item, src=it.image.ref(root_real=roots[it.source_id])))
         except UnsafePath as exc:  # the file became a link out of its source after ingest
