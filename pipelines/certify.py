@@ -11,7 +11,9 @@ The default method, ``betting`` (the section "one betting martingale for the tot
 proof in docs/review.md), in one paragraph:
 
 - Draw i picks stratum h with probability pi_h, fixed before the draw (the plan's seed and the
-  weights of the stage in force), and reviews the next image of that stratum's seeded order.
+  weights of the stage in force, over the strata with images left: recomputed right after the
+  draw that empties a stratum, ``strata_for_uniforms``, issue 50), and reviews the next image of
+  that stratum's seeded order.
   Y_i = A_{i-1} + x_i M_h(i) / pi_h (A: ID images found before, M_h(i): images of h not drawn
   yet, x_i = 1 for ID) has conditional mean exactly T, U's ID total.
 - For a candidate total t, K_i(t) = prod (1 + b_j(t) (t - Y_j)) with a predictable bet
@@ -20,7 +22,8 @@ proof in docs/review.md), in one paragraph:
 - A fixed grid of t is tested; grid point g stands for the totals up to the next grid point,
   excluded once K(g) reached 1/alpha. The bound is the largest total not excluded. It fails only
   if the test at g(T) (the largest grid point <= T), whose null "T >= g(T)" is true, rejected:
-  probability <= alpha, with no correction for the grid, the strata or the stages.
+  probability <= alpha, with no correction for the grid, the strata or the stages. That is the
+  guarantee: P(the bound is below T after some draw) <= alpha, at every look together.
 
 The earlier methods, kept by name (``wor-cs/shared``, ``wor-cs/product``):
 
