@@ -35,5 +35,9 @@ def loaded_model(name: str, weights: str = "") -> Any:
 
             set_torch_threads(settings.TORCH_THREADS)  # several workers on one machine share its cores
         _CACHE.clear()
-        _CACHE[key] = load_model(name, weights=weights or None)
+        lm = load_model(name, weights=weights or None)
+        # on the CPU the forward pass runs through OpenVINO (pipelines.cpu_runtime), its graph
+        # converted once per model and weights and kept under the data folder
+        lm.extra["cpu_graph_dir"] = str(settings.DATA_DIR / "cpu_graphs")
+        _CACHE[key] = lm
     return _CACHE[key]
