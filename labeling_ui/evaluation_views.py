@@ -153,8 +153,10 @@ def evaluation_json(request, run_id: int):
 @require_GET
 @role_required(CURATOR, RESEARCHER)
 def evaluation_plot(request, run_id: int, rel: str):
+    from curation.services.evaluation import evaluation_plot_file
+
     run = get_object_or_404(EvaluationRun, pk=run_id)
-    path = selectors.evaluation_plot_path(run, rel)
+    path = evaluation_plot_file(run=run, rel=rel)  # per-detector plots are drawn when first asked for
     if path is None or not path.is_file():
         raise Http404("no such plot in this run")
     response = HttpResponse(path.read_bytes(), content_type="image/svg+xml")

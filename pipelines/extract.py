@@ -202,6 +202,17 @@ def batches(lm: LoadedModel, paths: Sequence[str], *, decoder: str, batch_size: 
         counts.update(loader.counts)
 
 
+def decoded(lm: LoadedModel, paths: Sequence[str], *, decoder: str = "pil", batch_size: int = 32, num_workers: int | None = 0,
+            max_pixels: int = DEFAULT_MAX_PIXELS) -> list[tuple[list[int], Any, list]]:
+    """The batches ``extract`` would decode from ``paths`` for ``lm``, kept in memory (float32 on
+    ``lm.device``), to be passed to ``extract(prepared=...)`` of several models with the same
+    preprocessing: the images are decoded once."""
+    from .decode import check_decoder
+
+    return list(batches(lm, paths, decoder=check_decoder(decoder), batch_size=batch_size, num_workers=num_workers,
+                        max_pixels=max_pixels))
+
+
 class _BackOff:
     """Runs a batch through the model in parts no larger than ``size``; on out-of-memory the
     size halves (down to 1) and the part is tried again, with a note saying so."""
@@ -234,7 +245,7 @@ class _BackOff:
 def extract(
     lm: LoadedModel, paths: Sequence[str], *, batch_size: int | None = None, num_workers: int | None = None, topk: int = 5,
     max_pixels: int = DEFAULT_MAX_PIXELS, progress: Callable[[int], None] | None = None, keep_logits: bool = False,
-    decoder: str | None = None,
+    decoder: str | None = None, prepared: Sequence[tuple[list[int], Any, list]] | None = None,
 ) -> Extraction:
     """Run ``lm`` over ``paths``. ``decoder``: ``torchvision`` (tensor decode and resize,
     nvJPEG on a GPU; ``pipelines.decode``) or ``pil`` (Pillow and timm's transform in DataLoader
@@ -243,7 +254,8 @@ def extract(
     otherwise, halving on out-of-memory. On the CPU it runs through OpenVINO
     (``pipelines.cpu_runtime``: the graph converted once per model and weights, cached), or in
     torch with channels_last where that cannot be had, with a note in ``notes`` saying why.
-    Results leave the device once per batch."""
+    Results leave the device once per batch. ``prepared``: batches decoded before (``decoded``),
+    used instead of reading ``paths`` again (several networks over the same images)."""
     import torch
 
     from .decode import check_decoder, default_decoder
@@ -279,8 +291,10 @@ def extract(
 
     inputs: list[int] = []
     with torch.inference_mode():
-        for idx, x, bad in batches(lm, paths, decoder=decoder, batch_size=batch_size, num_workers=num_workers,
-                                   max_pixels=max_pixels, dtype=dtype if cuda else None, channels_last=graph is None, counts=counts):
+        source = prepared if prepared is not None else batches(
+            lm, paths, decoder=decoder, batch_size=batch_size, num_workers=num_workers, max_pixels=max_pixels,
+            dtype=dtype if cuda else None, channels_last=graph is None, counts=counts)
+        for idx, x, bad in source:
             for i, err in bad:
                 errors[i] = err
             if x is not None:

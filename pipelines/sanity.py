@@ -89,7 +89,7 @@ def random_weight_check(sets: SanitySets, detectors: list[tuple[str, dict]], *, 
                         decoder: str = "pil", device: str = "cpu", progress: Callable[[str], None] | None = None) -> dict:
     """AUROC of every detector, ID test vs each other set, under ``seeds`` random networks: the
     per-seed values, their mean and standard deviation, and the verdict per set."""
-    from .extract import extract
+    from .extract import decoded, extract
 
     runs: dict[str, dict[str, list[float]]] = {}
     notes: list[str] = [f"{name}: skipped, {why}" for name, _ in detectors if name in SKIP for why in [SKIP[name]]]
@@ -98,11 +98,17 @@ def random_weight_check(sets: SanitySets, detectors: list[tuple[str, dict]], *, 
     # input-level methods (ODIN, RankFeat) are computed from the trained model while extracting
     usable = [(n, p) for n, p in detectors if n not in SKIP and not (n in DETECTORS and DETECTORS[n].input_level)]
     errors: dict[str, str] = {}
+    # The images are decoded once for all the networks (one architecture, one preprocessing); on the
+    # CPU each network runs through OpenVINO (pipelines.cpu_runtime; converting one takes a few seconds).
+    inputs: dict[str, list] = {}
     for seed in range(seeds):
         lm = random_weight_model(arch, seed, device)
         outs = {}
         for role, paths in (("id_test", sets.id_test), ("fit", sets.fit), *sets.others.items()):
-            ex = extract(lm, paths, keep_logits=True, decoder=decoder, num_workers=0)
+            if role not in inputs:
+                inputs[role] = decoded(lm, paths, decoder=decoder)
+            ex = extract(lm, paths, keep_logits=True, decoder=decoder, num_workers=0, prepared=inputs[role])
+            notes += [n for n in ex.notes if n not in notes]
             ok = ex.row_of >= 0
             labels = np.asarray(sets.fit_labels)[ok] if role == "fit" else None
             assert ex.logits is not None  # asked for with keep_logits

@@ -810,43 +810,82 @@ def check_one_decoder(rows: dict[str, EvalFeatureSet], decoder: str) -> None:
                               + f", the run decodes with {decoder}; start a run with one decoder")
 
 
-def _plots(run: EvaluationRun, model: str, r: dict, info: dict) -> dict:
-    from pipelines.eval_plots import class_bars_svg, fpr_cdf_svg, severity_svg
+def _plot_drawers(run: EvaluationRun, model: str, r: dict, info: dict) -> dict[str, Callable[[], str]]:
+    """Plot name -> a function drawing it as SVG text, for one model of a run; nothing is drawn here."""
+    from pipelines import eval_plots
 
-    folder = Path(settings.EVAL_ROOT) / "runs" / str(run.pk) / safe_component(model)
-    folder.mkdir(parents=True, exist_ok=True)
     ok = {d: e for d, e in r["detectors"].items() if e["status"] == "ok"}
-    out: dict = {"bars": {}}
     label = lambda d: info.get(d, {}).get("label", d)  # noqa: E731
-    files = {"cdf": fpr_cdf_svg({label(d): [c["fpr95_id_positive"] for c in e["classes"].values()] for d, e in ok.items()},
-                                title=f"{model}: per-class FPR@95 on {run.ood_label}")}
-    names = None
+    names: dict = {}
+
+    def class_names() -> dict:
+        if not names:
+            names.update(_names(sorted({w for e in ok.values() for w in e["classes"]})))
+        return names
+
+    drawers: dict[str, Callable[[], str]] = {
+        "cdf": lambda: eval_plots.fpr_cdf_svg({label(d): [c["fpr95_id_positive"] for c in e["classes"].values()] for d, e in ok.items()},
+                                              title=f"{model}: per-class FPR@95 on {run.ood_label}")}
     for d, e in ok.items():
-        if names is None:
-            names = _names(list(e["classes"]))
-        files[f"bars_{d}"] = class_bars_svg([names[w] for w in e["classes"]], [c["fpr95_id_positive"] for c in e["classes"].values()],
-                                            title=f"{model} / {label(d)}: FPR@95 per OOD class")
+        drawers[f"bars_{d}"] = (lambda d=d, e=e: eval_plots.class_bars_svg(
+            [class_names()[w] for w in e["classes"]], [c["fpr95_id_positive"] for c in e["classes"].values()],
+            title=f"{model} / {label(d)}: FPR@95 per OOD class"))
     fs = {d: e["full_spectrum"] for d, e in ok.items() if e.get("full_spectrum")}
     if fs:
-        from pipelines.eval_plots import full_spectrum_svg
         from pipelines.evaluation import ALL_SHIFTED
 
         pick = ALL_SHIFTED if ALL_SHIFTED in next(iter(fs.values())) else next(iter(next(iter(fs.values()))))
-        files["full_spectrum"] = full_spectrum_svg(
+        drawers["full_spectrum"] = lambda: eval_plots.full_spectrum_svg(
             [label(d) for d in fs], [m[pick]["standard"]["auroc"] for m in fs.values()],
             [m[pick]["full_spectrum"]["auroc"] for m in fs.values()], [m[pick]["shift"]["auroc"] for m in fs.values()],
             title=f"{model}: AUROC standard vs full spectrum ({pick})")
     if any(e.get("severity") for e in ok.values()):
-        files["severity"] = severity_svg({label(d): [lv["auroc"] for lv in e["severity"]] for d, e in ok.items() if e.get("severity")},
-                                         title=f"{model}: AUROC per C-OOD severity level")
-    for name, svg in files.items():
-        (folder / f"{name}.svg").write_text(svg, encoding="utf-8")
+        drawers["severity"] = lambda: eval_plots.severity_svg(
+            {label(d): [lv["auroc"] for lv in e["severity"]] for d, e in ok.items() if e.get("severity")},
+            title=f"{model}: AUROC per C-OOD severity level")
+    return drawers
+
+
+def _plot_folder(run: EvaluationRun) -> Path:
+    return Path(settings.EVAL_ROOT) / "runs" / str(run.pk)
+
+
+def _plots(run: EvaluationRun, model: str, r: dict, info: dict) -> dict:
+    """The plot files of one model (relative paths, as the results record them). The summary plots
+    (the FPR CDF, full spectrum, severity: one each) are drawn now; the per-detector bars, one per
+    detector (33 in the demo, about a second each), when a page first asks for one
+    (evaluation_plot_file)."""
+    out: dict = {"bars": {}}
+    folder = _plot_folder(run) / safe_component(model)
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, draw in _plot_drawers(run, model, r, info).items():
         rel = f"{safe_component(model)}/{name}.svg"
         if name.startswith("bars_"):
             out["bars"][name[5:]] = rel
         else:
+            (folder / f"{name}.svg").write_text(draw(), encoding="utf-8")
             out[name] = rel
     return out
+
+
+def evaluation_plot_file(*, run: EvaluationRun, rel: str) -> Path | None:
+    """The file of one of ``run``'s plots, drawn and saved the first time it is asked for; None
+    when ``rel`` is not one of the run's plots."""
+    from curation.selectors.evaluation import evaluation_plot_path
+
+    path = evaluation_plot_path(run, rel)
+    if path is None or path.is_file():
+        return path
+    results = run.results or {}
+    for model, plots in results.get("plots", {}).items():
+        names = {v: k for k, v in plots.items() if k != "bars"} | {v: f"bars_{d}" for d, v in plots.get("bars", {}).items()}
+        if rel in names and model in results.get("models", {}):
+            draw = _plot_drawers(run, model, results["models"][model], results.get("detectors", {})).get(names[rel])
+            if draw is None:
+                return None
+            atomic_write(path, lambda fh: fh.write(draw().encode("utf-8")), root=settings.EVAL_ROOT)
+            return path
+    return None
 
 
 def evaluation_fail(*, job_id: int, error: BaseException | str) -> None:

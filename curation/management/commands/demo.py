@@ -62,13 +62,14 @@ class Command(BaseCommand):
         if problem:
             raise CommandError(problem)
         started = time.monotonic()
+        self._steps: list[tuple[str, float]] = []  # (step heading, when it started)
         root = Path(data or settings.DATA_DIR / "demo")
         model_name = settings.DEFAULT_MODEL
-        out.write(self.style.MIGRATE_HEADING(f"1/10 Building the demo data from real photos in {root}"))
+        out.write(self._step(f"1/10 Building the demo data from real photos in {root}"))
         paths = self._build(root, model_name, per_class)
-        out.write(self.style.MIGRATE_HEADING("2/10 ID class set"))
+        out.write(self._step("2/10 ID class set"))
         call_command("set_id_classes", "imagenet-1k", stdout=out)
-        out.write(self.style.MIGRATE_HEADING("3/10 Ingesting the sources"))
+        out.write(self._step("3/10 Ingesting the sources"))
         call_command("add_source", "demo-candidates", str(paths.candidates), stdout=out, stderr=self.stderr, show_broken=30)
         # the ID reference travels as WebDataset shards (timm's key layout), read in place: every demo
         # runs an archive source through ingest, extraction and the duplicate check (docs/sources.md)
@@ -76,21 +77,21 @@ class Command(BaseCommand):
         if not (id_shards / "_info.json").is_file():
             folder_to_wds(paths.id_reference, id_shards)
         call_command("add_source", "demo-id", str(id_shards), role="id", layout="wds", stdout=out, stderr=self.stderr)
-        out.write(self.style.MIGRATE_HEADING("4/10 WordNet class filter on demo-candidates (ImageNet-OOD's policy, demo_policy.yaml: "
+        out.write(self._step("4/10 WordNet class filter on demo-candidates (ImageNet-OOD's policy, demo_policy.yaml: "
                                              f"classes of {max(1, per_class - 1)}+ images)"))
         csv_path = root / "class_filter_decisions.csv"
         call_command("filter_classes", candidates="source:demo-candidates", id_spec="imagenet-1k", out=str(csv_path),
                      policy=str(root / "demo_policy.yaml"), stdout=out)
-        out.write(self.style.MIGRATE_HEADING(f"5/10 Predictions, features and near-duplicates ({model_name}, offline weights)"))
+        out.write(self._step(f"5/10 Predictions, features and near-duplicates ({model_name}, offline weights)"))
         # the model runs on the classes the filter kept or flagged (and the ID reference): the 174
         # classes it removed are never reviewed, so their images are not worth the model's time
         call_command("run_image_pipeline", sources=["demo-candidates", "demo-id"], skip_removed_classes=True, stdout=out,
                      stderr=self.stderr)
-        out.write(self.style.MIGRATE_HEADING("6/10 Review queue"))
+        out.write(self._step("6/10 Review queue"))
         report = review_queue_sync(source=Source.objects.get(name="demo-candidates"))
         out.write(f"  {report.summary()}")
         accounts = users_create_demo()
-        out.write(self.style.MIGRATE_HEADING("7/10 Demo reviews: annotator2 answers from the demo data's answer key (a stand-in for people)"))
+        out.write(self._step("7/10 Demo reviews: annotator2 answers from the demo data's answer key (a stand-in for people)"))
         reviewer = User.objects.get(username="annotator2")
         key = read_answer_key(paths.answer_key)
         decided = demo_reviews_record(user=reviewer, answer=lambda rel: key.get(rel, ("ood", [])), leave_folders=LEFT_FOR_PEOPLE)
@@ -102,12 +103,12 @@ class Command(BaseCommand):
         out.write(f"  gold: {gold['id']} decided images with an ID object and {gold['ood']} without now check annotators, served "
                   f"as {DEMO_GOLD_RATE:.0%} of their images; each annotator's home page shows their gold accuracy")
         call_command("contamination_report", "demo-candidates", stdout=out)
-        out.write(self.style.MIGRATE_HEADING("8/10 Export of the clean images and a small OOD unit-test set"))
+        out.write(self._step("8/10 Export of the clean images and a small OOD unit-test set"))
         call_command("export", name="demo-clean", sources=["demo-candidates"], stdout=out, stderr=self.stderr)
         call_command("make_unit_tests", name="demo-unit-tests", per_test=unit_tests, stdout=out, stderr=self.stderr)
         self._planted(key)
         n_id = len(paths.id_classes)
-        out.write(self.style.MIGRATE_HEADING(f"9/10 Evaluation: OOD detectors with {model_name} on demo-clean and the unit tests"))
+        out.write(self._step(f"9/10 Evaluation: OOD detectors with {model_name} on demo-clean and the unit tests"))
         out.write(f"  ID test and fit sets: {EVAL_TEST_PER_CLASS} and {EVAL_FIT_PER_CLASS} composites per class of the "
                   f"{n_id} ID classes (other backgrounds, crops and seeds than the ID reference)")
         call_command("add_source", "demo-id-test", str(paths.id_test), role="id", stdout=out, stderr=self.stderr)
@@ -126,7 +127,7 @@ class Command(BaseCommand):
         run = EvaluationRun.objects.order_by("-pk").first()
         self._per_class_accuracy(run, model_name)
         self._explain(shifted, unit_tests, n_id=n_id)
-        out.write(self.style.MIGRATE_HEADING("10/10 Summary"))
+        out.write(self._step("10/10 Summary"))
         for row in selectors.source_summaries():
             out.write(
                 f"  {row['source'].name:<16} {row['source'].role:<9} classes={row['classes']:<3} unmapped={row['unmapped']:<2} "
@@ -135,7 +136,7 @@ class Command(BaseCommand):
         out.write(self.style.MIGRATE_HEADING("Demo accounts (one per role; log in at the address below)"))
         for username, password in accounts.items():
             out.write(f"  {username:<11} password: {password:<16} {ACCOUNT_ROLES.get(username, '')}")
-        out.write(f"  The demo took {time.monotonic() - started:.0f} s (after set-up).")
+        self._timing(started)
         url = f"http://{addr}/"
         out.write(f"  Evaluation results: {url}evaluations/{run.pk}/ (log in as researcher or curator)")
         out.write(f"  Annotators review at {url}review/ (log in as annotator or annotator2); curators follow progress at "
@@ -148,6 +149,21 @@ class Command(BaseCommand):
         out.write(self.style.SUCCESS(f"Serving on {url} (admin: {url}admin/). Ctrl-C to stop."))
         # DEBUG stays off; --insecure only lets the development server hand out the static files
         call_command("runserver", addr, use_reloader=False, insecure_serving=True)
+
+    def _step(self, heading: str) -> str:
+        """The heading of a step, its start time noted for the timing printed at the end."""
+        self._steps.append((heading.split(" ", 1)[0], time.monotonic()))
+        return self.style.MIGRATE_HEADING(heading)
+
+    def _timing(self, started: float) -> None:
+        """The demo's own time and each step's share, so that a slower run names its step."""
+        end = time.monotonic()
+        total = end - started
+        ends = [t for _n, t in self._steps[1:]] + [end]
+        names = {"1/10": "data", "2/10": "ID classes", "3/10": "ingest", "4/10": "class filter", "5/10": "image pipeline",
+                 "6/10": "queue", "7/10": "reviews", "8/10": "export", "9/10": "evaluation", "10/10": "summary"}
+        parts = [f"{n} {names.get(n, '')} {e - t:.0f} s ({100 * (e - t) / total:.0f}%)" for (n, t), e in zip(self._steps, ends)]
+        self.stdout.write(f"  The demo took {total:.0f} s (after set-up); per step: " + ", ".join(parts))
 
     def _build(self, root: Path, model_name: str, per_class: int):
         """The demo's data (once per settings and model): ID classes chosen by the model's accuracy
