@@ -4,6 +4,7 @@ that makes the real thing (tarfile, webdataset's TarWriter, datasets), ingested 
 read back in place, reviewed and exported with every byte checked against the source."""
 from __future__ import annotations
 
+import csv
 import hashlib
 import io
 import json
@@ -235,26 +236,60 @@ def test_bad_layout_input_is_one_line(tmp_path):
     assert not Source.objects.filter(name="bad").exists()
 
 
-def test_an_archive_source_is_reviewed_and_exported_byte_for_byte_and_a_changed_member_is_never_shown(tmp_path, settings, client):
+def _pool_in(form: str, tmp_path: Path) -> tuple[Path, dict, dict[str, bytes]]:
+    """The same 12 photos-sized images in ``form``: (root, add_source options, member path -> bytes).
+    The class-tars pool is audited as a published list names it (ImageNet-OOD's form:
+    <wnid>/<file>), with one member left out."""
+    root = tmp_path / "pool"
+    images = [(w, f"img_{k}_{n:04d}", jpeg(20 * k + n, (200, 150))) for k, w in enumerate(KEPT_CLASSES) for n in range(4)]
+    if form == "class-tars":
+        members = write_class_tars(root, {w: [(f"{stem}.JPEG", d) for c, stem, d in images if c == w] for w in KEPT_CLASSES})
+        listed = sorted(members)[1:]
+        (tmp_path / "published.txt").write_text("".join(p.replace(".tar/", "/") + "\n" for p in listed))
+        return root, {"layout": form, "list_path": str(tmp_path / "published.txt"), "list_format": "paths"}, {p: members[p] for p in listed}
+    if form == "wds":
+        written = write_wds_shards(root, [(stem, d, w, KEPT_CLASSES.index(w)) for w, stem, d in images], per_shard=5)
+    else:
+        written = write_hf_parquet(root, [(f"{stem}.JPEG", d, w) for w, stem, d in images], names=list(KEPT_CLASSES), shards=2)
+    return root, {"layout": form}, {p: data for p, (data, _cls) in written.items()}
+
+
+def _rewrite_member(form: str, root: Path, img: Image) -> None:
+    """Other bytes for one member, where it lies: a tar rewritten in place at the same size, a
+    Parquet file written again with that row's image changed."""
+    if form != "parquet":
+        tar = root / img.container
+        blob = bytearray(tar.read_bytes())
+        blob[img.offset + 100] ^= 0xFF  # same size, other bytes: nothing but the hash can tell
+        tar.write_bytes(bytes(blob))
+        return
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(root / img.container)
+    rows = table.to_pylist()
+    rows[img.offset]["image"]["bytes"] = jpeg(999, (200, 150))
+    import pyarrow as pa
+
+    pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), root / img.container)
+
+
+@pytest.mark.parametrize("form", ["class-tars", "wds", "parquet"])
+def test_an_archive_source_is_reviewed_and_exported_byte_for_byte_and_a_changed_member_is_never_shown(form, tmp_path, settings, client):
     settings.EXPORT_ROOT = tmp_path / "exports"
     settings.THUMBNAIL_DIR = tmp_path / "thumbs"
     call_command("set_id_classes", "imagenet-1k", stdout=io.StringIO())
-    root = tmp_path / "pool"
-    members = write_class_tars(root, {w: [(f"img_{k}_{n:04d}.JPEG", jpeg(20 * k + n, (200, 150))) for n in range(4)]
-                                      for k, w in enumerate(KEPT_CLASSES)})
-    # audited as a published list names it (ImageNet-OOD's form: <wnid>/<file>), one member left out
-    listed = sorted(members)[1:]
-    (tmp_path / "published.txt").write_text("".join(p.replace(".tar/", "/") + "\n" for p in listed))
-    add_source("pool", str(root), layout="class-tars", list_path=str(tmp_path / "published.txt"), list_format="paths")
-    members = {p: members[p] for p in listed}
+    root, options, members = _pool_in(form, tmp_path)
+    add_source("pool", str(root), **options)
     source = Source.objects.get(name="pool")
+    n = len(members)
+    assert Image.objects.filter(source=source, status="ok").count() == n
     fake_predictions(source)
     review_queue_sync(source=source)
-    assert ReviewItem.objects.filter(source=source).count() == 11
+    assert ReviewItem.objects.filter(source=source).count() == n
     from tests.test_exports import random_features, run_export, user
 
     random_features(source)
-    # reviewed on the grid, as an annotator would: each page's thumbnails come out of the tars
+    # reviewed on the grid, as an annotator would: each page's thumbnails come out of the archive
     client.force_login(user("ann", "annotator"))
     page, decided = client.get("/api/review/grid/next?size=6").json(), set()
     while page["tiles"]:
@@ -266,30 +301,57 @@ def test_an_archive_source_is_reviewed_and_exported_byte_for_byte_and_a_changed_
         r = client.post("/api/review/grid/submit", json.dumps({"marks": marks, "size": 6, "seconds": 1.0}), content_type="application/json")
         assert r.status_code == 200, r.content
         page = r.json()
-    assert len(decided) == 11
-    export, out = run_export(name="from-tars", sources=["pool"])
+    assert len(decided) == n
+    export, out = run_export(name="from-archive", sources=["pool"])
     assert export.status == Export.Status.DONE, out
-    export_root = Path(settings.EXPORT_ROOT) / "from-tars" / "v1"
+    export_root = Path(settings.EXPORT_ROOT) / "from-archive" / "v1"
     by_id = {i.pk: i for i in Image.objects.filter(source=source)}
-    for m in ExportMember.objects.filter(export=export):
+    exported = list(ExportMember.objects.filter(export=export))
+    assert len(exported) == n
+    for m in exported:
         for layout in ("ninco", "imagenet-ood", "openood"):
             assert (export_root / m.files[layout]).read_bytes() == members[by_id[m.image_id].relative_path]
     decisions = (export_root / "decisions.csv").read_text()
-    assert f"{KEPT_CLASSES[0]}.tar/img_0_0001.JPEG" in decisions  # provenance names the archive and the member
+    assert all(p in decisions for p in members)  # provenance names the archive and the member
     datasheet = (export_root / "README.md").read_text()
-    assert "published.txt" in datasheet and hashlib.sha256((tmp_path / "published.txt").read_bytes()).hexdigest() in datasheet
+    assert f"read as `{form}`" in datasheet
+    if form == "class-tars":
+        assert "published.txt" in datasheet and hashlib.sha256((tmp_path / "published.txt").read_bytes()).hexdigest() in datasheet
 
     # thumbnails and the full view come from the archive; a member rewritten in place is refused
     img = by_id[min(by_id)]
     path, ctype = rendition(img, "thumb")
     assert path.is_file() and ctype == "image/jpeg"
-    tar = root / img.container
-    blob = bytearray(tar.read_bytes())
-    blob[img.offset + 100] ^= 0xFF  # same size, other bytes: nothing but the hash can tell
-    tar.write_bytes(bytes(blob))
+    _rewrite_member(form, root, img)
     with pytest.raises(MemberChanged):
         img.ref().read()
     with pytest.raises(RenditionError, match="changed since ingest"):
         rendition(img, "view")
     export2, out2 = run_export(name="after-change", sources=["pool"])
     assert img.pk not in set(ExportMember.objects.filter(export=export2).values_list("image_id", flat=True))
+    rows = {r["image_id"]: r for r in csv.DictReader(open(Path(settings.EXPORT_ROOT) / "after-change" / "v1" / "decisions.csv"))}
+    assert "changed_since_ingest" in rows[str(img.pk)]["excluded_reason"], rows[str(img.pk)]
+
+
+def test_auditing_a_published_list_ends_in_a_certificate(tmp_path, settings):
+    """docs/sources.md's audit: a published list over ImageNet-21K's tars becomes a source, its
+    images are reviewed as served, and the certification bounds the contamination of the rest."""
+    settings.EXPORT_ROOT = tmp_path / "exports"
+    call_command("set_id_classes", "imagenet-1k", stdout=io.StringIO())
+    root = tmp_path / "w21"
+    members = write_class_tars(root, {w: [(f"{w}_{n}.JPEG", jpeg(40 * k + n)) for n in range(20)] for k, w in enumerate(KEPT_CLASSES)})
+    (tmp_path / "imagenet_ood.txt").write_text("".join(p.replace(".tar/", "/") + "\n" for p in sorted(members)[::2]))
+    add_source("audit", str(root), layout="class-tars", list_path=str(tmp_path / "imagenet_ood.txt"), list_format="paths")
+    source = Source.objects.get(name="audit")
+    assert Image.objects.filter(source=source, status="ok").count() == 30
+    fake_predictions(source, similarity_step=0.02)
+    review_queue_sync(source=source)
+    out = io.StringIO()
+    call_command("certify", "plan", source="audit", strata=2, pilot=3, target=0.2, seed=7, stdout=out)
+    assert "plan" in out.getvalue() and "30 undecided images" in out.getvalue(), out.getvalue()
+    from tests.test_exports import review_all, user
+
+    review_all(user("ann", "annotator"), lambda img: ("ood", []))
+    status = io.StringIO()
+    call_command("certify", "status", source="audit", stdout=status)
+    assert "remainder" in status.getvalue() and "bound" in status.getvalue(), status.getvalue()
