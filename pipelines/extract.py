@@ -52,7 +52,8 @@ class Extraction:
     logits: np.ndarray | None = None  # float32 [n_ok, classes], only with keep_logits
     decoder: str = "pil"
     counts: dict = field(default_factory=dict)  # files per decoder (torchvision path)
-    notes: list[str] = field(default_factory=list)  # what changed on the way (OOM back-off)
+    notes: list[str] = field(default_factory=list)  # what changed on the way (OOM back-off, the CPU runtime's fallback)
+    runtime: str = ""  # what ran the forward pass: "openvino 2026.4.1", "torch (channels_last)", "torch cuda bfloat16"
 
     @property
     def max_softmax(self) -> np.ndarray:
@@ -276,10 +277,12 @@ def extract(
         from .cpu_runtime import choose
 
         choice = choose(lm)
-        graph = choice.graph
+        graph, runtime = choice.graph, choice.runtime
         if choice.note:
             notes.append(choice.note)
     model, dtype = fast_model(lm) if graph is None else (None, None)
+    if cuda:
+        runtime = f"torch cuda {str(dtype).removeprefix('torch.')} (channels_last)"
     backoff = _BackOff(batch_size, notes)
 
     def forward(x):
@@ -331,6 +334,6 @@ def extract(
         features=np.concatenate(chunks["feat"]) if chunks["feat"] else np.zeros((0, lm.feature_dim), dtype=feat_dtype),
         top_index=np.concatenate(chunks["top_i"]) if chunks["top_i"] else np.zeros((0, k), dtype=np.int64),
         top_prob=np.ascontiguousarray(stats[:, :k]), max_logit=np.ascontiguousarray(stats[:, k]), energy=np.ascontiguousarray(stats[:, k + 1]),
-        wnids=tuple(lm.wnids), decoder=decoder, counts=counts, notes=notes,
+        wnids=tuple(lm.wnids), decoder=decoder, counts=counts, notes=notes, runtime=runtime,
         logits=(np.concatenate(chunks["logits"]) if chunks["logits"] else np.zeros((0, len(lm.wnids)), dtype=np.float32)) if keep_logits else None,
     )

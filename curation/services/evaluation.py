@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -519,6 +520,7 @@ def evaluation_process_chunk(*, job_id: int, index: int, progress: Callable[[int
     items = set_items(_set_of(entry))[p["start"]:p["stop"]]
     decoder = _decoder(cfg)
     part = _part_path(p["model"], entry, p["what"], p["start"], decoder)
+    stats: dict = {}
     if not part.is_file():
         lm = loaded_model(p["model"], cfg["weights"].get(p["model"], ""))
         _write_head(lm)
@@ -526,6 +528,7 @@ def evaluation_process_chunk(*, job_id: int, index: int, progress: Callable[[int
         if p["what"] == "features":
             ex = extract(lm, paths, batch_size=int(cfg["batch_size"] or 0) or None, num_workers=settings.EXTRACT_LOADER_WORKERS,
                          max_pixels=settings.MAX_IMAGE_PIXELS, progress=progress, keep_logits=True, decoder=decoder)
+            stats = {"runtime": ex.runtime, **({"notes": ex.notes} if ex.notes else {})}  # the run's record (_runtime_record)
             res = iter(ex.results)
             ok, errors = [], []
             for it in items:
@@ -551,7 +554,7 @@ def evaluation_process_chunk(*, job_id: int, index: int, progress: Callable[[int
             arrays = {**(scores if isinstance(scores, dict) else {"scores": scores}),  # per-layer arrays come with their widths
                       "keys": np.array([it.key for it in items if it.path], dtype=str)}
         atomic_write(part, lambda fh: np.savez(fh, **arrays), root=settings.EVAL_ROOT)
-    return chunk_finish(chunk, progress=len(items))  # the part file is the chunk's result, written before
+    return chunk_finish(chunk, progress=len(items), stats=stats or None)  # the part file is the chunk's result, written before
 
 
 def _assemble(model: str, entry: dict, what: str, user, decoder: str) -> EvalFeatureSet:
@@ -719,6 +722,7 @@ def evaluation_finalize(*, job_id: int, progress: Callable[[str], None] | None =
         r["failed_images"] = {role: len(row.failed) for role, row in rows.items()}
         r["cache"] = {role: row.pk for role, row in rows.items()}
         r["head"] = head is not None
+        r.update(_runtime_record(job, model))
         results["models"][model] = r
         results["plots"][model] = _plots(run, model, r, results["detectors"])
     if cfg.get("sanity"):
@@ -735,6 +739,22 @@ def evaluation_finalize(*, job_id: int, progress: Callable[[str], None] | None =
         job_status = Job.Status.DONE if locked.status == EvaluationRun.Status.DONE else Job.Status.FAILED
         Job.objects.filter(pk=job.pk).update(status=job_status, finished_at=locked.finished_at, message=locked.message)
     return locked
+
+
+def _runtime_record(job: Job, model: str) -> dict:
+    """What ran ``model``'s forward passes in this run's chunks ("runtime") and what their
+    extractions noted ("runtime_notes": e.g. the CPU runtime's fallback to torch and why)."""
+    from curation.models import JobChunk
+
+    runtimes: list[str] = []
+    notes: list[str] = []
+    for payload, stats in JobChunk.objects.filter(job=job).order_by("index").values_list("payload", "stats"):
+        if not isinstance(payload, dict) or payload.get("model") != model or not isinstance(stats, dict):
+            continue
+        if stats.get("runtime") and stats["runtime"] not in runtimes:
+            runtimes.append(stats["runtime"])
+        notes += [n for n in stats.get("notes", []) if n not in notes]
+    return {**({"runtime": ", ".join(runtimes)} if runtimes else {}), **({"runtime_notes": notes} if notes else {})}
 
 
 def run_outcome(results: dict, *, n_models: int, n_methods: int) -> tuple[str, str]:
@@ -868,6 +888,9 @@ def _plots(run: EvaluationRun, model: str, r: dict, info: dict) -> dict:
     return out
 
 
+_PLOT_LOCK = threading.Lock()
+
+
 def evaluation_plot_file(*, run: EvaluationRun, rel: str) -> Path | None:
     """The file of one of ``run``'s plots, drawn and saved the first time it is asked for; None
     when ``rel`` is not one of the run's plots."""
@@ -883,7 +906,10 @@ def evaluation_plot_file(*, run: EvaluationRun, rel: str) -> Path | None:
             draw = _plot_drawers(run, model, results["models"][model], results.get("detectors", {})).get(names[rel])
             if draw is None:
                 return None
-            atomic_write(path, lambda fh: fh.write(draw().encode("utf-8")), root=settings.EVAL_ROOT)
+            with _PLOT_LOCK:  # pyplot keeps global state: one drawing at a time per process
+                if not path.is_file():
+                    svg = draw()
+                    atomic_write(path, lambda fh: fh.write(svg.encode("utf-8")), root=settings.EVAL_ROOT)
             return path
     return None
 
