@@ -28,7 +28,8 @@ def low_level_statistics(paths: list[str]) -> dict:
                 w, h, fmt = im.width, im.height, im.format
                 q = jpeg_quality(getattr(im, "quantization", None)) if fmt == "JPEG" else None
                 c = colourfulness_of(im)
-            size = p.size if isinstance(p, MemberRef) and p.size >= 0 else os.path.getsize(p) if not isinstance(p, MemberRef) else len(p.read())
+            # a member's size was recorded at ingest; a plain path is stat'ed
+            size = (p.size if p.size >= 0 else len(p.read())) if isinstance(p, MemberRef) else os.path.getsize(p)
         except OSError:
             continue
         mp.append(w * h / 1e6)

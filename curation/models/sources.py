@@ -140,4 +140,4 @@ class Image(models.Model):
 
             safe_join(self.source.root, self.relative_path, root_real=root_real)
         return self.source.member_ref(self.relative_path, container=self.container, offset=self.offset,
-                                      size=self.bytes if self.container else -1, sha256=self.sha256 if verify else "")
+                                      size=self.bytes if self.sha256 else -1, sha256=self.sha256 if verify else "")

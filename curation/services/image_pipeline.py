@@ -134,7 +134,7 @@ def extract_process_chunk(*, job_id: int, index: int, progress: Callable[[int], 
         try:
             if not container:
                 join(rel)
-            paths.append(source.member_ref(rel, container=container, offset=offset, size=size if container else -1, sha256=sha))
+            paths.append(source.member_ref(rel, container=container, offset=offset, size=size, sha256=sha))
         except UnsafePath as exc:
             paths.append("")
             unsafe[pk] = str(exc)

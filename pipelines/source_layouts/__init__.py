@@ -257,8 +257,10 @@ def walk_containers(root: Path, suffixes: tuple[str, ...], scan: Scan, *, also: 
 
 def container_file(ref: MemberRef) -> Path:
     """The container's absolute path, refused when it would leave the root."""
+    from .folder import root_real
+
     try:
-        return safe_join(ref.root, ref.container)
+        return safe_join(ref.root, ref.container, root_real=root_real(ref.root))
     except UnsafePath as exc:
         raise MemberOutsideRoot(str(exc)) from None
 

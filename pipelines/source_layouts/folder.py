@@ -1,6 +1,7 @@
 """ROOT/<class folder>/<image files>: the layout sources have always had (the default)."""
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -20,6 +21,12 @@ from . import (
     SourceLayout,
     register_source_layout,
 )
+
+
+@functools.lru_cache(maxsize=64)
+def root_real(root: str) -> str:
+    """A source root's real path, resolved once per process (every read checks its file against it)."""
+    return os.path.realpath(root)
 
 
 @register_source_layout
@@ -58,7 +65,7 @@ class Folder(SourceLayout):
 
     def read(self, ref: MemberRef) -> bytes:
         try:
-            path = safe_join(ref.root, ref.path)
+            path = safe_join(ref.root, ref.path, root_real=root_real(ref.root))
         except UnsafePath as exc:
             raise MemberOutsideRoot(str(exc)) from None
         try:
