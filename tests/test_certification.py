@@ -269,6 +269,7 @@ def test_a_certified_export_says_what_the_certificate_admitted(tmp_path, setting
     assert sorted(by.values()).count("certificate") == 40 - reviewed and sorted(by.values()).count("review") == reviewed
     readme = (root / "README.md").read_text()
     assert f"{40 - reviewed} of the 40 images were admitted by a certificate" in readme and "95%" not in readme
+    assert "at any look" in cert["sentence"] and "at most 0.1" in cert["sentence"]  # what the bound guarantees, quoted with it
     assert "README.md" in manifest["files"]
     assert cert["sentence"] in e.counts["certified"]["sentence"]
     # the admin's export form asks for the same (a curator who never uses the command)

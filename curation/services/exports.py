@@ -626,7 +626,9 @@ def certificate_sentence(certificates: dict, admitted: int, total: int) -> str:
         parts.append(f"{name}: at most {100 * c['remainder_id_share_bound']:.2f}% of its {c['remainder_images']} unreviewed images "
                      f"show an ID object ({100 * c['confidence']:.0f}% confidence, anytime-valid bound from {c['reviews_used']} reviews "
                      f"of a score-stratified random sample, seed {c['seed']})")
-    return (f"{admitted} of the {total} images were admitted by a certificate rather than a review; " + "; ".join(parts) + ".")
+    said = next((c["guarantee"] for _n, c in sorted(certificates.items()) if c.get("guarantee")), "")
+    return (f"{admitted} of the {total} images were admitted by a certificate rather than a review; " + "; ".join(parts) + "."
+            + (f" {said}" if said else ""))
 
 
 def _difficulty(sel: Selection, good: list, spec_text: str | None, *, export_name: str,
