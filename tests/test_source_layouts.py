@@ -318,8 +318,14 @@ def test_an_archive_source_is_reviewed_and_exported_byte_for_byte_and_a_changed_
     if form == "class-tars":
         assert "published.txt" in datasheet and hashlib.sha256((tmp_path / "published.txt").read_bytes()).hexdigest() in datasheet
 
-    # thumbnails and the full view come from the archive; a member rewritten in place is refused
+    # the image page names the archive and the member (and the list an audited source came from)
     img = by_id[min(by_id)]
+    client.force_login(user("cur", "curator"))
+    detail = client.get(f"/curate/images/{img.pk}/").content.decode()
+    assert f"<code>{img.container}</code>" in detail and f"<code>{img.member}</code>" in detail and img.relative_path == f"{img.container}/{img.member}"
+    if form == "class-tars":
+        assert "published.txt" in detail
+    # thumbnails and the full view come from the archive; a member rewritten in place is refused
     path, ctype = rendition(img, "thumb")
     assert path.is_file() and ctype == "image/jpeg"
     _rewrite_member(form, root, img)

@@ -131,6 +131,11 @@ class Image(models.Model):
     def __str__(self) -> str:
         return f"{self.source.name}:{self.relative_path}"
 
+    @property
+    def member(self) -> str:
+        """The image's name inside its archive (its path for a plain file)."""
+        return self.relative_path[len(self.container) + 1:] if self.container else self.relative_path
+
     def ref(self, *, verify: bool = True, root_real: str | None = None):
         """A ``pipelines.source_layouts.MemberRef`` for this image's bytes; reading it checks them
         against the SHA-256 recorded at ingest (``verify``). A plain file that now resolves outside
