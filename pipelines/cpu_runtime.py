@@ -1,9 +1,10 @@
 """Inference on the CPU through OpenVINO: the model's logits and penultimate features in one call.
 
-Measured on the 2-core VM (docs/benchmarks.md, issue 51), batch 16, float32: OpenVINO's CPU plugin
-ran EfficientNet-Lite2 at about 45 images/s, ONNX Runtime 1.32 at 24, torch eager with
-channels_last at 10-13 and torch as extraction used it before at 7.7. So on a CPU the forward
-pass goes through OpenVINO, and torch (channels_last) is what is left when that cannot be had.
+Measured on the 2-core VM (docs/benchmarks.md, issue 51), batch 32, float32, EfficientNet-Lite2:
+OpenVINO's CPU plugin 58 images/s with one stream of two threads and 150 with two streams of
+one thread (what CpuGraph does), ONNX Runtime 1.32 37, torch eager with channels_last 13 and
+torch as extraction used it before 6.5. So on a CPU the forward pass goes through OpenVINO, and
+torch (channels_last) is what is left when that cannot be had.
 
 The graph is converted from the loaded torch module (``torch.export`` then
 ``openvino.convert_model``; TorchScript tracing where export fails)
@@ -46,15 +47,30 @@ _LOCK = threading.Lock()
 
 class CpuGraph:
     """A compiled graph: ``graph(x)`` with ``x`` float32 [n, 3, H, W] gives (logits [n, C],
-    features [n, d]) as float32 numpy arrays."""
+    features [n, d]) as float32 numpy arrays.
+
+    One single-threaded stream per thread: a batch is split into as many parts, run at once, one
+    per stream. On the 2-core VM this ran EfficientNet-Lite2 at 150 images/s where one stream of
+    two threads ran 55 (its threads wait for each other after every layer, and on a shared machine
+    one of them is often off its core); each image's result is the same either way."""
 
     def __init__(self, compiled: Any, *, folder: Path, threads: int):
         self.compiled, self.folder, self.threads = compiled, folder, threads
-        self._request = compiled.create_infer_request()
+        self._requests = [compiled.create_infer_request() for _ in range(max(1, threads))]
 
     def __call__(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        out = self._request.infer({0: np.ascontiguousarray(x, dtype=np.float32)})
-        return np.array(out[0], dtype=np.float32), np.array(out[1], dtype=np.float32)
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        parts = [p for p in np.array_split(x, min(len(self._requests), max(1, len(x)))) if len(p)]
+        used = self._requests[:len(parts)]
+        for request, part in zip(used, parts):
+            request.start_async({0: np.ascontiguousarray(part)})
+        for request in used:
+            request.wait()
+        logits = [np.array(r.get_output_tensor(0).data, dtype=np.float32) for r in used]
+        feats = [np.array(r.get_output_tensor(1).data, dtype=np.float32) for r in used]
+        if len(used) == 1:
+            return logits[0], feats[0]
+        return np.concatenate(logits), np.concatenate(feats)
 
 
 @dataclass
@@ -142,8 +158,9 @@ def _key(lm: Any) -> tuple[str, dict]:
 def _compile(xml: Path, threads: int) -> Any:
     import openvino as ov
 
-    return ov.Core().compile_model(str(xml), "CPU", {"INFERENCE_NUM_THREADS": threads, "PERFORMANCE_HINT": "LATENCY",
-                                                      "INFERENCE_PRECISION_HINT": "f32"})
+    # one stream per thread, each single-threaded (CpuGraph splits a batch across them)
+    return ov.Core().compile_model(str(xml), "CPU", {"PERFORMANCE_HINT": "THROUGHPUT", "NUM_STREAMS": threads,
+                                                      "INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": "f32"})
 
 
 def _load(folder: Path, meta: dict, threads: int) -> CpuGraph | None:
