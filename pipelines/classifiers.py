@@ -321,12 +321,19 @@ def set_torch_threads(n: int) -> None:
 
 
 def top1_wnids(lm: LoadedModel, images: list, *, batch_size: int = 32) -> list[str]:
-    """The top-1 ImageNet-1K wnid of each PIL image, through the model's own eval transform."""
+    """The top-1 ImageNet-1K wnid of each PIL image, through the model's own eval transform (on the
+    CPU through pipelines.cpu_runtime's graph where it can run)."""
     import torch
 
+    graph = None
+    if not str(lm.device).startswith("cuda"):
+        from .cpu_runtime import choose
+
+        graph = choose(lm).graph
     out: list[str] = []
     with torch.inference_mode():
         for start in range(0, len(images), batch_size):
             x = torch.stack([lm.transform(im.convert("RGB")) for im in images[start:start + batch_size]]).to(lm.device)
-            out.extend(lm.wnids[int(i)] for i in lm.model(x).argmax(dim=1).cpu())
+            logits = torch.from_numpy(graph(x.numpy())[0]) if graph is not None else lm.model(x)
+            out.extend(lm.wnids[int(i)] for i in logits.argmax(dim=1).cpu())
     return out

@@ -86,7 +86,8 @@ def sample(paths: Sequence, n: int, seed: int = 0) -> list:
 
 
 def random_weight_check(sets: SanitySets, detectors: list[tuple[str, dict]], *, seeds: int = 5, arch: str = DEFAULT_ARCH,
-                        decoder: str = "pil", device: str = "cpu", progress: Callable[[str], None] | None = None) -> dict:
+                        decoder: str = "pil", device: str = "cpu", progress: Callable[[str], None] | None = None,
+                        cpu_graph_dir: str | None = None) -> dict:
     """AUROC of every detector, ID test vs each other set, under ``seeds`` random networks: the
     per-seed values, their mean and standard deviation, and the verdict per set."""
     from .extract import decoded, extract
@@ -103,6 +104,8 @@ def random_weight_check(sets: SanitySets, detectors: list[tuple[str, dict]], *, 
     inputs: dict[str, list] = {}
     for seed in range(seeds):
         lm = random_weight_model(arch, seed, device)
+        if cpu_graph_dir:  # where pipelines.cpu_runtime keeps its converted graphs
+            lm.extra["cpu_graph_dir"] = cpu_graph_dir
         outs = {}
         for role, paths in (("id_test", sets.id_test), ("fit", sets.fit), *sets.others.items()):
             if role not in inputs:

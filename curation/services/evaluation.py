@@ -796,7 +796,7 @@ def _sanity(cfg: dict, sets: dict[str, ImageSet], progress) -> dict:
             SanitySets(id_test=[it.path for it in paths["id_test"]], fit=[it.path for it in paths["id_fit"]],
                        fit_labels=[index.get(it.wnid, -1) for it in paths["id_fit"]], others=others),
             [(m, cfg["method_params"].get(m, {})) for m in cfg["methods"]], seeds=sc["seeds"], arch=sc["arch"],
-            decoder=_decoder(cfg), progress=progress)
+            decoder=_decoder(cfg), progress=progress, cpu_graph_dir=str(settings.DATA_DIR / "cpu_graphs"))
     except (ModelUnavailable, OSError, RuntimeError) as exc:
         return {"status": "failed", "note": f"{type(exc).__name__}: {exc}"}
     result["status"] = "done"
