@@ -80,12 +80,12 @@ def _onnxruntime(lm, size: list[int], folder: Path, threads: int):
 
     import torch
 
-    from pipelines.cpu_runtime import _Both
+    from pipelines.cpu_runtime import logits_and_features
 
     path = folder / "model.onnx"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(_Both.wrap(lm.model), (torch.randn(2, *size),), str(path), input_names=["x"], output_names=["logits", "features"],
+        torch.onnx.export(logits_and_features(lm.model), (torch.randn(2, *size),), str(path), input_names=["x"], output_names=["logits", "features"],
                           dynamic_axes={"x": {0: "n"}, "logits": {0: "n"}, "features": {0: "n"}}, opset_version=17, dynamo=False)
     so = ort.SessionOptions()
     so.intra_op_num_threads, so.inter_op_num_threads = threads, 1

@@ -62,6 +62,7 @@ class CpuGraph:
         self._queue = ov.AsyncInferQueue(compiled, max(1, threads))
         self._out: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._queue.set_callback(self._done)
+        self._busy = threading.Lock()  # one batch at a time (a loaded model is shared by a process's threads)
 
     def _done(self, request: Any, index: int) -> None:
         self._out[index] = (np.array(request.get_output_tensor(0).data, dtype=np.float32),
@@ -72,14 +73,15 @@ class CpuGraph:
         # process on its core takes fewer of them instead of holding the batch up
         x = np.ascontiguousarray(x, dtype=np.float32)
         parts = [p for p in np.array_split(x, min(len(x), max(1, self.threads * self.parts_per_stream))) if len(p)]
-        self._out.clear()
-        for i, part in enumerate(parts):
-            self._queue.start_async({0: np.ascontiguousarray(part)}, i)
-        self._queue.wait_all()
-        if len(parts) == 1:
-            return self._out[0]
-        return (np.concatenate([self._out[i][0] for i in range(len(parts))]),
-                np.concatenate([self._out[i][1] for i in range(len(parts))]))
+        with self._busy:
+            self._out.clear()
+            for i, part in enumerate(parts):
+                self._queue.start_async({0: np.ascontiguousarray(part)}, i)
+            self._queue.wait_all()
+            out = [self._out[i] for i in range(len(parts))]
+        if len(out) == 1:
+            return out[0]
+        return np.concatenate([o[0] for o in out]), np.concatenate([o[1] for o in out])
 
 
 @dataclass
@@ -113,23 +115,21 @@ def _ov_version() -> str:
     return str(openvino.__version__).split("-")[0]
 
 
-class _Both:
-    """Factory for the traced module: body, pooling, classifier; returns (logits, features)."""
+def logits_and_features(model: Any) -> Any:
+    """A torch module around a timm-style ``model`` (body, pooling, classifier) that returns
+    (logits, penultimate features): what the graph is converted from."""
+    import torch
 
-    @staticmethod
-    def wrap(model: Any) -> Any:
-        import torch
+    class Both(torch.nn.Module):
+        def __init__(self, m: Any):
+            super().__init__()
+            self.m = m
 
-        class Both(torch.nn.Module):
-            def __init__(self, m: Any):
-                super().__init__()
-                self.m = m
+        def forward(self, x):
+            pre = self.m.forward_head(self.m.forward_features(x), pre_logits=True)
+            return self.m.get_classifier()(pre), pre
 
-            def forward(self, x):
-                pre = self.m.forward_head(self.m.forward_features(x), pre_logits=True)
-                return self.m.get_classifier()(pre), pre
-
-        return Both(model).eval()
+    return Both(model).eval()
 
 
 def weights_digest(model: Any) -> str:
@@ -214,7 +214,7 @@ def _convert(lm: Any, folder: Path, meta: dict, threads: int) -> CpuGraph:
     import torch
 
     size = meta["input_size"]
-    both = _Both.wrap(lm.model)
+    both = logits_and_features(lm.model)
     gen = torch.Generator().manual_seed(0)
     probe = torch.randn(2, *size, generator=gen)
     with torch.inference_mode():
