@@ -17,7 +17,11 @@ row group). Then, for each form:
   views  : ``--views`` thumbnails and full views made cold (empty cache), then asked again
            (warm), p95 ms; goal: <= 50 ms
 
-Page cache warm (each form is read once before it is timed). Prints a table and the ratios.
+Page cache warm (each form is read once before it is timed). Ingest runs once per form (with
+``--ingest-rounds``, in ``--rounds`` rounds as well, each a new source per form); the load and
+view timings run in ``--rounds`` rounds with the forms taking turns (medians and p95s
+over the rounds), so a change in the machine's load falls on every form alike. Prints a table
+and the ratios.
 """
 from __future__ import annotations
 
@@ -91,6 +95,8 @@ def main() -> None:
     ap.add_argument("--classes", type=int, default=200)
     ap.add_argument("--load", type=int, default=5000, help="images per form for the data-loading rate")
     ap.add_argument("--views", type=int, default=200, help="images per form for the rendition times")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of the load and view timings, the forms taking turns")
+    ap.add_argument("--ingest-rounds", action="store_true", help="ingest in --rounds rounds too (each a new source per form)")
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="oodc-bench-sources-"))
@@ -125,39 +131,59 @@ def main() -> None:
 
     transform = create_transform(input_size=(3, 224, 224), interpolation="bicubic", crop_pct=0.875)
     rows: dict[str, dict[str, float]] = {}
+    sources = {}
+    rates: dict[str, list[float]] = {f: [] for f in FORMS}
+    for f in FORMS:
+        warm(roots[f])
+    for n in range(args.rounds if args.ingest_rounds else 1):
+        for form in FORMS:  # each round ingests every form as a new source, the forms taking turns
+            reg = source_register(name=f"bench-{form}-{n}", root=roots[form], layout=form)
+            job = ingest_start(source=reg.source, enqueue=False)
+            t = time.perf_counter()
+            job = ingest_run_inline(job=job)
+            elapsed = time.perf_counter() - t
+            assert job.status == "done" and job.result["added"] == args.images, (form, job.message)
+            rates[form].append(args.images / elapsed)
+            sources[form] = reg.source
     for form in FORMS:
-        warm(roots[form])
-        reg = source_register(name=f"bench-{form}", root=roots[form], layout=form)
-        job = ingest_start(source=reg.source, enqueue=False)
-        t = time.perf_counter()
-        job = ingest_run_inline(job=job)
-        elapsed = time.perf_counter() - t
-        assert job.status == "done" and job.result["added"] == args.images, (form, job.message)
-        r = rows[form] = {"ingest": args.images / elapsed}
+        rows[form] = {"ingest": statistics.median(rates[form])}
+        print(f"  {form:<10} ingest {rows[form]['ingest']:7.0f} img/s (median of {len(rates[form])}: "
+              + ", ".join(f"{r:.0f}" for r in rates[form]) + ")")
 
-        src = reg.source
+    def loader(form):
+        src = sources[form]
         picked = list(Image.objects.filter(source=src, status="ok").order_by("pk")
                       .values_list("relative_path", "container", "offset", "bytes", "sha256")[: args.load])
         picked.sort(key=lambda x: (x[1], x[2]))  # as extraction reads them: an archive front to back
-        refs = [src.member_ref(p, container=c, offset=o, size=b if c else -1, sha256=s) for p, c, o, b, s in picked]
-        files = _Files(refs, transform, 224, settings.MAX_IMAGE_PIXELS)
-        t = time.perf_counter()
-        for i in range(len(files)):
-            _i, x, err = files[i]
-            assert x is not None, err
-        r["load"] = len(files) / (time.perf_counter() - t)
+        refs = [src.member_ref(p, container=c, offset=o, size=b, sha256=s) for p, c, o, b, s in picked]
+        return _Files(refs, transform, 224, settings.MAX_IMAGE_PIXELS)
 
-        shutil.rmtree(settings.THUMBNAIL_DIR, ignore_errors=True)
-        sample = list(Image.objects.filter(source=src, status="ok").select_related("source").order_by("?")[: args.views])
-        for variant in ("thumb", "full"):
-            for phase in ("cold", "warm"):
-                ms = []
-                for img in sample:
-                    t = time.perf_counter()
-                    rendition(img, variant)
-                    ms.append(1000 * (time.perf_counter() - t))
-                r[f"{variant}-{phase}"] = p95(ms)
-        print(f"  {form:<10} ingest {r['ingest']:7.0f} img/s   load {r['load']:6.0f} img/s   "
+    # the forms take turns, round after round, so a change in the machine's load falls on all of them
+    loads: dict[str, list[float]] = {f: [] for f in FORMS}
+    views: dict[str, dict[str, list[float]]] = {f: {} for f in FORMS}
+    samples = {f: list(Image.objects.filter(source=sources[f], status="ok").select_related("source").order_by("?")[: args.views])
+               for f in FORMS}
+    for _round in range(args.rounds):
+        for form in FORMS:
+            files = loader(form)
+            t = time.perf_counter()
+            for i in range(len(files)):
+                _i, x, err = files[i]
+                assert x is not None, err
+            loads[form].append(len(files) / (time.perf_counter() - t))
+            shutil.rmtree(settings.THUMBNAIL_DIR, ignore_errors=True)  # the same bytes in every form: each starts cold
+            for variant in ("thumb", "full"):
+                for phase in ("cold", "warm"):
+                    ms = views[form].setdefault(f"{variant}-{phase}", [])
+                    for img in samples[form]:
+                        t = time.perf_counter()
+                        rendition(img, variant)
+                        ms.append(1000 * (time.perf_counter() - t))
+    for form in FORMS:
+        r = rows[form]
+        r["load"] = statistics.median(loads[form])
+        r.update({k: p95(v) for k, v in views[form].items()})
+        print(f"  {form:<10} load {r['load']:6.0f} img/s (median of {args.rounds} rounds)   "
               f"thumb p95 cold {r['thumb-cold']:5.1f} ms warm {r['thumb-warm']:5.1f} ms   "
               f"full p95 cold {r['full-cold']:5.1f} ms warm {r['full-warm']:5.1f} ms")
 

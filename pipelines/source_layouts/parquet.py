@@ -178,6 +178,7 @@ class _RowGroups:
         self._lock = threading.Lock()
         self._groups: OrderedDict[tuple, Any] = OrderedDict()
         self._meta: dict[tuple, tuple[list[int], int]] = {}
+        self._loading: dict[tuple, threading.Lock] = {}
 
     def get(self, full: str, ref: MemberRef) -> bytes | None:
         import os
@@ -213,11 +214,18 @@ class _RowGroups:
                 if values is not None:
                     self._groups.move_to_end(key)
             if values is None:
-                values = pq.ParquetFile(full).read_row_group(group, columns=[column]).column(0)
                 with self._lock:
-                    self._groups[key] = values
-                    while len(self._groups) > _CACHE_GROUPS:
-                        self._groups.popitem(last=False)
+                    loading = self._loading.setdefault(key, threading.Lock())
+                with loading:  # one thread reads a row group; the others asking for it meanwhile wait for it
+                    with self._lock:
+                        values = self._groups.get(key)
+                    if values is None:
+                        values = pq.ParquetFile(full).read_row_group(group, columns=[column]).column(0)
+                        with self._lock:
+                            self._groups[key] = values
+                            while len(self._groups) > _CACHE_GROUPS:
+                                self._groups.popitem(last=False)
+                            self._loading.pop(key, None)
         except (pa.ArrowException, OSError) as exc:
             if isinstance(exc, MemberUnreadable):
                 raise
