@@ -653,7 +653,7 @@ def test_evaluate_refuses_bad_arguments_before_a_run_exists(tmp_path, capsys):
     _world(tmp_path)
     idt, idf = _id_source(tmp_path, "idt"), _id_source(tmp_path, "idf")
     status, err = _evaluate_argv(sets=(f"source:{idt.name}", f"source:{idf.name}"), models="nosuch_model_xyz")
-    assert status == 1 and "unknown model(s) 'nosuch_model_xyz'" in err and len(err.strip().splitlines()) == 1, err
+    assert status == 1 and "unknown model 'nosuch_model_xyz'" in err and len(err.strip().splitlines()) == 1, err
     capsys.readouterr()  # the ingests' progress bars
     cases = [
         (("--methods", "msp", "--severity-window", "-1"), "--severity-window must be between 0"),

@@ -238,7 +238,7 @@ def _check_models_resolvable(models: Sequence[str], imported: Sequence[ImageSet]
     else:
         missing = [m for m in unknown if not timm.is_model(m)]
     if missing:
-        raise EvaluationError(f"unknown model(s) {', '.join(repr(m) for m in missing)}: not a registered model "
+        raise EvaluationError(f"unknown model{'s' if len(missing) > 1 else ''} {', '.join(repr(m) for m in missing)}: not a registered model "
                               f"({', '.join(sorted(MODELS)) or 'none'}), not the model of an imported set, and not a timm "
                               "architecture (python -c \"import timm; print(timm.list_models('NAME*'))\" lists close ones)")
 
