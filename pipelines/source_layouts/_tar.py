@@ -45,6 +45,141 @@ def unsafe_name(name: str) -> str:
     return ""
 
 
+@dataclass(frozen=True)
+class _Header:
+    """One member as a header reader sees it: its name, kind, data offset, size, link target and
+    the header's own offset (for naming a member whose name cannot be shown)."""
+
+    name: str
+    kind: str  # "file", "dir", "symlink", "hardlink", "other"
+    offset_data: int
+    size: int
+    linkname: str
+    offset: int
+
+
+class _Cut(Exception):
+    """The archive ends inside a header, or its headers stop making sense (a truncated download)."""
+
+
+_KINDS = {b"0": "file", b"\0": "file", b"7": "file", b"5": "dir", b"2": "symlink", b"1": "hardlink", b"3": "other", b"4": "other",
+          b"6": "other"}
+
+
+def _octal(field: bytes) -> int:
+    if field[:1] and field[0] & 0x80:  # GNU base-256 for large numbers: let tarfile read those
+        raise ValueError("base-256 number")
+    text = field.split(b"\0", 1)[0].strip()
+    return int(text, 8) if text else 0
+
+
+def _fast_headers(full: str) -> Iterator[_Header]:
+    """The headers of a POSIX (ustar, pax) or GNU tar, read with one ``read`` of 512 bytes per
+    header and a ``seek`` over each member's data. tarfile does the same in Python with far more
+    work per header; webdataset's shards carry a pax header for every member, so this reads them
+    about five times faster. Raises ``ValueError`` on anything it does not know (the caller then
+    reads the archive with tarfile), ``_Cut`` where the file ends early."""
+    with open(full, "rb") as fh:
+        pos = 0
+        pending: dict[str, str] = {}  # pax / GNU long-name records for the next member
+        first: int | None = None  # where the next member's headers start (its extended headers first, as tarfile counts)
+        while True:
+            fh.seek(pos)
+            block = fh.read(512)
+            if not block:
+                raise _Cut("the archive ends without its end-of-archive blocks")
+            if len(block) < 512:
+                raise _Cut(f"the archive ends inside the header at byte {pos}")
+            if block.count(0) == 512:
+                return  # the end-of-archive marker
+            stored = _octal(block[148:156])
+            if sum(block[:148]) + sum(block[156:]) + 8 * 32 != stored:
+                raise ValueError("bad header checksum")
+            size = _octal(block[124:136])
+            flag = block[156:157]
+            data = pos + 512
+            nxt = data + (size + 511) // 512 * 512
+            if flag == b"g":
+                raise ValueError("a global pax header")  # rare; tarfile applies it to the members after it
+            if flag in (b"x", b"L", b"K"):
+                first = pos if first is None else first
+                fh.seek(data)
+                payload = fh.read(size)
+                if len(payload) < size:
+                    raise _Cut("the archive ends inside an extended header")
+                if flag == b"x":
+                    pending.update(_pax_records(payload))
+                elif flag == b"L":
+                    pending["path"] = payload.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+                elif flag == b"K":
+                    pending["linkpath"] = payload.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+                pos = nxt
+                continue
+            if flag not in _KINDS:
+                raise ValueError(f"member type {flag!r}")
+            name = block[0:100].split(b"\0", 1)[0]
+            if block[257:263] == b"ustar\0" and block[345:500].strip(b"\0"):  # POSIX ustar: prefix/name
+                name = block[345:500].split(b"\0", 1)[0] + b"/" + name
+            text = pending.pop("path", None) or name.decode("utf-8", "surrogateescape")
+            link = pending.pop("linkpath", None) or block[157:257].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+            if "size" in pending:
+                size = int(pending.pop("size"))
+                nxt = data + (size + 511) // 512 * 512
+            pending.clear()
+            kind = _KINDS[flag]
+            if kind == "file" and text.endswith("/"):
+                kind = "dir"
+            if kind == "dir":
+                text = text.rstrip("/")  # as tarfile names folders
+            yield _Header(text, kind, data, size if kind == "file" else 0, link, pos if first is None else first)
+            first = None
+            pos = nxt
+
+
+def _pax_records(payload: bytes) -> dict[str, str]:
+    """``"<length> <key>=<value>\\n"`` records (POSIX.1-2001 pax extended headers)."""
+    out, at = {}, 0
+    while at < len(payload):
+        space = payload.index(b" ", at)
+        length = int(payload[at:space])
+        if length <= 0:
+            raise ValueError("bad pax record")
+        key, _, value = payload[space + 1:at + length - 1].partition(b"=")
+        out[key.decode("utf-8")] = value.decode("utf-8", "surrogateescape")
+        at += length
+    return out
+
+
+def _tarfile_headers(full: str) -> Iterator[_Header]:
+    """The same as ``_fast_headers``, read by tarfile (every format it knows)."""
+    with tarfile.open(full, mode="r:") as tf:
+        while True:
+            try:
+                info = tf.next()
+            except (tarfile.ReadError, EOFError, OSError) as exc:
+                raise _Cut(str(exc)) from None
+            if info is None:
+                return
+            kind = ("file" if info.isfile() else "dir" if info.isdir() else "symlink" if info.issym() else "hardlink" if info.islnk()
+                    else "other")
+            yield _Header(info.name, kind, info.offset_data, info.size if kind == "file" else 0, info.linkname, info.offset)
+
+
+def tar_headers(full: str) -> Iterator[_Header]:
+    """Every member header of the tar at ``full``: the fast reader, and tarfile for the archives
+    it does not know (from the start, so nothing is yielded twice)."""
+    try:
+        headers = list(_fast_headers(full))
+    except _Cut:
+        headers = None  # tarfile reads up to the cut and says where
+    except (ValueError, UnicodeDecodeError):
+        headers = None
+    if headers is not None:
+        yield from headers
+        return
+    yield from _tarfile_headers(full)
+
+
 def tar_entries(full: str, rel: str, class_key: str, scan: Scan, *, max_bytes: int | None = None) -> Iterator[TarEntry]:
     """The regular members of the tar at ``full`` (``rel`` under the root), in archive order.
     Refused, with the batch going on: links, devices, unsafe or repeated names, members over
@@ -59,49 +194,49 @@ def tar_entries(full: str, rel: str, class_key: str, scan: Scan, *, max_bytes: i
     file_size = os.path.getsize(full)
     seen: dict[str, int] = {}
     try:
-        tf = tarfile.open(full, mode="r:")
+        tarfile.open(full, mode="r:").close()
     except tarfile.ReadError as exc:
         scan.refuse(rel, class_key, NOT_AN_ARCHIVE, f"{full}: not a tar archive ({exc}); refused")
         return
-    with tf:
-        while True:
-            try:
-                info = tf.next()
-            except (tarfile.ReadError, EOFError, OSError) as exc:
-                scan.refuse(f"{rel}#end", class_key, TRUNCATED_ARCHIVE,
-                            f"{full}: the archive is cut off after {len(seen)} members ({exc}); the members before it were kept")
-                return
-            if info is None:
-                return
-            name = info.name
-            where = f"{rel}/{name}"
-            why = unsafe_name(name)
-            if why:
-                shown = name.encode("unicode_escape").decode("ascii")
-                scan.refuse(f"{rel}#{info.offset}", class_key, UNSAFE_MEMBER_NAME,
-                            f"{full}: member {shown!r} is {why}; refused (nothing is ever unpacked)")
-                continue
-            if info.isdir():
-                continue
-            if info.issym() or info.islnk():
-                scan.refuse(where, class_key, LINK_MEMBER, f"{full}: member {name!r} is a {'symbolic' if info.issym() else 'hard'} "
-                                                           f"link (to {info.linkname!r}); links are refused")
-                continue
-            if not info.isfile():
-                scan.refuse(where, class_key, NOT_A_REGULAR_FILE, f"{full}: member {name!r} is not a regular file (device or fifo); refused")
-                continue
-            if name in seen:
-                seen[name] += 1
-                scan.refuse(f"{where}#{seen[name]}", class_key, DUPLICATE_MEMBER,
-                            f"{full}: member {name!r} appears {seen[name]} times; only the first is read")
-                continue
-            seen[name] = 1
-            if info.size > max_bytes:
-                scan.refuse(where, class_key, FILE_TOO_LARGE, f"{full}: member {name!r} has {info.size} bytes, more than the "
-                                                              f"{max_bytes}-byte limit for one image")
-                continue
-            if info.offset_data + info.size > file_size:
-                scan.refuse(where, class_key, TRUNCATED_ARCHIVE, f"{full}: member {name!r} is cut off by the end of the archive "
-                                                                 "(a truncated download?); refused")
-                continue
-            yield TarEntry(name, info.offset_data, info.size)
+    headers = tar_headers(full)
+    while True:
+        try:
+            info = next(headers)
+        except StopIteration:
+            return
+        except _Cut as exc:
+            scan.refuse(f"{rel}#end", class_key, TRUNCATED_ARCHIVE,
+                        f"{full}: the archive is cut off after {len(seen)} members ({exc}); the members before it were kept")
+            return
+        name = info.name
+        where = f"{rel}/{name}"
+        why = unsafe_name(name)
+        if why:
+            shown = name.encode("unicode_escape").decode("ascii")
+            scan.refuse(f"{rel}#{info.offset}", class_key, UNSAFE_MEMBER_NAME,
+                        f"{full}: member {shown!r} is {why}; refused (nothing is ever unpacked)")
+            continue
+        if info.kind == "dir":
+            continue
+        if info.kind in ("symlink", "hardlink"):
+            scan.refuse(where, class_key, LINK_MEMBER, f"{full}: member {name!r} is a {'symbolic' if info.kind == 'symlink' else 'hard'} "
+                                                       f"link (to {info.linkname!r}); links are refused")
+            continue
+        if info.kind != "file":
+            scan.refuse(where, class_key, NOT_A_REGULAR_FILE, f"{full}: member {name!r} is not a regular file (device or fifo); refused")
+            continue
+        if name in seen:
+            seen[name] += 1
+            scan.refuse(f"{where}#{seen[name]}", class_key, DUPLICATE_MEMBER,
+                        f"{full}: member {name!r} appears {seen[name]} times; only the first is read")
+            continue
+        seen[name] = 1
+        if info.size > max_bytes:
+            scan.refuse(where, class_key, FILE_TOO_LARGE, f"{full}: member {name!r} has {info.size} bytes, more than the "
+                                                          f"{max_bytes}-byte limit for one image")
+            continue
+        if info.offset_data + info.size > file_size:
+            scan.refuse(where, class_key, TRUNCATED_ARCHIVE, f"{full}: member {name!r} is cut off by the end of the archive "
+                                                             "(a truncated download?); refused")
+            continue
+        yield TarEntry(name, info.offset_data, info.size)
