@@ -99,7 +99,7 @@ def test_only_curators_label(pool, client):
     r = client.post("/curate/images/action", {"action": "label", "ids": ["²"], "decision": "ood", "label_reason": "x"})
     assert r.status_code == 302 and not ReviewItem.objects.filter(status="adjudicated").exists()
     r = client.post("/curate/images/action", {"action": "label", "ids": [image], "decision": "skip", "label_reason": "x"}, follow=True)
-    assert "skip is not one" in r.content.decode()
+    assert r.status_code == 400 and "'skip' is not one of" in r.content.decode()  # issue 47: enumerated fields checked
     r = client.post("/curate/images/action", {"action": "label", "ids": [image], "decision": "ood", "label_reason": "clear sky"}, follow=True)
     assert ReviewItem.objects.get(image_id=image).final_decision == "ood"
     assert not Review.objects.exists()

@@ -249,9 +249,11 @@ def test_parity_with_the_pillow_path_on_derived_real_photos(lite0, tmp_path):
     assert agree >= 0.88 and agree_conf >= 0.97 and cos >= 0.97, (agree, agree_conf, cos)
 
 
-def test_out_of_memory_halves_the_batch_says_so_and_changes_no_result(tmp_path):
+def test_out_of_memory_halves_the_batch_says_so_and_changes_no_result(tmp_path, monkeypatch):
     """A model that runs out of memory above 3 images per pass (simulated): the batch halves
-    until it fits, the note says so, and the outputs are those of an unconstrained run."""
+    until it fits, the note says so, and the outputs are those of an unconstrained run. (The
+    back-off is torch's forward, the GPU path's: the CPU fast path is turned off here.)"""
+    monkeypatch.setenv("OODC_CPU_RUNTIME", "torch")
     from pipelines.classifiers import LoadedModel
     from pipelines.extract import extract
 
@@ -290,9 +292,12 @@ def test_out_of_memory_halves_the_batch_says_so_and_changes_no_result(tmp_path):
     small = Net(limit=3)
     big = Net(limit=100)
     big.load_state_dict(small.state_dict())
-    a = extract(lm(small), paths, batch_size=8, decoder="torchvision", keep_logits=True)
+    loaded = lm(small)
+    a = extract(loaded, paths, batch_size=8, decoder="torchvision", keep_logits=True)
+    small = loaded.extra.get("fast_model_cpu", (small,))[0]  # the CPU path runs a channels_last copy of the model
     b = extract(lm(big), paths, batch_size=8, decoder="torchvision", keep_logits=True)
-    assert a.notes == ["out of GPU memory at batch 8; continuing with batch 4", "out of GPU memory at batch 4; continuing with batch 2"]
+    assert [n for n in a.notes if n.startswith("out of")] == ["out of GPU memory at batch 8; continuing with batch 4",
+                                                              "out of GPU memory at batch 4; continuing with batch 2"]
     assert max(n for n in small.calls if n <= 3) == 2 and small.calls[:3] == [8, 4, 2]
     assert np.allclose(a.logits, b.logits, atol=1e-6) and (a.row_of == b.row_of).all()
 
