@@ -363,8 +363,12 @@ def certify_on_the_demo(url: str, data: Path, browser) -> dict:
     cur.locator("tr", has_text="demo-candidates").locator("a[data-certify]").first.click()
     cur.wait_for_selector("#cert-plan")
     certify_url = cur.url
-    cur.fill("#cert-plan input[name=target]", "25")
-    cur.fill("#cert-plan input[name=seed]", "1")  # the plan replays; seed 1 certifies this pool with a few dozen reviews
+    # A target of 40%: under sampler 2 (issue 50) seed 1's draws reach one that waits for
+    # adjudication after about 76 reviews, where the bound has come down to about 0.34; the bound
+    # uses the decided prefix of the draws, so it cannot go lower until that image is adjudicated
+    # (sampler 1 certified 25% with seed 1 before reaching such a draw). 40% is met in 40-56 reviews.
+    cur.fill("#cert-plan input[name=target]", "40")
+    cur.fill("#cert-plan input[name=seed]", "1")  # the plan replays
     with cur.expect_navigation():
         cur.click("#cert-plan button")
     assert "pilot" in cur.inner_text("#cert-status") and cur.inner_text("[data-seed]") == "1"
@@ -400,7 +404,7 @@ def certify_on_the_demo(url: str, data: Path, browser) -> dict:
     cur.goto(certify_url)
     assert "certified" in cur.inner_text("#cert-status"), (reviews, bounds)
     final = float(cur.get_attribute("[data-bound]", "data-bound"))
-    assert final <= 0.25 < first_bound and reviews < population, (reviews, population, bounds)
+    assert final <= 0.40 < first_bound and reviews < population, (reviews, population, bounds)
     assert "at most" in cur.inner_text("#cert-quote")
 
     # the export, from the link on the certified plan's page to the admin's form
@@ -418,7 +422,7 @@ def certify_on_the_demo(url: str, data: Path, browser) -> dict:
 
     manifest = json.loads(manifest_path.read_text())
     c = manifest["certification"]["certificates"]["demo-candidates"]
-    assert c["seed"] == 1 and c["target"] == 0.25 and c["confidence"] == 0.95 and c["remainder_id_share_bound"] <= 0.25
+    assert c["seed"] == 1 and c["target"] == 0.40 and c["confidence"] == 0.95 and c["remainder_id_share_bound"] <= 0.40
     admitted = manifest["certification"]["admitted_by_certificate"]
     assert admitted > 0 and c["reviews_used"] <= reviews
     cur.goto(f"{url}/exports/")
