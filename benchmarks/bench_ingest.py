@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks._sqlite_django import django_in  # noqa: E402
 
 
 def make_images(root: Path, n: int) -> None:
@@ -67,21 +68,10 @@ def main() -> None:
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="oodc-bench-"))
-    os.environ["OODC_DATA_DIR"] = str(work / "data")
-    os.environ.setdefault("NLTK_DATA", str(Path(__file__).resolve().parent.parent / "var" / "nltk_data"))
-    os.environ.pop("DATABASE_URL", None)
-    os.environ.pop("CELERY_BROKER_URL", None)
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "curation.settings")
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
+    django_in(work)
     from curation.services.ingest import ingest_run_inline, ingest_start
     from curation.services.sources import source_register
 
-    (work / "data").mkdir()
-    call_command("migrate", verbosity=0)
     root = work / "images"
     t = time.perf_counter()
     make_images(root, args.images)

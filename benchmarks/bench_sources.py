@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks._sqlite_django import django_in  # noqa: E402
 
 FORMS = ("folder", "class-tars", "wds", "parquet")
 
@@ -100,16 +101,8 @@ def main() -> None:
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="oodc-bench-sources-"))
-    os.environ["OODC_DATA_DIR"] = str(work / "data")
-    os.environ.setdefault("NLTK_DATA", str(Path(__file__).resolve().parent.parent / "var" / "nltk_data"))
-    os.environ.pop("DATABASE_URL", None)
-    os.environ.pop("CELERY_BROKER_URL", None)
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "curation.settings")
-    import django
-
-    django.setup()
+    django_in(work)
     from django.conf import settings
-    from django.core.management import call_command
 
     from curation.models import Image
     from curation.services.ingest import ingest_run_inline, ingest_start
@@ -117,8 +110,6 @@ def main() -> None:
     from curation.services.sources import source_register
     from pipelines.extract import _Files
 
-    (work / "data").mkdir(exist_ok=True)
-    call_command("migrate", verbosity=0)
     t = time.perf_counter()
     images = make_jpegs(args.images, args.classes)
     roots = write_forms(work / "forms", images)

@@ -33,6 +33,7 @@ from curation.services.review import (
     review_reclaim_expired,
     review_undo,
 )
+from pipelines.numbers import whole_number
 
 GRID_MIN, GRID_MAX = 4, 96  # tiles per page asked for (the screen asks for as many as fit its window)
 PAGE_MAX = GRID_MAX + GRID_MAX // 2  # a page with its class's rest joined to it (no stub after it)
@@ -49,24 +50,22 @@ class _ClassScope:
         return self.base & Q(candidate_class_id=self.class_id)
 
 
+def _bounded(value: object, what: str, lo: int, hi: int) -> int:
+    """A whole number from a request by the app's one rule (pipelines.numbers), within lo..hi."""
+    try:
+        return whole_number(value, what, lo=lo, hi=hi)
+    except ValueError as exc:
+        raise ReviewError(str(exc)) from None
+
+
 def grid_size(value: object) -> int:
     """Tiles per page from a request: an integer between GRID_MIN and GRID_MAX."""
-    if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).isascii() or not str(value).isdigit():
-        raise ReviewError(f"page size must be a whole number of tiles between {GRID_MIN} and {GRID_MAX}, not {str(value)[:20]!r}")
-    n = int(value)
-    if not GRID_MIN <= n <= GRID_MAX:
-        raise ReviewError(f"page size must be between {GRID_MIN} and {GRID_MAX} tiles, not {n}")
-    return n
+    return _bounded(value, "page size (tiles)", GRID_MIN, GRID_MAX)
 
 
 def grid_tile(value: object) -> int:
     """A tile side from a request: whole CSS pixels between TILE_MIN and TILE_MAX."""
-    if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).isascii() or not str(value).isdigit():
-        raise ReviewError(f"tile size must be a whole number of pixels between {TILE_MIN} and {TILE_MAX}, not {str(value)[:20]!r}")
-    n = int(value)
-    if not TILE_MIN <= n <= TILE_MAX:
-        raise ReviewError(f"tile size must be between {TILE_MIN} and {TILE_MAX} pixels, not {n}")
-    return n
+    return _bounded(value, "tile size (pixels)", TILE_MIN, TILE_MAX)
 
 
 def grid_tile_save(*, user: User, tile: object) -> int:
