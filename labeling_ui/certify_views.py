@@ -17,8 +17,10 @@ from curation.services.certification import (
     CertificationConflict,
     CertificationError,
     certification_close,
+    certification_holds,
     certification_plan_create,
     certification_refresh,
+    certification_release,
     guarantee_text,
     sampler_note,
 )
@@ -72,6 +74,9 @@ def _number(request, name: str, default: str, lo: float, hi: float) -> float:
     return decimal_number(request.POST.get(name, default), name, lo=lo, hi=hi)
 
 
+HOLDS_SHOWN = 5  # the first sampled images the bound waits for, named on the page
+
+
 @require_http_methods(["GET", "POST"])
 @role_required(CURATOR, RESEARCHER)
 def certify(request, source_id: int):
@@ -113,6 +118,8 @@ def certify(request, source_id: int):
             strata = [{"h": h, "size": r["size"], "reviewed": r["reviewed"], "found": r["id_found"], "full": r["full"],
                        "bound": None if r["full"] else next(split, None), "share": None} for h, r in enumerate(c["strata"])]
         estimate = plan.certificate["remainder_id_share_estimate"] if certified else sd.cert.estimate
+        holds = certification_holds(plan=plan, limit=HOLDS_SHOWN) if plan.status in ("pilot", "sampling") else []
+        ctx.update(holds=holds if any(h.why != "queued" for h in holds) else [], holds_leased=any(h.why == "leased" for h in holds), holds_shown=HOLDS_SHOWN)
         ctx.update(sd=sd, bound_share=share, betting=plan.prior == C.BETTING, guarantee=guarantee_text(plan.confidence),
                    sampler_note=sampler_note(plan) if plan.prior == C.BETTING else "",
                    pct={"target": 100 * plan.target, "bound": 100 * share, "estimate": 100 * estimate},
@@ -132,4 +139,21 @@ def certify_close(request, source_id: int):
         certification_close(plan=plan, user=request.user)
     except CertificationError as exc:
         return HttpResponseBadRequest(f"{exc}\n", content_type="text/plain; charset=utf-8")
+    return redirect("labeling_ui:certify", source_id=source.pk)
+
+
+@require_POST
+@role_required(CURATOR)
+def certify_release(request, source_id: int):
+    """Hand the open plan's leased, undecided sampled images back to the queue (their holders
+    may have left; a decision they send later still counts)."""
+    source = get_object_or_404(Source, pk=source_id, role=Source.Role.CANDIDATE)
+    plan = CertificationPlan.objects.filter(source=source).order_by("-created_at").first()
+    if plan is None:
+        return HttpResponseBadRequest("no plan: there is nothing to hand back\n", content_type="text/plain; charset=utf-8")
+    try:
+        n = certification_release(plan=plan, user=request.user)
+    except CertificationError as exc:
+        return HttpResponseBadRequest(f"{exc}\n", content_type="text/plain; charset=utf-8")
+    messages.success(request, f"{n} lease(s) on the sample handed back to the queue." if n else "No sampled image was leased.")
     return redirect("labeling_ui:certify", source_id=source.pk)

@@ -31,6 +31,7 @@ urlpatterns = [
     path("curate/contamination/<int:source_id>/", export_views.contamination, name="contamination"),
     path("curate/certify/<int:source_id>/", certify_views.certify, name="certify"),
     path("curate/certify/<int:source_id>/close", certify_views.certify_close, name="certify_close"),
+    path("curate/certify/<int:source_id>/release", certify_views.certify_release, name="certify_release"),
     # looking at the data
     path("curate/images/", browse_views.images, name="images"),
     path("curate/images/action", browse_views.images_action, name="images_action"),

@@ -290,3 +290,49 @@ def test_a_certified_export_says_what_the_certificate_admitted(tmp_path, setting
     assert r.status_code == 302 and r["Location"].endswith("/admin/curation/export/"), r.content[-2000:]
     web = Export.objects.get(name="cert-web")
     assert web.config.get("include_certified") is True
+
+
+def test_a_draw_leased_by_someone_who_left_is_named_and_a_curator_hands_it_back(tmp_path):
+    """Issue 50's finding: reviews count only in serving order, so a sampled image leased by a
+    person who walked away holds the bound at the decided prefix while the queue serves everyone
+    else other images. The page names the draw, who holds it and until when; a curator's button
+    ends those leases; the next annotator gets the draw; the holder's late decision still counts."""
+    from django.test import Client
+
+    from curation.roles import CURATOR
+    from curation.services.certification import certification_holds
+
+    source = queue_with_rows(tmp_path, n=40)
+    plan = certification_plan_create(source=source, n_strata=2, pilot=3, target=0.3, seed=7)
+    gone, a = _annotator("gone"), _annotator("a")
+    left = review_next(user=gone, want=2)  # the screen's prefetch: the first two draws, then the tab is closed
+    first_two = CertificationUnit.objects.filter(plan=plan, serve__in=[0, 1]).values_list("item_id", flat=True)
+    assert {x.item_id for x in left} == set(first_two)
+    served = _decide(a, limit=4)
+    assert not set(served) & set(first_two)
+    sd = certification_refresh(plan=plan)
+    assert sd.decided_prefix == 0 and sd.waiting >= 2
+    holds = certification_holds(plan=plan, limit=3)
+    assert [h.why for h in holds[:2]] == ["leased", "leased"] and holds[0].holders[0][0] == "gone"
+
+    cur = user_create_with_role(username="cur", password="pw-cur", role=CURATOR)[0]
+    c, other = Client(), Client()
+    c.force_login(cur)
+    other.force_login(a)
+    url = f"/curate/certify/{source.pk}/"
+    page = c.get(url).content.decode()
+    assert 'id="cert-holds"' in page and "leased to gone until" in page and 'id="cert-release"' in page
+    assert other.post(f"{url}release").status_code == 403  # annotators cannot
+    assert ReviewItem.objects.filter(pk__in=list(first_two), leased=1).count() == 2
+    r = c.post(f"{url}release")
+    assert r.status_code == 302
+    assert ReviewItem.objects.filter(pk__in=list(first_two), leased=0).count() == 2
+    assert AuditLog.objects.filter(action="review_leases_released", data__held_by=["gone"]).exists()
+    nxt = review_next(user=a, want=1)[0]
+    assert nxt.item_id == min(first_two, key=lambda i: CertificationUnit.objects.get(plan=plan, item_id=i).serve)
+    review_submit(user=a, assignment_id=nxt.pk, decision="ood")
+    review_submit(user=gone, assignment_id=left[1].pk, decision="ood")  # sent after the release: it still counts
+    sd = certification_refresh(plan=plan)
+    assert sd.decided_prefix >= 2 + len(served)
+    page = c.get(url).content.decode()
+    assert "leased to gone" not in page

@@ -373,6 +373,64 @@ def _betting_standing(*, plan: CertificationPlan, sizes: list[int], full: list[b
     return sd
 
 
+@dataclass
+class Hold:
+    """A sampled image the bound waits for: it is next in the serving order after the decided
+    prefix (or behind one that is), with no final decision yet, and why."""
+    serve: int
+    item_id: int
+    image_id: int
+    path: str
+    why: str  # "leased", "conflict" (awaiting adjudication), "queued" (nobody holds it now)
+    done: int  # reviews so far
+    required: int  # reviews the image needs
+    holders: list[tuple[str, object]] = field(default_factory=list)  # (username, lease expiry) for "leased"
+
+
+def certification_holds(*, plan: CertificationPlan, limit: int = 10) -> list[Hold]:
+    """What the bound waits for: the first ``limit`` sampled images in serving order that have no
+    final decision yet, each with why (issue 50's finding: a draw leased by a person who left, or
+    in conflict, stops the bound at the decided prefix while the queue serves other images). One
+    query for the units, one for their leases."""
+    from curation.models import Assignment
+
+    full = {h for h, s in enumerate(plan.strata) if s["full"]}
+    final = list(ReviewItem.FINAL) + [ReviewItem.Status.WITHDRAWN]
+    rows = list(CertificationUnit.objects.filter(plan=plan, serve__isnull=False).exclude(stratum__in=full)
+                .exclude(item__status__in=final).order_by("serve")
+                .values_list("serve", "item_id", "item__image_id", "item__image__relative_path", "item__status",
+                             "item__done", "item__required")[:limit])
+    leases: dict[int, list[tuple[str, object]]] = {}
+    for item_id, who, until in (Assignment.objects.filter(item_id__in=[r[1] for r in rows], state=Assignment.State.LEASED)
+                                .order_by("expires_at").values_list("item_id", "annotator__username", "expires_at")):
+        leases.setdefault(item_id, []).append((who, until))
+    holds = []
+    for serve, item_id, image_id, path, status, done, required in rows:
+        if status == ReviewItem.Status.CONFLICT:
+            why = "conflict"
+        elif item_id in leases:
+            why = "leased"
+        else:
+            why = "queued"
+        holds.append(Hold(serve=serve, item_id=item_id, image_id=image_id, path=path, why=why, done=done, required=required,
+                          holders=leases.get(item_id, [])))
+    return holds
+
+
+def certification_release(*, plan: CertificationPlan, user: User | None = None) -> int:
+    """Hand the plan's leased, undecided sampled images back to the queue now (a curator's button
+    on the certification page), so the next annotator reviews them instead of waiting for the
+    leases to run out. A decision sent on a released lease still counts. Returns how many leases."""
+    from curation.services.review import review_release_leases
+
+    if plan.status not in OPEN:
+        raise CertificationError(f"plan {plan.pk} is {plan.status}: only an open plan's sample is handed back")
+    full = {h for h, s in enumerate(plan.strata) if s["full"]}
+    items = list(CertificationUnit.objects.filter(plan=plan, serve__isnull=False, item__leased__gt=0).exclude(stratum__in=full)
+                 .exclude(item__status__in=list(ReviewItem.FINAL)).values_list("item_id", flat=True))
+    return review_release_leases(item_ids=items, user=user, why=f"certification plan {plan.pk}") if items else 0
+
+
 def _weights(plan: CertificationPlan, sizes: np.ndarray, rates: np.ndarray) -> np.ndarray:
     w = sizes * np.sqrt(rates * (1 - rates))
     w = w / w.sum() if w.sum() > 0 else np.ones(len(sizes)) / len(sizes)

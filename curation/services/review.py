@@ -361,6 +361,20 @@ def review_scope_apply(*, annotator: User, user: User | None = None) -> int:
     return n
 
 
+def review_release_leases(*, item_ids: Sequence[int], user: User | None = None, why: str = "") -> int:
+    """End every lease held on the given images at once (a curator's call: an image a person
+    leased and left holds what waits for it, such as a certification's bound, until the lease
+    runs out). A decision sent later on a released lease still counts. Returns how many leases."""
+    with transaction.atomic():
+        held = Assignment.objects.select_for_update().filter(item_id__in=list(item_ids), state=Assignment.State.LEASED)
+        who = sorted(set(held.values_list("annotator__username", flat=True)))
+        n = _expire(held, timezone.now())
+        if n:
+            audit_record(actor=user, action="review_leases_released", target=None,
+                         data={"images": sorted(int(i) for i in item_ids)[:200], "leases": n, "held_by": who, "why": why})
+    return n
+
+
 def _lease(user, item_id: int, *, gold: bool, now) -> Assignment:
     """One upsert: a new lease, or this annotator's own expired lease on the image handed back."""
     a = Assignment(item_id=item_id, annotator=user, state=Assignment.State.LEASED, is_gold=gold, leased_at=now,
