@@ -46,8 +46,17 @@ class GMM(Detector):
     tied covariance fitted by scikit-learn (random_state 0); OpenOOD's score is
     sum_k w_k exp(-(z - m_k)^T P (z - m_k) / 2), we return its logarithm (the same order, and no
     underflow to 0 far from the means). Defaults: OpenOOD's last layer, 50 dimensions and 50
-    components. The PCA is solved exactly from the covariance (scikit-learn's covariance_eigh:
-    OpenOOD's default solver may be randomized, unseeded, for its shapes)."""
+    components. ``pca`` names how the principal axes are solved:
+
+    - ``exact`` (default): from the covariance (scikit-learn's covariance_eigh), the same axes on
+      every run;
+    - ``openood``: OpenOOD's call, ``PCA(n_components=dim)``, which leaves the solver to
+      scikit-learn's "auto" policy: the randomized SVD (Halko et al., SIAM Review 2011) for fits of
+      more than 500 images whose features are too wide for the covariance route (more than 1,000
+      dimensions, or fewer than 10 images per dimension; scikit-learn before 1.5 took it for any
+      width), exact otherwise. Randomized axes approximate the top ones, so the subspace, and the
+      scores, differ from exact. OpenOOD leaves that solver unseeded (its axes change from run to
+      run); here it is seeded with ``pca_seed``, so a run can be repeated."""
 
     name = "gmm"
     label = "GMM"
@@ -55,7 +64,11 @@ class GMM(Detector):
     reference = f"{OPENOOD} openood/postprocessors/gmm_postprocessor.py (compute_single_GMM_score), mds_ensemble_postprocessor.py"
     needs_fit = True
     parameters = (Param("components", int, 50, 1, 10**4, help="mixture components", source="OpenOOD's gmm.yml (last layer)"),
-                  Param("dim", int, 50, 1, 10**5, help="PCA dimensions kept", source="OpenOOD's gmm.yml (pca_50)"))
+                  Param("dim", int, 50, 1, 10**5, help="PCA dimensions kept", source="OpenOOD's gmm.yml (pca_50)"),
+                  Param("pca", str, "exact", help="how the principal axes are solved: exactly, or by OpenOOD's call (scikit-learn's "
+                        "automatic choice: randomized for wide features)", source="ours", choices=("exact", "openood")),
+                  Param("pca_seed", int, 0, 0, 2**32 - 1, help="random_state of the randomized PCA with pca=openood (OpenOOD leaves it "
+                        "unseeded)", source="ours (OpenOOD's is unseeded)"))
 
     def fit(self, fit: Outputs, head: Head | None = None) -> Detector:
         from sklearn.decomposition import PCA
@@ -70,7 +83,14 @@ class GMM(Detector):
         if k > len(x) // 10:  # at least 10 fit images per component, as KNN lowers K to the fit set
             self.notes.append(f"GMM: {k} components for {len(x)} ID fit images; used {len(x) // 10} (10 images per component)")
             k = len(x) // 10
-        self.transform = PCA(n_components=dim, svd_solver=PCA_SOLVER).fit(x).components_.T
+        if self.params["pca"] == "openood":
+            pca = PCA(n_components=dim, random_state=int(self.params["pca_seed"])).fit(x)
+            solver = getattr(pca, "_fit_svd_solver", "automatic")  # what scikit-learn's policy chose for these shapes
+            self.notes.append(f"GMM: PCA as OpenOOD calls it: scikit-learn's {solver} solver"
+                              + (f", seed {self.params['pca_seed']} (OpenOOD's is unseeded)" if solver == "randomized" else ""))
+        else:
+            pca = PCA(n_components=dim, svd_solver=PCA_SOLVER).fit(x)
+        self.transform = pca.components_.T
         gm = tied_mixture(n_components=k, random_state=0).fit(x @ self.transform)
         self.means, self.precision, self.weights = gm.means_, gm.precisions_, gm.weights_
         return self
