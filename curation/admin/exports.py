@@ -6,7 +6,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from curation import jobs
-from curation.admin._common import DecimalNumberField, NoChange, NoDelete, RecordAdmin, WholeNumberField, redirect_to
+from curation.admin._common import DecimalNumberField, LargeTableAdmin, NoChange, NoDelete, RecordAdmin, WholeNumberField, redirect_to
 from curation.models import (
     Export,
     ExportMember,
@@ -126,11 +126,11 @@ class ExportAdmin(NoDelete, NoChange, RecordAdmin):
 
 
 @admin.register(ExportMember)
-class ExportMemberAdmin(NoDelete, NoChange, RecordAdmin):
+class ExportMemberAdmin(NoDelete, NoChange, LargeTableAdmin, RecordAdmin):
     list_display = ["export", "image", "wnid", "sha256"]
     list_filter = ["export"]
     search_fields = ["sha256", "image__relative_path"]
-    list_select_related = ["export", "image"]
+    list_select_related = ["export", "image__source"]
 
 
 # -- evaluation runs -----------------------------------------------------------------------------------

@@ -3,7 +3,7 @@ from django.contrib import admin
 from django.urls import reverse
 from django.utils.html import format_html
 
-from curation.admin._common import NoChange, NoDelete, RecordAdmin
+from curation.admin._common import LargeTableAdmin, NoChange, NoDelete, RecordAdmin
 from curation.models import (
     ClassVisualSignal,
     DuplicateOverride,
@@ -12,15 +12,47 @@ from curation.models import (
 )
 
 
+class ModelNameFilter(admin.SimpleListFilter):
+    title = "model"
+    parameter_name = "model_name"
+
+    def lookups(self, request, model_admin):
+        from django.conf import settings
+
+        names = set(FeatureShard.objects.values_list("model_name", flat=True).distinct()) | {settings.DEFAULT_MODEL}
+        return [(n, n) for n in sorted(names)]
+
+    def queryset(self, request, queryset):
+        return queryset.filter(model_name=self.value()) if self.value() else queryset
+
+
+class DropReasonFilter(admin.SimpleListFilter):
+    title = "duplicate search"
+    parameter_name = "dropped"
+    CHOICES = {"kept": ("kept", ""), "near": ("near-duplicate of another image", "near_duplicate_of:"),
+               "id": ("copy of an ID image", "duplicate_of_id:")}
+
+    def lookups(self, request, model_admin):
+        return [(k, label) for k, (label, _p) in self.CHOICES.items()]
+
+    def queryset(self, request, queryset):
+        if self.value() == "kept":
+            return queryset.filter(drop_reason="")
+        if self.value() in self.CHOICES:
+            return queryset.filter(drop_reason__startswith=self.CHOICES[self.value()][1])
+        return queryset
+
+
 @admin.register(ImageEmbedding)
 
 
-class ImageEmbeddingAdmin(NoDelete, NoChange, RecordAdmin):
+class ImageEmbeddingAdmin(NoDelete, NoChange, LargeTableAdmin, RecordAdmin):
     list_display = ("thumb", "image", "model_name", "top1", "msp", "duplicate", "similarity", "ok")
-    list_filter = ("model_name", "ok", "drop_reason", "image__source")
+    # filters with fixed choices: Django's plain-field filter lists every distinct drop reason
+    # (one per duplicate group) by a scan of every prediction
+    list_filter = (ModelNameFilter, "ok", DropReasonFilter, "image__source")
     search_fields = ("image__relative_path", "top1_wnid", "drop_reason")
     list_select_related = ("image__source",)
-    show_full_result_count = False
 
     @admin.display(description="top-1", ordering="top1_prob")
     def top1(self, obj):

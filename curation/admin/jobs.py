@@ -3,7 +3,7 @@ from django.contrib import admin, messages
 from django.utils.html import format_html
 
 from curation import jobs
-from curation.admin._common import NoChange, NoDelete, RecordAdmin, StaleFilter
+from curation.admin._common import LargeTableAdmin, NoChange, NoDelete, RecordAdmin, StaleFilter
 from curation.models import (
     AuditLog,
     Job,
@@ -15,7 +15,7 @@ from curation.roles import has_role
 @admin.register(Job)
 
 
-class JobAdmin(RecordAdmin):
+class JobAdmin(LargeTableAdmin, RecordAdmin):
     list_display = ("id", "kind", "source", "state", "progress_bar", "last_sign", "created_by", "created_at", "finished_at")
     list_filter = ("kind", "status", StaleFilter)
     actions = ["resume_jobs"]
@@ -69,7 +69,7 @@ class JobAdmin(RecordAdmin):
 @admin.register(JobChunk)
 
 
-class JobChunkAdmin(RecordAdmin):
+class JobChunkAdmin(LargeTableAdmin, RecordAdmin):
     list_display = ("job", "index", "done", "attempts", "done_at")
     list_filter = ("done",)
 
@@ -77,7 +77,8 @@ class JobChunkAdmin(RecordAdmin):
 @admin.register(AuditLog)
 
 
-class AuditLogAdmin(NoDelete, NoChange, RecordAdmin):
+class AuditLogAdmin(NoDelete, NoChange, LargeTableAdmin, RecordAdmin):
     list_display = ("created_at", "actor", "action", "target_type", "target_id")
+    list_select_related = ("actor",)
     list_filter = ("action", "target_type")
     search_fields = ("target_id", "actor__username")

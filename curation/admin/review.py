@@ -3,7 +3,7 @@ from django import forms
 from django.contrib import admin
 from django.contrib.auth.models import User
 
-from curation.admin._common import NoChange, NoDelete, RecordAdmin
+from curation.admin._common import LargeTableAdmin, NoChange, NoDelete, RecordAdmin
 from curation.audit import audit_record
 from curation.models import (
     AnnotatorScope,
@@ -97,8 +97,9 @@ class ReviewInline(admin.TabularInline):
 
 
 @admin.register(ReviewItem)
-class ReviewItemAdmin(NoDelete, RecordAdmin):
+class ReviewItemAdmin(NoDelete, LargeTableAdmin, RecordAdmin):
     list_display = ("image", "source", "candidate_class", "status", "done", "required", "leased", "final_decision", "is_gold")
+    list_select_related = ("image__source", "source", "candidate_class__source")
     list_filter = ("status", "final_decision", "is_gold", "source")
     search_fields = ("image__relative_path",)
     inlines = [ReviewInline]
@@ -119,12 +120,14 @@ class ReviewItemAdmin(NoDelete, RecordAdmin):
 
 
 @admin.register(Review)
-class ReviewAdmin(NoDelete, NoChange, RecordAdmin):
+class ReviewAdmin(NoDelete, NoChange, LargeTableAdmin, RecordAdmin):
     list_display = ("item", "annotator", "decision", "is_gold", "gold_correct", "seconds", "created_at")
+    list_select_related = ("item", "annotator")
     list_filter = ("decision", "is_gold", "annotator")
 
 
 @admin.register(Assignment)
-class AssignmentAdmin(NoDelete, NoChange, RecordAdmin):
+class AssignmentAdmin(NoDelete, NoChange, LargeTableAdmin, RecordAdmin):
     list_display = ("item", "annotator", "state", "is_gold", "leased_at", "expires_at", "finished_at")
+    list_select_related = ("item", "annotator")
     list_filter = ("state", "is_gold")

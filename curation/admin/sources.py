@@ -6,7 +6,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from curation import jobs
-from curation.admin._common import RecordAdmin, WholeNumberField, action_form, only_one
+from curation.admin._common import ErrorCodeFilter, LargeTableAdmin, RecordAdmin, WholeNumberField, action_form, only_one
 from curation.models import (
     CandidateClass,
     IdClassSet,
@@ -215,9 +215,10 @@ class CandidateClassAdmin(admin.ModelAdmin):
 @admin.register(Image)
 
 
-class ImageAdmin(RecordAdmin):
+class ImageAdmin(LargeTableAdmin, RecordAdmin):
     list_display = ("relative_path", "source", "status", "error_code", "width", "height", "format", "mode", "bytes", "excluded_reason")
-    list_filter = ("source", "status", "error_code", "format", "mode")
+    # no filter that lists every distinct value of a column (format, mode: a scan of every image);
+    # error codes are read among the images that are not ok (an index)
+    list_filter = ("source", "status", ErrorCodeFilter)
     search_fields = ("relative_path", "sha256")
     list_select_related = ("source",)
-    show_full_result_count = False
