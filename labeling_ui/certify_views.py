@@ -18,12 +18,13 @@ from curation.services.certification import (
     CertificationError,
     certification_close,
     certification_holds,
+    certification_leased_draws,
     certification_plan_create,
     certification_refresh,
-    certification_release,
     guarantee_text,
     sampler_note,
 )
+from curation.services.review import review_release_leases
 from labeling_ui.http import decimal_number, whole_number
 from labeling_ui.review_views import request_roles, role_required
 from pipelines import certify as C
@@ -152,7 +153,8 @@ def certify_release(request, source_id: int):
     if plan is None:
         return HttpResponseBadRequest("no plan: there is nothing to hand back\n", content_type="text/plain; charset=utf-8")
     try:
-        n = certification_release(plan=plan, user=request.user)
+        items = certification_leased_draws(plan=plan)
+        n = review_release_leases(item_ids=items, user=request.user, why=f"certification plan {plan.pk}") if items else 0
     except CertificationError as exc:
         return HttpResponseBadRequest(f"{exc}\n", content_type="text/plain; charset=utf-8")
     messages.success(request, f"{n} lease(s) on the sample handed back to the queue." if n else "No sampled image was leased.")

@@ -417,18 +417,15 @@ def certification_holds(*, plan: CertificationPlan, limit: int = 10) -> list[Hol
     return holds
 
 
-def certification_release(*, plan: CertificationPlan, user: User | None = None) -> int:
-    """Hand the plan's leased, undecided sampled images back to the queue now (a curator's button
-    on the certification page), so the next annotator reviews them instead of waiting for the
-    leases to run out. A decision sent on a released lease still counts. Returns how many leases."""
-    from curation.services.review import review_release_leases
-
+def certification_leased_draws(*, plan: CertificationPlan) -> list[int]:
+    """The open plan's sampled images that are leased and undecided (review items), for a
+    curator to hand back to the queue (``review_release_leases``) so the next annotator reviews
+    them instead of waiting for the leases to run out."""
     if plan.status not in OPEN:
         raise CertificationError(f"plan {plan.pk} is {plan.status}: only an open plan's sample is handed back")
     full = {h for h, s in enumerate(plan.strata) if s["full"]}
-    items = list(CertificationUnit.objects.filter(plan=plan, serve__isnull=False, item__leased__gt=0).exclude(stratum__in=full)
-                 .exclude(item__status__in=list(ReviewItem.FINAL)).values_list("item_id", flat=True))
-    return review_release_leases(item_ids=items, user=user, why=f"certification plan {plan.pk}") if items else 0
+    return list(CertificationUnit.objects.filter(plan=plan, serve__isnull=False, item__leased__gt=0).exclude(stratum__in=full)
+                .exclude(item__status__in=list(ReviewItem.FINAL)).values_list("item_id", flat=True))
 
 
 def _weights(plan: CertificationPlan, sizes: np.ndarray, rates: np.ndarray) -> np.ndarray:
