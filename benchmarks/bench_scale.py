@@ -50,6 +50,10 @@ PASSWORD = "scale-bench-pw-1"
 T0 = "2026-01-01 00:00:00+00"
 BIG_TABLES = ("curation_image", "curation_imageembedding", "curation_reviewitem", "curation_assignment", "curation_review",
               "curation_certificationunit", "curation_exportmember", "curation_jobchunk")
+STATUS = ("ok", "broken", "duplicate")
+DECISIONS = ("ood", "id", "unclear", "not_target")
+ITEM_STATUS = ("open", "complete", "conflict", "adjudicated")
+NONE, AGREE, CONFLICT, ADJUD, ONE, GOLD = range(6)  # what happened to a queue item (KIND)
 NOTES = ("blurry", "partly occluded by a hand", "two objects, one may be ID", "source label looks wrong", "watermark", "drawing, not a photo")
 
 
@@ -260,19 +264,20 @@ def generate(n: int, seed: int) -> dict:
         within = np.arange(n) - np.repeat(starts, sizes)
         ids = np.arange(1, n + 1, dtype=np.int64)
         u = rng.random(n)
-        status = np.where(u < 0.0015, "broken", np.where(u < 0.002, "duplicate", "ok"))
-        excluded = (status == "ok") & (rng.random(n) < 0.0001)
+        scode = np.where(u < 0.0015, 1, np.where(u < 0.002, 2, 0)).astype(np.uint8)  # STATUS (codes keep 13M rows small)
+        ok = scode == 0
+        excluded = ok & (rng.random(n) < 0.0001)
         widths = rng.choice(np.array([500, 375, 640, 333, 800, 1024]), n)
         heights = rng.choice(np.array([375, 500, 480, 500, 600, 768]), n)
         nbytes = rng.integers(20_000, 400_000, n)
         # near-duplicates: a follower is dropped for the image before it in its class (its group's first)
-        follower = (status == "ok") & (rng.random(n) < 0.011) & (within > 0)
-        follower[1:] &= status[:-1] == "ok"
+        follower = ok & (rng.random(n) < 0.011) & (within > 0)
+        follower[1:] &= ok[:-1]
         rep = ids.copy()
         lead = np.where(~follower, ids, 0)
         np.maximum.accumulate(lead, out=lead)
         rep[follower] = lead[follower]
-        id_leak = (status == "ok") & ~follower & (rng.random(n) < 0.0005)
+        id_leak = ok & ~follower & (rng.random(n) < 0.0005)
         n_ref = 1000 * ID_PER_CLASS
         ref_ids = np.arange(n + 1, n + n_ref + 1, dtype=np.int64)
         sim = np.clip(rng.beta(2.2, 3.5, n) + np.where(follower | id_leak, 0.3, 0.0), 0, 1)
@@ -280,7 +285,7 @@ def generate(n: int, seed: int) -> dict:
         top1 = np.where(rng.random(n) < fav_share[cls], fav[cls], rng.integers(0, 1000, n))
         others5 = rng.integers(0, 1000, (n, 4))
         p1 = np.clip(rng.beta(2, 3, n), 0.05, 0.99)
-        decode_failed = (status == "ok") & (rng.random(n) < 0.0003)
+        decode_failed = ok & (rng.random(n) < 0.0003)
         wn_arr = np.array(wnids)
         idw = np.array(id_wnids)
         CH = 200_000
@@ -290,7 +295,7 @@ def generate(n: int, seed: int) -> dict:
             img, emb = [], []
             for j in range(a, b):
                 w = wn_arr[cls[j]]
-                st = status[j]
+                st = STATUS[scode[j]]
                 i = ids[j]
                 img.append(f"{i}\t{pool.pk}\t{class_ids[cls[j]]}\t{w}/{w}_{within[j]}.JPEG\t{hexes[64 * (j - a):64 * (j - a + 1)]}\t{widths[j]}\t"
                            f"{heights[j]}\t1\tJPEG\tRGB\t{nbytes[j]}\t1700000000000000000\t{st}\t{'truncated' if st == 'broken' else ''}\t"
@@ -331,31 +336,31 @@ def generate(n: int, seed: int) -> dict:
 
         # -- the review queue over the accepted classes, reviews of its first 10% ------------------------
         t = time.perf_counter()
-        eligible = (status == "ok") & ~excluded & ~decode_failed & ~follower & ~id_leak & reviewable[cls]
+        eligible = ok & ~excluded & ~decode_failed & ~follower & ~id_leak & reviewable[cls]
         e_idx = np.flatnonzero(eligible)
         order = e_idx[np.lexsort((ids[e_idx], -sim[e_idx]))]  # served first: most similar to ID (priority = -similarity)
         m = len(order)
         item_ids = np.arange(1, m + 1, dtype=np.int64)  # item k is order[k-1]
         n_rev = int(round(0.10 * m))
-        kind = np.full(m, "", dtype="<U9")  # what happened to the reviewed ones
+        kind = np.zeros(m, np.uint8)  # what happened to the reviewed ones: KIND
         rr = rng.random(n_rev)
-        kind[:n_rev] = np.where(rr < 0.80, "agree", np.where(rr < 0.85, "conflict", np.where(rr < 0.87, "adjud", "one")))
+        kind[:n_rev] = np.where(rr < 0.80, AGREE, np.where(rr < 0.85, CONFLICT, np.where(rr < 0.87, ADJUD, ONE)))
         gold = np.zeros(m, bool)
         gold[:n_rev] = rng.random(n_rev) < 0.005
-        kind[gold] = "gold"
-        dec_choices = np.array(["ood", "id", "unclear", "not_target"])
-        truth = dec_choices[np.searchsorted(np.cumsum([0.80, 0.12, 0.05, 0.03]), rng.random(m) * 0.99999)]
-        other = dec_choices[(np.searchsorted(dec_choices, truth) + rng.integers(1, 4, m)) % 4]
-        st_item = np.where(kind == "agree", "complete", np.where(kind == "conflict", "conflict", np.where(kind == "adjud", "adjudicated",
-                           np.where(kind == "gold", "complete", "open"))))
-        final = np.where(np.isin(kind, ["agree", "adjud", "gold"]), truth, "")
-        done = np.where(kind == "", 0, np.where(kind == "one", 1, np.where(kind == "gold", 5, 2)))
+        kind[gold] = GOLD
+        truth = np.searchsorted(np.cumsum([0.80, 0.12, 0.05, 0.03]), rng.random(m) * 0.99999).astype(np.uint8)  # DECISIONS
+        other = ((truth + rng.integers(1, 4, m)) % 4).astype(np.uint8)
+        st_item = np.array([0, 1, 2, 3, 0, 1], np.uint8)[kind]  # ITEM_STATUS by KIND
+        decided = np.isin(kind, [AGREE, ADJUD, GOLD])
+        done = np.array([0, 2, 2, 2, 1, 5], np.uint8)[kind]
         imgs = ids[order]
         for a in range(0, m, 500_000):
-            lines = [f"{item_ids[k]}\t{imgs[k]}\t{pool.pk}\t{class_ids[cls[order[k]]]}\t{-sim[order[k]]:.5f}\t2\t{done[k]}\t0\t{st_item[k]}\t{final[k]}\t"
-                     f"{wnid_list(idw[top1[order[k]]]) if final[k] == 'id' else '[]'}\t\t"
-                     f"{T0 if final[k] else chr(92) + 'N'}\t{'t' if gold[k] else 'f'}\t{T0}\t"
-                     f"{curator.pk if kind[k] == 'adjud' else chr(92) + 'N'}" for k in range(a, min(m, a + 500_000))]
+            fin = [DECISIONS[t] if d else "" for t, d in zip(truth[a:a + 500_000].tolist(), decided[a:a + 500_000].tolist())]
+            lines = [f"{item_ids[k]}\t{imgs[k]}\t{pool.pk}\t{class_ids[cls[order[k]]]}\t{-sim[order[k]]:.5f}\t2\t{done[k]}\t0\t"
+                     f"{ITEM_STATUS[st_item[k]]}\t{fin[k - a]}\t"
+                     f"{wnid_list(idw[top1[order[k]]]) if fin[k - a] == 'id' else '[]'}\t\t"
+                     f"{T0 if fin[k - a] else chr(92) + 'N'}\t{'t' if gold[k] else 'f'}\t{T0}\t"
+                     f"{curator.pk if kind[k] == ADJUD else chr(92) + 'N'}" for k in range(a, min(m, a + 500_000))]
             cp("curation_reviewitem", "id, image_id, source_id, candidate_class_id, priority, required, done, leased, status, final_decision, "
                "final_wnids, final_note, decided_at, is_gold, created_at, decided_by_id", "\n".join(lines) + "\n", len(lines))
         ReviewSettings.objects.create(source=pool, reviews_required=2, order="nearest_id", gold_rate=0.02, updated_by=curator)
@@ -373,18 +378,18 @@ def generate(n: int, seed: int) -> dict:
                 (first[k], (first[k] + 1 + step[k]) % N_ANNOTATORS)[: done[k]]
             for q, x in enumerate(who):
                 aid += 1
-                if kind[k] in ("conflict", "adjud") and q == 1:
-                    d = other[k]
-                elif kind[k] == "gold" and q == 0:
-                    d = other[k]  # a wrong answer on a gold image
+                if kind[k] in (CONFLICT, ADJUD) and q == 1:
+                    d = DECISIONS[other[k]]
+                elif kind[k] == GOLD and q == 0:
+                    d = DECISIONS[other[k]]  # a wrong answer on a gold image
                 else:
-                    d = truth[k]
+                    d = DECISIONS[truth[k]]
                 when = f"2026-01-{1 + minutes[aid] // 1440:02d} {(minutes[aid] // 60) % 24:02d}:{minutes[aid] % 60:02d}:00+00"
-                g = kind[k] == "gold"
+                g = kind[k] == GOLD
                 asg.append(f"{aid}\t{item_ids[k]}\t{ann[x]}\tdone\t{'t' if g else 'f'}\t{when}\t{when}\t{when}")
                 note = NOTES[int(note_of[aid] * 1000) % len(NOTES)] if note_of[aid] < 0.02 else ""
                 rev.append(f"{aid}\t{item_ids[k]}\t{ann[x]}\t{aid}\t{d}\t{wnid_list(idw[top1[order[k]]]) if d == 'id' else '[]'}\t{note}\t"
-                           f"{secs[aid]:.2f}\t{'t' if g else 'f'}\t{('t' if d == truth[k] else 'f') if g else chr(92) + 'N'}\t{when}")
+                           f"{secs[aid]:.2f}\t{'t' if g else 'f'}\t{('t' if d == DECISIONS[truth[k]] else 'f') if g else chr(92) + 'N'}\t{when}")
         # open leases: 10 per annotator on undecided items
         for x in range(N_ANNOTATORS):
             for q in range(10):
@@ -401,7 +406,7 @@ def generate(n: int, seed: int) -> dict:
 
         # -- one open certification plan over the undecided images --------------------------------------
         t = time.perf_counter()
-        pop = np.flatnonzero((st_item == "open") & ~gold)
+        pop = np.flatnonzero((st_item == 0) & ~gold)
         H = 13
         edges = np.quantile(sim[order[pop]], np.linspace(0, 1, H + 1)[1:-1])
         stratum = np.searchsorted(edges, sim[order[pop]])
@@ -426,7 +431,7 @@ def generate(n: int, seed: int) -> dict:
 
         # -- two export versions ----------------------------------------------------------------------------
         t = time.perf_counter()
-        ood = np.flatnonzero((final == "ood") & exportable[cls[order]])
+        ood = np.flatnonzero(decided & (truth == 0) & exportable[cls[order]])
         for version, share in ((1, 0.6), (2, 1.0)):
             members = ood[: int(len(ood) * share)]
             job = Job.objects.create(kind="export", source=None, status="done", progress=len(members), total=len(members), created_by=curator,

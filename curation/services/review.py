@@ -16,14 +16,16 @@ import hashlib
 import random
 import threading
 import time
+from array import array
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Iterable, Sequence
 
+import numpy as np
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.db import transaction
-from django.db.models import F
+from django.db import connection, transaction
+from django.db.models import F, FilteredRelation, Q
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
@@ -44,7 +46,7 @@ from curation.models import (
 )
 from curation.selectors import Scope, annotator_scope, class_policy, not_seen_by
 from curation.services.certification import certification_lease_orders, certification_quiet, certification_tick
-from pipelines.review_order import class_runs
+from pipelines.review_order import class_runs_arrays
 
 SECONDS_CAP = 300.0  # a longer gap is a break, not work on the image
 
@@ -114,13 +116,15 @@ def review_queue_sync(*, source: Source, model_name: str | None = None, user: Us
     reviewable when it decoded, its class was kept by the latest class filter run (flags wait
     for a curator), its class was not rejected on the class screen, and the duplicate search
     kept it. Open images that stopped being reviewable are withdrawn; settings (reviews
-    required, order) are applied to open images."""
+    required, order) are applied to open images.
+
+    At ImageNet-21K's size (13 million images, issue 45) the images are read as one stream and
+    the reviewable ones kept in arrays, never a Python object per image; on PostgreSQL the queue
+    is brought in line by a few statements against a temporary table of them, not row by row."""
     if source.role != Source.Role.CANDIDATE:
         raise ReviewError(f"{source.name} is an ID reference source; only candidate sources are reviewed")
     model_name = model_name or settings.DEFAULT_MODEL
-    emb = {e["image_id"]: e for e in ImageEmbedding.objects.filter(image__source=source, model_name=model_name)
-           .values("image_id", "ok", "drop_reason", "nearest_id_similarity")}
-    if not emb:
+    if not ImageEmbedding.objects.filter(image__source=source, model_name=model_name).exists():
         raise ReviewError(f"{source.name} has no predictions from {model_name} yet: run "
                           f"`python manage.py run_image_pipeline --sources {source.name}` (or the Sources admin's actions) first")
     policy = class_policy(source=source)
@@ -128,17 +132,19 @@ def review_queue_sync(*, source: Source, model_name: str | None = None, user: Us
     report = QueueSync(source=source.name, excluded={"broken_or_duplicate_file": 0, "not_extracted": 0, "decode_failed": 0,
                                                      "dropped_by_duplicate_search": 0, "class_removed": 0, "class_flagged": 0,
                                                      "class_not_in_filter_run": 0, "excluded_by_curator": 0})
-    eligible: dict[int, tuple[int | None, float, int]] = {}
-    for image_id, class_id, status, excluded in (Image.objects.filter(source=source)
-                                                 .values_list("id", "candidate_class_id", "status", "excluded_reason")):
+    ids, classes, priorities, required = array("q"), array("q"), array("d"), array("h")
+    rows = (Image.objects.filter(source=source)
+            .annotate(emb=FilteredRelation("embeddings", condition=Q(embeddings__model_name=model_name)))
+            .order_by().values_list("id", "candidate_class_id", "status", "excluded_reason", "emb__id", "emb__ok", "emb__drop_reason",
+                                    "emb__nearest_id_similarity"))
+    for image_id, class_id, status, excluded, emb_id, ok, drop_reason, similarity in rows.iterator(chunk_size=20000):
         if status != Image.Status.OK:
             report.excluded["broken_or_duplicate_file"] += 1
             continue
         if excluded:
             report.excluded["excluded_by_curator"] += 1
             continue
-        e = emb.get(image_id)
-        if e is None:
+        if emb_id is None:
             # the class's verdict first: a removed class's images may never be extracted (run_image_pipeline
             # --skip-removed-classes), and "not extracted" would hide why
             standing = policy.of(class_id)
@@ -147,10 +153,10 @@ def review_queue_sync(*, source: Source, model_name: str | None = None, user: Us
             else:
                 report.excluded["not_extracted"] += 1
             continue
-        if not e["ok"]:
+        if not ok:
             report.excluded["decode_failed"] += 1
             continue
-        if e["drop_reason"]:
+        if drop_reason:
             report.excluded["dropped_by_duplicate_search"] += 1
             continue
         standing = policy.of(class_id)  # the one class-eligibility policy (selectors.class_policy)
@@ -158,46 +164,19 @@ def review_queue_sync(*, source: Source, model_name: str | None = None, user: Us
             report.excluded[{"remove": "class_removed", "flag": "class_flagged"}.get(standing.verdict, "class_not_in_filter_run")] += 1
             continue
         cfg = per_class.get(class_id, base)
-        eligible[image_id] = (class_id, _priority(cfg.order, image_id, e["nearest_id_similarity"]), cfg.reviews_required)
-    report.eligible = len(eligible)
+        ids.append(image_id)
+        classes.append(class_id if class_id is not None else -1)
+        priorities.append(_priority(cfg.order, image_id, similarity))
+        required.append(cfg.reviews_required)
+    report.eligible = len(ids)
+    prio = np.frombuffer(priorities, dtype=np.float64) if len(priorities) else np.zeros(0)
     if base.group_classes and settings.REVIEW_CLASS_RUN > 0:  # a class's images in a row (pipelines.review_order)
-        runs = class_runs({i: (c, p) for i, (c, p, _r) in eligible.items()}, settings.REVIEW_CLASS_RUN)
-        eligible = {i: (c, runs[i], r) for i, (c, _p, r) in eligible.items()}
-
+        prio = class_runs_arrays(np.frombuffer(ids, dtype=np.int64), np.frombuffer(classes, dtype=np.int64), prio, settings.REVIEW_CLASS_RUN)
     with transaction.atomic():
-        existing = {it.image_id: it for it in ReviewItem.objects.select_for_update().filter(source=source)}
-        new = [ReviewItem(image_id=i, source=source, candidate_class_id=c, priority=p, required=r)
-               for i, (c, p, r) in eligible.items() if i not in existing]
-        ReviewItem.objects.bulk_create(new, batch_size=2000, ignore_conflicts=True)
-        report.created = len(new)
-        changed = []
-        for image_id, item in existing.items():
-            target = eligible.get(image_id)
-            if target is None:
-                if item.status == ReviewItem.Status.OPEN:
-                    item.status = ReviewItem.Status.WITHDRAWN
-                    changed.append(item)
-                    report.withdrawn += 1
-                continue
-            _c, priority, required = target
-            if item.front_priority is not None:  # sent to the front (find similar): it stays there
-                priority = item.front_priority
-            required += item.extra_reviews  # a curator asked for more (image browser)
-            dirty = False
-            if item.status == ReviewItem.Status.WITHDRAWN:
-                item.status = ReviewItem.Status.OPEN
-                report.restored += 1
-                dirty = True
-            if item.priority != priority or item.required != required:
-                item.priority, item.required = priority, required
-                report.updated += 1
-                dirty = True
-            if item.status in (ReviewItem.Status.COMPLETE, ReviewItem.Status.CONFLICT) and item.done < item.required:
-                _reopen(item)  # more reviews are now required
-                dirty = True
-            if dirty:
-                changed.append(item)
-        ReviewItem.objects.bulk_update(changed, ["status", "priority", "required", "final_decision", "final_wnids"], batch_size=2000)
+        if connection.vendor == "postgresql":
+            _queue_apply_sql(source, ids, classes, prio, required, report)
+        else:
+            _queue_apply_rows(source, ids, classes, prio, required, report)
         # images that already have the reviews now required
         for item in ReviewItem.objects.select_for_update().filter(source=source, status=ReviewItem.Status.OPEN, done__gt=0, done__gte=F("required")):
             _finalize(item)
@@ -208,6 +187,93 @@ def review_queue_sync(*, source: Source, model_name: str | None = None, user: Us
     id_set = IdClassSet.objects.filter(is_default=True).first()
     synset_texts_sync(set(class_wnids) | set(id_set.wnids if id_set else []))
     return report
+
+
+def _queue_apply_rows(source: Source, ids, classes, prio, required, report: QueueSync) -> None:
+    """The queue brought in line with the reviewable images row by row (SQLite: the demo's and a
+    laptop's queues, thousands of images)."""
+    eligible = {int(i): (c if c >= 0 else None, float(p), int(r)) for i, c, p, r in zip(ids, classes, prio, required)}
+    existing = {it.image_id: it for it in ReviewItem.objects.select_for_update().filter(source=source)}
+    new = [ReviewItem(image_id=i, source=source, candidate_class_id=c, priority=p, required=r)
+           for i, (c, p, r) in eligible.items() if i not in existing]
+    ReviewItem.objects.bulk_create(new, batch_size=2000, ignore_conflicts=True)
+    report.created = len(new)
+    changed = []
+    for image_id, item in existing.items():
+        target = eligible.get(image_id)
+        if target is None:
+            if item.status == ReviewItem.Status.OPEN:
+                item.status = ReviewItem.Status.WITHDRAWN
+                changed.append(item)
+                report.withdrawn += 1
+            continue
+        _c, priority, need = target
+        if item.front_priority is not None:  # sent to the front (find similar): it stays there
+            priority = item.front_priority
+        need += item.extra_reviews  # a curator asked for more (image browser)
+        dirty = False
+        if item.status == ReviewItem.Status.WITHDRAWN:
+            item.status = ReviewItem.Status.OPEN
+            report.restored += 1
+            dirty = True
+        if item.priority != priority or item.required != need:
+            item.priority, item.required = priority, need
+            report.updated += 1
+            dirty = True
+        if item.status in (ReviewItem.Status.COMPLETE, ReviewItem.Status.CONFLICT) and item.done < item.required:
+            _reopen(item)  # more reviews are now required
+            dirty = True
+        if dirty:
+            changed.append(item)
+    ReviewItem.objects.bulk_update(changed, ["status", "priority", "required", "final_decision", "final_wnids"], batch_size=2000)
+
+
+def _queue_apply_sql(source: Source, ids, classes, prio, required, report: QueueSync) -> None:
+    """The same as ``_queue_apply_rows`` in four statements against a temporary table of the
+    reviewable images (COPY): new images inserted, images no longer reviewable withdrawn while
+    open, and priorities, reviews required, restores and re-openings written only where they
+    change."""
+    import io
+
+    buf = io.StringIO()
+    for i, c, p, r in zip(ids, classes, prio.tolist(), required):
+        buf.write(f"{i}\t{c if c >= 0 else chr(92) + 'N'}\t{p!r}\t{r}\n")
+    buf.seek(0)
+    S = ReviewItem.Status
+    reopen = (f"(r.status IN ('{S.COMPLETE}', '{S.CONFLICT}') AND r.done < t.required + r.extra_reviews)")
+    with connection.cursor() as cur:
+        cur.execute("CREATE TEMP TABLE oodc_queue_target (image_id bigint PRIMARY KEY, class_id bigint, priority double precision, "
+                    "required smallint) ON COMMIT DROP")
+        cur.cursor.copy_expert("COPY oodc_queue_target (image_id, class_id, priority, required) FROM STDIN", buf)
+        cur.execute("ANALYZE oodc_queue_target")
+        # one rebuild of a source at a time (its row locked); locking its millions of queue rows
+        # would write every one of them, and each statement below locks the rows it changes
+        cur.execute("SELECT 1 FROM curation_source WHERE id = %s FOR UPDATE", [source.pk])
+        cur.execute("INSERT INTO curation_reviewitem (image_id, source_id, candidate_class_id, priority, required, extra_reviews, done, leased, "
+                    "status, final_decision, final_wnids, final_note, is_gold, created_at) "
+                    "SELECT t.image_id, %s, t.class_id, t.priority, t.required, 0, 0, 0, %s, '', '[]', '', false, now() "
+                    "FROM oodc_queue_target t WHERE NOT EXISTS (SELECT 1 FROM curation_reviewitem r WHERE r.image_id = t.image_id) "
+                    "ON CONFLICT DO NOTHING", [source.pk, S.OPEN])
+        report.created = cur.rowcount
+        cur.execute("UPDATE curation_reviewitem r SET status = %s WHERE r.source_id = %s AND r.status = %s "
+                    "AND NOT EXISTS (SELECT 1 FROM oodc_queue_target t WHERE t.image_id = r.image_id)", [S.WITHDRAWN, source.pk, S.OPEN])
+        report.withdrawn = cur.rowcount
+        cur.execute("CREATE TEMP TABLE oodc_queue_change ON COMMIT DROP AS "
+                    "SELECT r.id, r.status = %s AS restore, "
+                    "(r.priority IS DISTINCT FROM COALESCE(r.front_priority, t.priority) OR r.required <> t.required + r.extra_reviews) AS moved, "
+                    f"{reopen} AS reopen, COALESCE(r.front_priority, t.priority) AS priority, t.required + r.extra_reviews AS required "
+                    "FROM curation_reviewitem r JOIN oodc_queue_target t ON t.image_id = r.image_id WHERE r.source_id = %s AND "
+                    f"(r.status = %s OR r.priority IS DISTINCT FROM COALESCE(r.front_priority, t.priority) "
+                    f"OR r.required <> t.required + r.extra_reviews OR {reopen})", [S.WITHDRAWN, source.pk, S.WITHDRAWN])
+        cur.execute("SELECT count(*) FILTER (WHERE restore), count(*) FILTER (WHERE moved) FROM oodc_queue_change")
+        report.restored, report.updated = cur.fetchone()
+        cur.execute("UPDATE curation_reviewitem r SET priority = c.priority, required = c.required, "
+                    "status = CASE WHEN c.restore OR c.reopen THEN %s ELSE r.status END, "
+                    "final_decision = CASE WHEN c.reopen AND NOT c.restore THEN '' ELSE r.final_decision END, "
+                    "final_wnids = CASE WHEN c.reopen AND NOT c.restore THEN '[]'::jsonb ELSE r.final_wnids END "
+                    "FROM oodc_queue_change c WHERE r.id = c.id", [S.OPEN])
+        cur.execute("DROP TABLE oodc_queue_change")
+        cur.execute("DROP TABLE oodc_queue_target")
 
 
 @dataclass
