@@ -90,6 +90,7 @@ def evaluation(request, run_id: int):
                 x["auroc_pct"], x["fpr_pct"], x["accuracy_pct"] = _pct(x["auroc"]), _pct(x["fpr95"]), _pct(x["accuracy"])
         for x in board["models"]:
             x["accuracy_pct"] = _pct(x["accuracy"])
+            x["head_kind"] = ((res["models"].get(x["model"]) or {}).get("head_used") or {}).get("kind", "")  # zero-shot or classifier
     return render(request, "labeling_ui/evaluation.html", {"run": run, "models": models, "sanity": _sanity_view(res, info),
                                                            "board": board})
 

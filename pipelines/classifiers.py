@@ -282,6 +282,9 @@ def load_model(name: str, *, weights: str | Path | None = None, device: str | No
     import timm
     import torch
 
+    if name.startswith("clip:"):  # pipelines.vlm.load_clip loads these, for the evaluation
+        raise ModelUnavailable(f"model {name!r} is a vision-language model: it has no ImageNet-1K classifier head for "
+                               "predictions and features; use it in evaluations (python manage.py evaluate --models ...)")
     weights = Path(weights) if weights else None
     if name in MODELS:
         spec = MODELS[name]

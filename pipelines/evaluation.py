@@ -23,7 +23,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .detectors import DETECTORS, Detector, DetectorError, Head, Outputs, get_detector, params_of
+from .detectors import DETECTORS, Detector, DetectorError, Head, Outputs, TextHead, get_detector, params_of
 from .metrics import (
     AUPR_METHODS,
     FPR_METHODS,
@@ -96,6 +96,9 @@ class EvalInputs:
     id_shifted: dict[str, Outputs] = field(default_factory=dict)  # covariate-shifted ID sets by name (labels as id_test)
     # ImageNet-FS-X: the OOD-class images of the same shifted sources, keyed like id_shifted
     ood_shifted: dict[str, Outputs] = field(default_factory=dict)
+    # a vision-language model's zero-shot head (its logits are logit_scale x cos(image, class text));
+    # None for a classifier
+    text: TextHead | None = None
 
 
 ALL_SHIFTED = "all shifted sets"
@@ -136,7 +139,7 @@ def restrict_classes(outputs: Outputs, keep: np.ndarray) -> Outputs:
         remap = np.full(outputs.logits.shape[1], -1, dtype=np.int64)
         remap[keep] = np.arange(len(keep))
         labels = np.where(outputs.labels >= 0, remap[np.clip(outputs.labels, 0, None)], -1)
-    return Outputs(features=outputs.features, logits=outputs.logits[:, keep], labels=labels, extra=outputs.extra)
+    return Outputs(features=outputs.features, logits=outputs.logits[:, keep], labels=labels, extra=outputs.extra, local=outputs.local)
 
 
 def restrict_inputs(inputs: "EvalInputs", keep: np.ndarray) -> "EvalInputs":
@@ -148,7 +151,8 @@ def restrict_inputs(inputs: "EvalInputs", keep: np.ndarray) -> "EvalInputs":
                       ood=restrict_classes(inputs.ood, keep), ood_groups=inputs.ood_groups, unit_tests=r(inputs.unit_tests),
                       unit_groups=inputs.unit_groups, head=inputs.head.restricted(keep) if inputs.head is not None else None,
                       ood_subsplits=inputs.ood_subsplits, id_shifted={k: restrict_classes(o, keep) for k, o in inputs.id_shifted.items()},
-                      ood_shifted={k: restrict_classes(o, keep) for k, o in inputs.ood_shifted.items()})
+                      ood_shifted={k: restrict_classes(o, keep) for k, o in inputs.ood_shifted.items()},
+                      text=inputs.text.restricted(keep) if inputs.text is not None else None)
 
 
 def restrict_to_classes(inputs: EvalInputs, wnids: Sequence[str], *, set_name: str,
@@ -164,13 +168,15 @@ def restrict_to_classes(inputs: EvalInputs, wnids: Sequence[str], *, set_name: s
     if outside:
         raise ValueError(f"restrict logits: {len(outside)} class(es) of {set_name} are not ImageNet-1K classes ({', '.join(outside[:5])})")
     keep = np.array([index[w] for w in wnids], dtype=np.int64)
-    record = {
-        "set": set_name, "classes": len(wnids),
-        "note": (f"logits restricted to the {len(wnids)} classes of {set_name}: the classifier "
-                 "was trained on all of its classes, the OOD half included, so this measures fine-grained separation "
-                 "of classes it has seen, not novelty (as ImageNet-X's split of ImageNet-1K)"
-                 + ("; input-level scores (ODIN) come from the full model" if input_level else "")),
-    }
+    if inputs.text is not None:  # a zero-shot head: prompted with the ID names only, as ImageNet-X runs CLIP
+        note = (f"zero-shot head over the {len(wnids)} class names of {set_name} only: the model was never told the "
+                "OOD half's names, so this measures novelty as ImageNet-X does")
+    else:
+        note = (f"logits restricted to the {len(wnids)} classes of {set_name}: the classifier "
+                "was trained on all of its classes, the OOD half included, so this measures fine-grained separation "
+                "of classes it has seen, not novelty (as ImageNet-X's split of ImageNet-1K)"
+                + ("; input-level scores (ODIN) come from the full model" if input_level else ""))
+    record = {"set": set_name, "classes": len(wnids), "note": note}
     return restrict_inputs(inputs, keep), record
 
 
@@ -232,6 +238,8 @@ def evaluate_model(inputs: EvalInputs, methods: list[tuple[str, dict]], *, sever
         try:
             det: Detector = get_detector(name, **params)
             entry["params"] = dict(det.params)
+            if det.needs_text:
+                det.text = inputs.text  # the zero-shot head in force (None for a classifier: the detector says so)
             det.fit(inputs.fit, inputs.head)
             id_scores = det.score(inputs.id_test)
             ood_scores = det.score(inputs.ood)

@@ -225,8 +225,16 @@ def _check_models_resolvable(models: Sequence[str], imported: Sequence[ImageSet]
     set holds, one with outputs in the cache already, or a timm architecture. Checked before the
     run exists, so a typo is one line and no failed run is left behind (timm is imported only for
     a name none of the others know)."""
-    from pipelines.classifiers import MODELS
+    from pipelines.classifiers import MODELS, ModelUnavailable
+    from pipelines.vlm import is_clip, resolve_weights
 
+    for m in models:
+        if is_clip(m):  # its weights must be had now: a run without them stops here, in one line
+            try:
+                resolve_weights(m)
+            except ModelUnavailable as exc:
+                raise EvaluationError(str(exc).splitlines()[0]) from None
+    models = [m for m in models if not is_clip(m)]
     known = set(MODELS) | {s.obj.model_name for s in imported}
     unknown = [m for m in models if m not in known and not EvalFeatureSet.objects.filter(model_name=m).exists()]
     if not unknown:
@@ -246,7 +254,7 @@ def _check_models_resolvable(models: Sequence[str], imported: Sequence[ImageSet]
 def evaluation_create(*, export: Export | None = None, id_test: str, id_fit: str, models: list[str], methods: list[str] | None = None,
                       unit_tests: Export | None = None, params: dict | None = None, ood: str | None = None,
                       restrict_logits: str | None = None, id_shifted: list[str] | None = None, fs_x: dict | None = None,
-                      user: User | None = None, enqueue: bool = True) -> EvaluationRun:
+                      preset: str | None = None, user: User | None = None, enqueue: bool = True) -> EvaluationRun:
     """A run of detectors x models. The OOD set is a clean ``export``, or (``ood``) part of an ID
     source, ``source:NAME@CLASSES``, as in a semantic split (ImageNet-X: the OOD half of the ID
     classes). ``restrict_logits`` (a registered ID class set) keeps only those classes' logits, so
@@ -256,9 +264,22 @@ def evaluation_create(*, export: Export | None = None, id_test: str, id_fit: str
     (pipelines.metrics.full_spectrum_metrics), with the model's accuracy on it."""
     from curation.services.loaded_models import ModelNameError, check_model_name
     from pipelines.detectors import default_detectors, detector_names
+    from pipelines.vlm import DEFAULT_TEMPLATE, TEMPLATE_KEYS, is_clip
 
     params = dict(params or {})
     ood_shifted: dict[str, str] = {}
+    if preset:
+        if export is not None or ood or restrict_logits or id_shifted:
+            raise EvaluationError(f"--preset {preset} builds the OOD set and the ID class restriction itself; give only "
+                                  "--id-test and --id-fit (whole ID sources)" + (" and --variant" if preset == "imagenet-fs-x" else ""))
+        split = _preset_split(preset, user=user)
+        if preset == "imagenet-x":
+            if "@" in id_test or "@" in id_fit:
+                raise EvaluationError(f"--preset {preset}: give whole sources (source:NAME); the split's class lists select their images")
+            ood, restrict_logits = f"{id_test}@{split}-ood", f"{split}-id"
+            id_test, id_fit = f"{id_test}@{split}-id", f"{id_fit}@{split}-id"
+        else:
+            fs_x = {"split": split, "variants": (fs_x or {}).get("variants") or []}
     if fs_x:
         # ImageNet-FS-X (paper 004 sec. 2.2): each source split by the semantic split's class lists;
         # ID-class images of the ID source are ID, of the variants shifted ID; OOD-class images of
@@ -288,12 +309,20 @@ def evaluation_create(*, export: Export | None = None, id_test: str, id_fit: str
     if len(set(models)) != len(models):
         raise EvaluationError(f"a model is listed twice: {', '.join(models)}")
     for m in models:
+        if is_clip(m):  # clip:ARCH:/path/to/weights names a file; checked by _check_models_resolvable
+            if len(m) > 200:
+                raise EvaluationError(f"model {m[:60]}...: names are at most 200 characters; move the weights to a shorter path")
+            continue
         try:
             check_model_name(m)
         except ModelNameError as exc:
             raise EvaluationError(str(exc)) from None
     known = detector_names()
-    methods = list(dict.fromkeys(methods or default_detectors()))
+    clip_models = [m for m in models if is_clip(m)]
+    methods = list(dict.fromkeys(methods or default_detectors(text=bool(clip_models))))  # with a CLIP model: its detectors too
+    template = params.get("clip_template") or DEFAULT_TEMPLATE
+    if template not in TEMPLATE_KEYS:
+        raise EvaluationError(f"prompt template {template!r}: choose one of {', '.join(TEMPLATE_KEYS)}")
     unknown = [m for m in methods if m not in known]
     if unknown:
         raise EvaluationError(f"unknown detector(s) {', '.join(unknown)}; registered: {', '.join(known)}")
@@ -353,6 +382,10 @@ def evaluation_create(*, export: Export | None = None, id_test: str, id_fit: str
     }
     if restriction:
         config["restrict_logits"] = restriction
+    if clip_models:
+        config["clip_template"] = template
+    if preset:
+        config["preset"] = preset
     if fs_x:
         config["fs_x"] = {"split": fs_x["split"], "variants": [k.partition("@")[0] for k in ood_shifted]}
     sanity_seeds = numbers["sanity_seeds"]
@@ -378,6 +411,35 @@ def evaluation_create(*, export: Export | None = None, id_test: str, id_fit: str
         if enqueue:
             enqueue_on_commit(job)
     return run
+
+
+# ImageNet-X (Noda et al., sec. 2.1) and ImageNet-FS-X (sec. 2.2) as presets: the published split of
+# ImageNet-1K (pipelines.semantic_split reproduces it), registered under this name when first used
+PRESETS = ("imagenet-x", "imagenet-fs-x")
+PRESET_SPLIT = "imagenet-x"
+PRESET_SPEC = "semantic split of imagenet-1k (ImageNet-X procedure)"
+
+
+def _preset_split(preset: str, *, user: User | None = None) -> str:
+    """The name of the registered ImageNet-X split (``<name>-id`` / ``<name>-ood``), made from
+    ImageNet-1K by ImageNet-X's procedure the first time a preset needs it."""
+    from curation.services.id_classes import IdClassSetError, semantic_split_create
+    from pipelines.wordnet import WordNetUnavailable
+
+    if preset not in PRESETS:
+        raise EvaluationError(f"--preset {preset!r}: choose one of {', '.join(PRESETS)}")
+    sides = {s.name: s for s in IdClassSet.objects.filter(name__in=[f"{PRESET_SPLIT}-id", f"{PRESET_SPLIT}-ood"])}
+    if len(sides) == 2:
+        odd = [n for n, s in sides.items() if not (s.spec or "").startswith(PRESET_SPEC)]
+        if odd:
+            raise EvaluationError(f"--preset {preset}: the ID class set {odd[0]} is not ImageNet-X's split ({sides[odd[0]].spec!r}); "
+                                  f"rename or delete it, the preset registers {PRESET_SPLIT}-id/-ood itself")
+        return PRESET_SPLIT
+    try:
+        semantic_split_create(id_spec="imagenet-1k", register=PRESET_SPLIT, user=user)
+    except (IdClassSetError, WordNetUnavailable) as exc:
+        raise EvaluationError(f"--preset {preset}: cannot make ImageNet-X's split: {str(exc).splitlines()[0]}") from None
+    return PRESET_SPLIT
 
 
 SHIFTED_PREFIX = "id_shifted:"
@@ -458,6 +520,8 @@ def _set_of(role_entry: dict) -> ImageSet:
 
 def evaluation_plan(*, job_id: int) -> list[int]:
     """Chunks for every (model, set) output not cached yet, and for input-level scores (ODIN)."""
+    from pipelines.vlm import is_clip
+
     job = Job.objects.get(pk=job_id)
     planned = chunks_to_do(job)
     if planned is not None:
@@ -474,7 +538,8 @@ def evaluation_plan(*, job_id: int) -> list[int]:
             cached = _cached(model, entry, _decoder(cfg))
             n = None
             wanted = [] if cached else ["features"]
-            wanted += [key for key in input_keys if (role != "id_fit" or key in fit_keys) and (cached is None or key not in cached.extras)]
+            if not is_clip(model):  # input-level methods (ODIN, ...) need a classifier's gradients and layers
+                wanted += [key for key in input_keys if (role != "id_fit" or key in fit_keys) and (cached is None or key not in cached.extras)]
             if wanted:
                 n = len(set_items(s))
             for what in wanted:
@@ -506,6 +571,62 @@ def _write_head(lm) -> None:
     atomic_write(path, lambda fh: np.savez(fh, weight=weight, bias=bias, weights_source=np.array(lm.weights)), root=settings.EVAL_ROOT)
 
 
+_CLIP: dict[str, Any] = {}
+
+
+def clip_model(name: str) -> Any:
+    """``pipelines.vlm.load_clip(name)``, loaded once per process (one vision-language model at a
+    time in memory), on the torch threads the settings give."""
+    if name not in _CLIP:
+        from pipelines.vlm import load_clip
+
+        if settings.TORCH_THREADS:
+            from pipelines.classifiers import set_torch_threads
+
+            set_torch_threads(settings.TORCH_THREADS)
+        _CLIP.clear()
+        _CLIP[name] = load_clip(name)
+    return _CLIP[name]
+
+
+def _clip_chunk(cm, items: list[Item], paths: list[str], cfg: dict, decoder: str, progress) -> tuple[dict, dict]:
+    """A vision-language model's part file: global image embeddings as ``features``, an empty
+    ``logits`` (the zero-shot head is applied when the run is finalized, with the run's template
+    and ID classes) and GL-MCM's local embeddings where the architecture has them (always: the
+    cache is shared by later runs, whose detectors may read them; about 200 KB an image for
+    ViT-B/16, read only by runs with GL-MCM)."""
+    from pipelines.classifiers import ModelUnavailable
+    from pipelines.vlm import check_local_path, encode_images
+
+    try:
+        check_local_path(cm)
+        local = True
+    except ModelUnavailable:  # not a ViT with a class token: GL-MCM says so when a run asks for it
+        local = False
+    emb = encode_images(cm, paths, batch_size=int(cfg["batch_size"] or 0) or 32, decoder=decoder,
+                        num_workers=settings.EXTRACT_LOADER_WORKERS, max_pixels=settings.MAX_IMAGE_PIXELS, progress=progress,
+                        local=local)
+    ok, errors, rows = [], [], []
+    at = 0
+    for it in items:
+        if not it.path:
+            errors.append(f"{it.key}: {it.error}")
+            continue
+        row = int(emb.row_of[at])
+        if row < 0:
+            errors.append(emb.errors.get(at, f"{it.key}: not decoded"))
+        else:
+            ok.append(it)
+            rows.append(row)
+        at += 1
+    arrays = {"features": emb.features[rows].astype(np.float32), "logits": np.zeros((len(rows), 0), dtype=np.float32),
+              "keys": np.array([it.key for it in ok], dtype=str), "wnids": np.array([it.wnid for it in ok], dtype=str),
+              "groups": np.array([it.group for it in ok], dtype=str), "errors": np.array(errors, dtype=str)}
+    if local:
+        arrays["local"] = emb.local[rows]
+    return arrays, {"runtime": emb.runtime}
+
+
 def evaluation_process_chunk(*, job_id: int, index: int, progress: Callable[[int], None] | None = None) -> bool:
     """Compute one chunk's outputs (features and logits, or an input-level method's scores) and write its part file.
     Returns True when it was the last unfinished chunk."""
@@ -522,10 +643,16 @@ def evaluation_process_chunk(*, job_id: int, index: int, progress: Callable[[int
     part = _part_path(p["model"], entry, p["what"], p["start"], decoder)
     stats: dict = {}
     if not part.is_file():
-        lm = loaded_model(p["model"], cfg["weights"].get(p["model"], ""))
-        _write_head(lm)
+        from pipelines.vlm import is_clip
+
+        clip = is_clip(p["model"])
+        lm = clip_model(p["model"]) if clip else loaded_model(p["model"], cfg["weights"].get(p["model"], ""))
         paths = [it.path for it in items if it.path]
-        if p["what"] == "features":
+        if not clip:
+            _write_head(lm)
+        if clip:  # a vision-language model: image embeddings, global and local
+            arrays, stats = _clip_chunk(lm, items, paths, cfg, decoder, progress)
+        elif p["what"] == "features":
             ex = extract(lm, paths, batch_size=int(cfg["batch_size"] or 0) or None, num_workers=settings.EXTRACT_LOADER_WORKERS,
                          max_pixels=settings.MAX_IMAGE_PIXELS, progress=progress, keep_logits=True, decoder=decoder)
             stats = {"runtime": ex.runtime, **({"notes": ex.notes} if ex.notes else {})}  # the run's record (_runtime_record)
@@ -568,7 +695,8 @@ def _assemble(model: str, entry: dict, what: str, user, decoder: str) -> EvalFea
         if not parts:
             raise EvaluationError(f"{entry['key']} with {model}: no computed outputs to assemble")
         loaded = [dict(np.load(p, allow_pickle=False)) for p in parts]
-        arrays = {k: np.concatenate([d[k] for d in loaded]) for k in ("features", "logits", "keys", "wnids", "groups", "errors")}
+        arrays = {k: np.concatenate([d[k] for d in loaded]) for k in ("features", "logits", "keys", "wnids", "groups", "errors")
+                  + (("local",) if all("local" in d for d in loaded) else ())}
         if not len(arrays["keys"]):
             raise EvaluationError(f"{entry['key']}: {model} could read none of its images ({'; '.join(arrays['errors'][:3])})")
         atomic_write(folder / "outputs.npz", lambda fh: np.savez(fh, **arrays), root=settings.EVAL_ROOT)
@@ -600,8 +728,9 @@ def _assemble(model: str, entry: dict, what: str, user, decoder: str) -> EvalFea
     return locked
 
 
-def load_outputs(row: EvalFeatureSet, *, extras: Sequence[str] = ()) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray]:
-    """(Outputs, keys, wnids, groups) of a cached set."""
+def load_outputs(row: EvalFeatureSet, *, extras: Sequence[str] = (), local: bool = False) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray]:
+    """(Outputs, keys, wnids, groups) of a cached set; with ``local``, a vision-language model's
+    local embeddings too (float16 [n, P, D]: about 200 KB an image for ViT-B/16)."""
     from pipelines.classifiers import imagenet_1k_classes
     from pipelines.detectors import Outputs
 
@@ -626,7 +755,8 @@ def load_outputs(row: EvalFeatureSet, *, extras: Sequence[str] = ()) -> tuple[An
             if "widths" in e:
                 extra[f"{key}:widths"] = np.asarray(e["widths"], dtype=np.int64)
     groups = data["groups"] if "groups" in data else np.array([""] * len(keys))
-    return Outputs(features=data["features"], logits=data["logits"], labels=labels, extra=extra), keys, wnids, groups
+    loc = data["local"] if local and "local" in data else None
+    return Outputs(features=data["features"], logits=data["logits"], labels=labels, extra=extra, local=loc), keys, wnids, groups
 
 
 def _head(model: str, fit_row: EvalFeatureSet):
@@ -685,7 +815,14 @@ def evaluation_finalize(*, job_id: int, progress: Callable[[str], None] | None =
     sets = {role: _set_of(entry) for role, entry in cfg["sets"].items()}
     decoder = _decoder(cfg)
     results["decoder"] = decoder
+    from pipelines.detectors import DETECTORS
+    from pipelines.vlm import is_clip
+
+    local = any(getattr(DETECTORS.get(m), "needs_local", False) for m in cfg["methods"])
+    all_extras, all_fit_extras = extras, fit_extras
     for model in cfg["models"]:
+        clip = is_clip(model)
+        extras, fit_extras = ([], []) if clip else (all_extras, all_fit_extras)  # input-level methods: classifiers only
         rows = {}
         for role, entry in cfg["sets"].items():
             s = sets[role]
@@ -696,19 +833,23 @@ def evaluation_finalize(*, job_id: int, progress: Callable[[str], None] | None =
                         row = _assemble(model, entry, key, run.created_by, decoder)
             rows[role] = row
         check_one_decoder(rows, decoder)
-        fit, _, _, _ = load_outputs(rows["id_fit"], extras=fit_extras)
-        test, _, _, _ = load_outputs(rows["id_test"], extras=extras)
-        ood, ood_keys, _, ood_groups = load_outputs(rows["ood"], extras=extras)
+        fit, _, _, _ = load_outputs(rows["id_fit"], extras=fit_extras)  # no detector reads the fit set's local embeddings
+        test, _, _, _ = load_outputs(rows["id_test"], extras=extras, local=local)
+        ood, ood_keys, _, ood_groups = load_outputs(rows["ood"], extras=extras, local=local)
         unit = unit_groups = None
         if "unit_tests" in rows:
-            unit, _, _, unit_groups = load_outputs(rows["unit_tests"], extras=extras)
-        shifted = {role.removeprefix(SHIFTED_PREFIX): load_outputs(row, extras=extras)[0]
+            unit, _, _, unit_groups = load_outputs(rows["unit_tests"], extras=extras, local=local)
+        shifted = {role.removeprefix(SHIFTED_PREFIX): load_outputs(row, extras=extras, local=local)[0]
                    for role, row in rows.items() if role.startswith(SHIFTED_PREFIX)}
-        ood_shifted = {role.removeprefix(OOD_SHIFTED_PREFIX): load_outputs(row, extras=extras)[0]
+        ood_shifted = {role.removeprefix(OOD_SHIFTED_PREFIX): load_outputs(row, extras=extras, local=local)[0]
                        for role, row in rows.items() if role.startswith(OOD_SHIFTED_PREFIX)}
         inputs = EvalInputs(fit=fit, id_test=test, ood=ood, ood_groups=ood_groups, unit_tests=unit, unit_groups=unit_groups,
-                            head=_head(model, rows["id_fit"]), ood_subsplits=_subsplits(sets["ood"], ood_groups),
+                            head=None if clip else _head(model, rows["id_fit"]), ood_subsplits=_subsplits(sets["ood"], ood_groups),
                             id_shifted=shifted, ood_shifted=ood_shifted)
+        weights_used = ""
+        if clip:
+            inputs, weights_used = _zero_shot(model, cfg, inputs)
+        classes_before = inputs.id_test.logits.shape[1]
         restriction = cfg.get("restrict_logits")
         if restriction:
             inputs, restricted = restrict_to_classes(inputs, restriction["wnids"], set_name=restriction["set"], input_level=bool(extras))
@@ -722,6 +863,9 @@ def evaluation_finalize(*, job_id: int, progress: Callable[[str], None] | None =
         r["failed_images"] = {role: len(row.failed) for role, row in rows.items()}
         r["cache"] = {role: row.pk for role, row in rows.items()}
         r["head"] = head is not None
+        r["head_used"] = _head_used(inputs, classes_before, restriction)
+        if weights_used:
+            r["weights"] = weights_used
         r.update(_runtime_record(job, model))
         results["models"][model] = r
         results["plots"][model] = _plots(run, model, r, results["detectors"])
@@ -739,6 +883,38 @@ def evaluation_finalize(*, job_id: int, progress: Callable[[str], None] | None =
         job_status = Job.Status.DONE if locked.status == EvaluationRun.Status.DONE else Job.Status.FAILED
         Job.objects.filter(pk=job.pk).update(status=job_status, finished_at=locked.finished_at, message=locked.message)
     return locked
+
+
+def _zero_shot(model: str, cfg: dict, inputs: Any) -> tuple[Any, str]:
+    """A vision-language model's inputs with its zero-shot head over ImageNet-1K's classes (the
+    run's template; pipelines.vlm.zero_shot_head, text embeddings cached under the data folder)
+    and every set's logits from it (logit_scale x cosine); a restriction to an ID class set then
+    keeps those classes' prompts only. Returns (inputs, where the weights came from)."""
+    from pipelines.classifiers import imagenet_1k_classes
+    from pipelines.vlm import DEFAULT_TEMPLATE, zero_shot_head
+
+    cm = clip_model(model)
+    text = zero_shot_head(cm, imagenet_1k_classes()[0], template=cfg.get("clip_template") or DEFAULT_TEMPLATE,
+                          cache_dir=Path(settings.DATA_DIR) / "clip_text")
+    sets = [inputs.fit, inputs.id_test, inputs.ood, *([inputs.unit_tests] if inputs.unit_tests is not None else []),
+            *inputs.id_shifted.values(), *inputs.ood_shifted.values()]
+    for o in sets:
+        o.logits = (text.logit_scale * text.cosines(o.features)).astype(np.float32)
+    inputs.text = text
+    return inputs, f"{cm.weights} ({cm.identity})"
+
+
+def _head_used(inputs: Any, classes_before: int, restriction: dict | None) -> dict:
+    """Which head gave a model's logits, in words for the result page and the report."""
+    if inputs.text is not None:
+        t = inputs.text
+        return {"kind": "zero-shot", "template": t.template,
+                "text": f"zero-shot text head: prompt {t.template_text}; {len(t.wnids)} ID class names ({t.names_source})"
+                        f"{', the ID half of ' + restriction['set'] + ' only' if restriction else ''}; logits = {t.logit_scale:g} x cosine"}
+    classes = inputs.id_test.logits.shape[1]
+    return {"kind": "classifier", "template": "",
+            "text": f"the classifier's own {classes_before:,}-class head"
+                    + (f", logits restricted to the {classes:,} classes of {restriction['set']}" if restriction else "")}
 
 
 def _runtime_record(job: Job, model: str) -> dict:

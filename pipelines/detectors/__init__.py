@@ -48,12 +48,17 @@ class Outputs:
     # statistics several detectors derive from the same set (class Gaussians, a principal space),
     # computed once per set by ``shared``; never part of equality or the repr
     cache: dict = field(default_factory=dict, repr=False, compare=False)
+    # a vision-language model's local (patch) embeddings [n, P, D], as GL-MCM reads them; None for
+    # classifiers (pipelines.vlm.encode_images)
+    local: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self):
         self.features = np.asarray(self.features, dtype=np.float32)
         self.logits = np.asarray(self.logits, dtype=np.float32)
         if self.features.ndim != 2 or self.logits.ndim != 2 or len(self.features) != len(self.logits):
             raise DetectorError(f"features {self.features.shape} and logits {self.logits.shape} must be [n, d] and [n, C] for the same n")
+        if self.local is not None and (self.local.ndim != 3 or len(self.local) != len(self.features)):
+            raise DetectorError(f"local embeddings {self.local.shape} must be [n, patches, d] for the {len(self.features)} images")
         if self.labels is not None:
             self.labels = np.asarray(self.labels, dtype=np.int64)
             if self.labels.shape != (len(self.features),):
@@ -85,6 +90,51 @@ class Head:
 
     def logits(self, features: np.ndarray) -> np.ndarray:
         return features.astype(np.float64) @ self.weight.T + self.bias
+
+
+@dataclass
+class TextHead:
+    """A vision-language model's zero-shot head over the ID classes in force: one unit text
+    embedding per class (``embeddings`` [C, D], rows in the order of ``wnids``), the prompt
+    template it was made with, and ``encode`` (prompts -> unit embeddings through the same model,
+    cached) for detectors that need other texts (NegLabel's negative labels). The logits of a
+    zero-shot classifier are ``logit_scale * cos(image, text)`` (CLIP: 100)."""
+
+    wnids: tuple[str, ...]
+    names: tuple[str, ...]
+    embeddings: np.ndarray
+    template: str = ""  # the template key (pipelines.vlm.TEMPLATE_KEYS)
+    template_text: str = ""  # the template itself, in words, for the results
+    names_source: str = ""
+    logit_scale: float = 100.0
+    encode: Callable[[Sequence[str]], np.ndarray] | None = field(default=None, repr=False, compare=False)
+    model: str = ""
+
+    def __post_init__(self):
+        self.embeddings = np.asarray(self.embeddings, dtype=np.float64)
+        if self.embeddings.ndim != 2 or len(self.embeddings) != len(self.wnids) or len(self.names) != len(self.wnids):
+            raise DetectorError(f"text head: {len(self.wnids)} classes, {len(self.names)} names, embeddings {self.embeddings.shape}")
+
+    def restricted(self, keep: np.ndarray) -> "TextHead":
+        """The head for the classes ``keep`` only (indices into this head, in that order): the ID
+        set in force, e.g. ImageNet-X's 500 ID classes."""
+        keep = np.asarray(keep, dtype=np.int64)
+        return TextHead(wnids=tuple(self.wnids[i] for i in keep), names=tuple(self.names[i] for i in keep),
+                        embeddings=self.embeddings[keep], template=self.template, template_text=self.template_text,
+                        names_source=self.names_source, logit_scale=self.logit_scale, encode=self.encode, model=self.model)
+
+    def cosines(self, features: np.ndarray) -> np.ndarray:
+        """cos(image, class text) [n, C] from raw image embeddings [n, D] (float64)."""
+        f = np.asarray(features, dtype=np.float64)
+        f = f / np.linalg.norm(f, axis=-1, keepdims=True)
+        return f @ self.embeddings.T
+
+
+def require_text(text: "TextHead | None", what: str) -> "TextHead":
+    if text is None:
+        raise DetectorError(f"{what} needs a vision-language model's text head: evaluate a clip:ARCH:WEIGHTS model "
+                            "(its zero-shot head over the ID classes); a classifier has none")
+    return text
 
 
 def plain_number(x: float | None) -> str:
@@ -165,6 +215,11 @@ class Detector:
     reference: ClassVar[str] = ""
     needs_fit: ClassVar[bool] = False  # learns statistics from the ID fit set
     needs_head: ClassVar[bool] = False  # needs the classifier's weight and bias
+    # needs a vision-language model's zero-shot head (``TextHead``, set as ``self.text`` before
+    # ``fit`` by the evaluation); left out of runs without such a model unless named
+    needs_text: ClassVar[bool] = False
+    # a vision-language detector's local (patch) embeddings (``Outputs.local``)
+    needs_local: ClassVar[bool] = False
     parameters: ClassVar[tuple[Param, ...]] = ()  # every setting it takes, declared once
     # Input-level methods (ODIN; MC-dropout would be one) need the network and the images, not
     # only its outputs: they set input_level and say what to compute while extracting
@@ -203,6 +258,7 @@ class Detector:
             raise DetectorError(f"{self.name}: unknown parameter(s) {', '.join(sorted(unknown))}; it takes {sorted(known) or 'none'}")
         self.params = {**self.defaults(), **params}
         self.notes: list[str] = []  # adjustments made while fitting, shown with the results
+        self.text: TextHead | None = None  # the zero-shot head, for detectors that need_text
 
     def fit(self, fit: Outputs, head: Head | None = None) -> "Detector":
         return self
@@ -230,7 +286,9 @@ PREFERRED_ORDER = ("msp", "maxlogit", "energy", "entropy", "kl_matching", "mahal
                    "react", "ash", "cosine", "mcm", "odin",
                    # output-based newcomers, then feature-based (issue 32)
                    "temperature_scaling", "gen", "gradnorm", "dice", "she", "scale", "ash_p", "ash_b", "vra", "nnguide", "relation",
-                   "fdbd", "nci", "residual", "mahalanobis_pp", "gmm", "pnml", "rankfeat", "mds_ensemble")
+                   "fdbd", "nci", "residual", "mahalanobis_pp", "gmm", "pnml", "rankfeat", "mds_ensemble",
+                   # vision-language (zero-shot) detectors (issue 46)
+                   "clip_mcm", "gl_mcm", "clip_energy", "clip_maxlogit", "neglabel")
 
 
 def detector_names() -> list[str]:
@@ -239,10 +297,11 @@ def detector_names() -> list[str]:
     return sorted(DETECTORS, key=lambda n: (rank.get(n, len(rank)), n))
 
 
-def default_detectors() -> list[str]:
+def default_detectors(*, text: bool = False) -> list[str]:
     """The detectors a run uses when it names none: every registered one but the costly ones
-    (``Detector.costly``), in table order."""
-    return [n for n in detector_names() if not DETECTORS[n].costly]
+    (``Detector.costly``), in table order; those that need a vision-language model's text head
+    only when ``text`` (the run has such a model)."""
+    return [n for n in detector_names() if not DETECTORS[n].costly and (text or not DETECTORS[n].needs_text)]
 
 
 def parameters() -> list[tuple[str, Param]]:

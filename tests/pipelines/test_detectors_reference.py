@@ -387,9 +387,10 @@ NEEDS_THE_DETECTOR = {"temperature_scaling": ref_temperature_scaling, "gmm": ref
 def test_every_output_and_feature_level_detector_has_a_reference_here():
     from tests.pipelines.test_detectors_more import CHECKED_THERE  # detectors added later, checked in their own file
     from tests.pipelines.test_detectors_openood_conventions import CHECKED_HERE as CHECKED_CONVENTIONS
+    from tests.pipelines.test_detectors_vlm import CHECKED_HERE as CHECKED_VLM  # the zero-shot CLIP detectors
     from tests.pipelines.test_detectors_weiper import CHECKED_HERE as CHECKED_WEIPER
 
-    covered = set(REFERENCES) | set(NEEDS_THE_DETECTOR) | CHECKED_THERE | CHECKED_WEIPER | CHECKED_CONVENTIONS
+    covered = set(REFERENCES) | set(NEEDS_THE_DETECTOR) | CHECKED_THERE | CHECKED_WEIPER | CHECKED_CONVENTIONS | CHECKED_VLM
     assert covered == {n for n, cls in DETECTORS.items() if not cls.input_level}
     assert all(DETECTORS[n].reference for n in DETECTORS)
 

@@ -5,11 +5,12 @@ from django.core.management.base import BaseCommand, CommandError
 from curation.management.cli import comma_list, one_line_parser_errors, whole_number_option
 from curation.management.progress import InlineBar, resume_and_wait, wait_for_job
 from curation.models import EvaluationRun, Export
-from curation.services.evaluation import EvaluationError, EvaluationRunning, evaluation_create, evaluation_run_inline
+from curation.services.evaluation import PRESETS, EvaluationError, EvaluationRunning, evaluation_create, evaluation_run_inline
 from pipelines.decode import DECODERS
 from pipelines.detectors import DETECTORS, parameters
 from pipelines.metrics import AUPR_METHODS, FPR_METHODS, OAA_CONVENTIONS
 from pipelines.severity import ESTIMATION, PER_CLASS, PROTOCOLS
+from pipelines.vlm import TEMPLATE_KEYS
 
 
 def find_export(spec: str, *, kind: str) -> Export:
@@ -85,6 +86,15 @@ class Command(BaseCommand):
         parser.add_argument("--fs-x", default="", metavar="SPLIT",
                             help="ImageNet-FS-X on the semantic split SPLIT (made by `semantic_split --register SPLIT`): "
                                  "--id-test and --id-fit are whole ID sources, --variant the covariate-shifted sources")
+        parser.add_argument("--preset", choices=PRESETS, default=None,
+                            help="a published benchmark: imagenet-x (Noda et al.: ID = the 500 ImageNet-X classes of --id-test, "
+                                 "OOD = the other 500; the split is registered as imagenet-x-id/-ood when first used) or "
+                                 "imagenet-fs-x (the same, with the --variant sources' ID-class images as covariate-shifted ID "
+                                 "and their OOD-class images as OOD); --id-test and --id-fit are whole ID sources")
+        parser.add_argument("--clip-template", choices=TEMPLATE_KEYS, default=None,
+                            help="the zero-shot head's prompt for clip:... models: imagenet-x ('this is a photo of a {}.', "
+                                 "default), mcm ('a photo of a {}'), neglabel ('the nice {}') or openai-80 (CLIP's 80 "
+                                 "templates averaged); text embeddings are cached per model and template")
         parser.add_argument("--variant", action="append", default=[], metavar="SET",
                             help="with --fs-x: a variant source (source:NAME, e.g. ImageNet-V2, -R, -C copies); repeat")
         parser.add_argument("--sanity-seeds", default=None,
@@ -97,7 +107,9 @@ class Command(BaseCommand):
         parser.add_argument("--id-test", required=True, help="ID test set: source:NAME (an ID reference source) or import:NAME")
         parser.add_argument("--id-fit", required=True, help="ID fit set for detectors with statistics: source:NAME or import:NAME")
         parser.add_argument("--models", default="",
-                            help="comma-separated model names, files of names (one a line) or patterns of timm names with "
+                            help="comma-separated model names (vision-language models as clip:ARCH:TAG or "
+                                 "clip:ARCH:/path/to/weights, e.g. clip:ViT-B-16-quickgelu:openai), files of names (one a line) "
+                                 "or patterns of timm names with "
                                  "pretrained weights (e.g. 'resnet*'), as C-OOD's many-model runs (default: the default model); "
                                  "outputs are cached per model, so adding a model to an earlier run's list computes only it")
         parser.add_argument("--methods", default="", help="comma-separated detectors (default: every registered one but the costly ones, "
@@ -143,7 +155,11 @@ class Command(BaseCommand):
             models = model_list(models, registered=list(MODELS))
         except ModelListError as exc:
             raise CommandError(str(exc)) from None
-        if not o["fs_x"] and bool(o["export"]) == bool(o["ood"]):
+        if o["preset"] and o["fs_x"]:
+            raise CommandError(f"--preset {o['preset']} makes the split itself; leave out --fs-x")
+        if o["variant"] and not (o["fs_x"] or o["preset"] == "imagenet-fs-x"):
+            raise CommandError("--variant goes with --fs-x SPLIT or --preset imagenet-fs-x")
+        if not o["fs_x"] and not o["preset"] and bool(o["export"]) == bool(o["ood"]):
             raise CommandError("give the OOD set with --export NAME (a clean export) or --ood source:NAME@CLASSES, not both")
         export = find_export(o["export"], kind=Export.Kind.DATASET) if o["export"] else None
         unit = find_export(o["unit_tests"], kind=Export.Kind.UNIT_TESTS) if o["unit_tests"] else None
@@ -151,7 +167,7 @@ class Command(BaseCommand):
         params.update({"severity_window": o["severity_window"], "seed": o["seed"], "severity_protocol": o["severity_protocol"],
                        "severity_per_class": o["severity_per_class"], "severity_estimation": o["severity_estimation"],
                        "fpr_method": o["fpr_method"], "aupr_method": o["aupr_method"], "oaa_convention": o["oaa_convention"],
-                       "decoder": o["decoder"]})
+                       "decoder": o["decoder"], **({"clip_template": o["clip_template"]} if o["clip_template"] else {})})
         if o["sanity_seeds"] is not None:
             params["sanity_seeds"] = o["sanity_seeds"]
         if o["sanity_arch"]:
@@ -161,8 +177,9 @@ class Command(BaseCommand):
                                     models=models or [settings.DEFAULT_MODEL], methods=methods or None,
                                     params=params, ood=o["ood"] or None, restrict_logits=o["restrict_logits"] or None,
                                     id_shifted=o["id_shifted"],
-                                    fs_x={"split": o["fs_x"], "variants": o["variant"]} if o["fs_x"] else None,
-                                    enqueue=o["queue"])
+                                    fs_x=({"split": o["fs_x"], "variants": o["variant"]} if o["fs_x"]
+                                          else {"split": "", "variants": o["variant"]} if o["preset"] == "imagenet-fs-x" else None),
+                                    preset=o["preset"], enqueue=o["queue"])
         except EvaluationRunning as exc:
             if not o["resume"]:
                 raise CommandError(str(exc)) from None
@@ -200,6 +217,8 @@ def report(cmd, run: EvaluationRun) -> None:
         acc = r.get("id_accuracy")
         cmd.stdout.write(f"  {model}: ID accuracy {pct(acc).strip()}% on {r['id_labelled']} labelled ID test images; "
                          f"{r['n_ood']} OOD images in {r['ood_classes']} classes; fit set {r['n_fit']}")
+        if r.get("head_used"):
+            cmd.stdout.write(f"  head: {r['head_used']['text']}")
         if r.get("restricted_logits"):
             cmd.stdout.write(f"  note: {r['restricted_logits']['note']}")
         cmd.stdout.write(f"  {'detector':<22} {'AUROC':>6} {'FPR@95 ID+':>10} {'mean cls':>8} {'FPR@95 OOD+':>11} {'unit fails':>10}")

@@ -1,0 +1,126 @@
+import os
+from pathlib import Path
+
+import numpy as np
+
+from . import Detector, DetectorError, Head, Outputs, Param, register_detector, require_text
+
+NEGLABEL_REF = ("XueJiang16/NegLabel@979e142e8054 mmcls/models/classifiers/multi_modal.py (negative mining), "
+                "mmcls/models/ood/clip_ood.py@5ab9a42151cd (grouped score), custom_config/clip.py@6884a885e592 (defaults)")
+CORPORA = ("nouns+adjectives", "nouns")
+# NegLabel's prompts (its class_names.py): index 85 for ID names and nouns, the first adjective prompt for adjectives
+NOUN_PROMPT = "the nice {}"
+ADJ_PROMPT = "This is a {} photo"
+
+
+_CORPUS: dict[str, list[str]] = {}
+
+
+def wordnet_corpus(kind: str) -> list[str]:
+    """NegLabel's candidate negative labels (Jiang et al., ICLR 2024, sec. 3.2: WordNet's words):
+    every lemma of WordNet 3.0's nouns (``kind`` "noun") or adjectives ("adj", satellites
+    included), in NLTK's (alphabetical) order, underscores as spaces, each once. Needs WordNet
+    provisioned under NLTK_DATA (scripts/setup.sh)."""
+    if kind not in ("noun", "adj"):
+        raise ValueError(f"corpus {kind!r}: noun or adj")
+    if kind not in _CORPUS:
+        from pipelines.wordnet import load_wordnet
+
+        wn = load_wordnet(Path(os.environ.get("NLTK_DATA") or "nltk_data"))
+        words = [w.replace("_", " ") for w in wn.all_lemma_names(pos="n" if kind == "noun" else "a")]
+        _CORPUS[kind] = list(dict.fromkeys(words))
+    return _CORPUS[kind]
+
+
+def mine_negatives(pos: np.ndarray, negs: list[np.ndarray], *, percentile: float, fraction: float,
+                   block: int = 1000) -> tuple[np.ndarray, list[int]]:
+    """NegMining (Jiang et al., ICLR 2024, sec. 3.1): each candidate's ``percentile`` quantile of
+    its cosine similarities to the ID labels ``pos`` (unit rows); of each kind of candidate
+    (nouns, adjectives) the ``fraction`` with the lowest quantile, least similar first, kinds
+    concatenated in that order. Returns (negative embeddings, how many of each kind)."""
+    kept, counts = [], []
+    for cand in negs:
+        q = np.concatenate([np.quantile(cand[s:s + block] @ pos.T, percentile, axis=1) for s in range(0, len(cand), block)]) \
+            if len(cand) else np.zeros(0)
+        order = np.argsort(q, kind="stable")[:int(len(cand) * fraction)]
+        kept.append(cand[order])
+        counts.append(len(order))
+    return np.concatenate(kept) if kept else np.zeros((0, pos.shape[1])), counts
+
+
+def grouped_share(pos_logits: np.ndarray, neg_logits: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """NegLabel's grouped score: for each group of negatives, the softmax share of the ID labels
+    among the ID labels and that group, averaged over the groups (``groups`` [G, k] holds column
+    indices of ``neg_logits``). Computed through log-sum-exps."""
+    def lse(x: np.ndarray) -> np.ndarray:
+        m = x.max(axis=1, keepdims=True)
+        return (m + np.log(np.exp(x - m).sum(axis=1, keepdims=True)))[:, 0]
+    pos = lse(pos_logits)
+    shares = [np.exp(pos - np.logaddexp(pos, lse(neg_logits[:, g]))) for g in groups]
+    return np.mean(shares, axis=0)
+
+
+@register_detector
+class NegLabel(Detector):
+    """NegLabel (Jiang et al., "Negative label guided OOD detection with pretrained vision-language
+    models", ICLR 2024): WordNet's words least like the ID labels (each word's 95th percentile of
+    cosine similarity to the ID labels; the lowest 15% of the nouns and of the adjectives) are
+    negative labels; an image's score is the softmax share (tau = 0.01 on cosines, i.e. CLIP's
+    100 x cosine) of the ID labels among ID and negative labels, averaged over 100 random groups
+    of the negatives. The authors draw the groups with torch.randperm on CUDA under seed 0, which
+    no CPU generator reproduces: here numpy's, seeded (``seed``)."""
+
+    name = "neglabel"
+    label = "NegLabel (zero-shot CLIP)"
+    paper = "Jiang et al., ICLR 2024"
+    reference = NEGLABEL_REF
+    needs_text = True
+    parameters = (
+        Param("temperature", float, 0.01, 1e-4, 100.0, help="softmax temperature on cosine similarities",
+              source="NegLabel's config (t = 1 on 100 x cosine)"),
+        Param("fraction", float, 0.15, 0.0001, 1.0, help="share of the corpus kept as negative labels", source="NegLabel's config"),
+        Param("percentile", float, 0.95, 0.0, 1.0, help="quantile of a word's similarities to the ID labels that ranks it",
+              source="NegLabel's config"),
+        Param("groups", int, 100, 1, 10000, help="groups of negative labels the score is averaged over", source="NegLabel's config"),
+        Param("seed", int, 0, 0, 2**32 - 1, help="seed of the random grouping (numpy; the authors': torch CUDA, seed 0)",
+              source="ours"),
+        Param("corpus", str, CORPORA[0], choices=CORPORA, help="WordNet's words that may be negative labels",
+              source="NegLabel's txtfiles: nouns and adjectives"),
+    )
+
+    def fit(self, fit: Outputs, head: Head | None = None) -> Detector:
+        text = require_text(self.text, "NegLabel")
+        if text.encode is None:
+            raise DetectorError("NegLabel needs the model's text encoder to embed its negative labels")
+        # ID labels with NegLabel's own prompt (the run's zero-shot template is for the other detectors)
+        self.pos = text.encode([NOUN_PROMPT.format(n) for n in text.names])
+        kinds = ["noun"] + (["adj"] if self.params["corpus"] == "nouns+adjectives" else [])
+        try:
+            words = {k: wordnet_corpus(k) for k in kinds}
+        except RuntimeError as exc:  # WordNet not provisioned
+            raise DetectorError(f"NegLabel: {str(exc).splitlines()[0]}") from None
+        seen: set[str] = set()
+        cands = []
+        for k in kinds:  # each word once: a word that is also a noun counts as a noun
+            ws = [w for w in words[k] if w not in seen]
+            seen.update(ws)
+            cands.append(text.encode([(NOUN_PROMPT if k == "noun" else ADJ_PROMPT).format(w) for w in ws]))
+        self.neg, counts = mine_negatives(self.pos, cands, percentile=self.params["percentile"], fraction=self.params["fraction"])
+        g = self.params["groups"]
+        usable = len(self.neg) - len(self.neg) % g
+        if usable < g:
+            raise DetectorError(f"NegLabel: {len(self.neg)} negative labels cannot fill {g} groups; lower --neglabel-groups")
+        perm = np.random.default_rng(self.params["seed"]).permutation(usable)
+        self.groups = perm.reshape(g, -1)
+        self.notes.append(f"{len(self.neg):,} negative labels ({' + '.join(f'{c:,} {k}s' for c, k in zip(counts, kinds))}) mined from "
+                          f"WordNet against {len(text.names)} ID labels; {g} groups of {usable // g}"
+                          + (f" ({len(self.neg) - usable} dropped to make them equal)" if usable < len(self.neg) else "")
+                          + f"; temperature {self.params['temperature']:g} on cosine similarities (CLIP logits / {text.logit_scale:g}); "
+                          f"prompt {NOUN_PROMPT!r}")
+        return self
+
+    def score(self, data: Outputs) -> np.ndarray:
+        f = np.asarray(data.features, dtype=np.float64)
+        f = f / np.linalg.norm(f, axis=1, keepdims=True)
+        t = self.params["temperature"]
+        return grouped_share(f @ self.pos.T / t, f @ self.neg.T / t, self.groups)
