@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 
 Z95 = 1.959963984540054  # the standard normal's 97.5% quantile
 
@@ -70,3 +70,34 @@ def wilson_interval(k: int, n: int, z: float = Z95) -> tuple[float, float] | Non
     centre = (p + z2 / (2 * n)) / denom
     half = z / denom * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n))
     return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def fleiss_kappa_from_sums(*, n_items: int, p_sum: float, totals: Mapping[Hashable, int]) -> float | None:
+    """Fleiss' kappa from what a database can sum without sending the labels: the number of
+    images with 2 or more labels, the sum over them of (sum of squared category counts - n_i) /
+    (n_i (n_i - 1)), and each category's count over them. Equal to ``fleiss_kappa`` of the lists."""
+    n_ratings = sum(totals.values())
+    if n_items == 0 or n_ratings == 0:
+        return None
+    p_e = sum((c / n_ratings) ** 2 for c in totals.values())
+    if p_e >= 1.0:
+        return None
+    return (p_sum / n_items - p_e) / (1.0 - p_e)
+
+
+def cohen_kappa_from_table(table: Mapping[tuple[Hashable, Hashable], int]) -> float | None:
+    """Cohen's kappa from the counts of (label of a, label of b) pairs; equal to ``cohen_kappa``
+    of the paired sequences."""
+    n = sum(table.values())
+    if n == 0:
+        return None
+    p_o = sum(c for (x, y), c in table.items() if x == y) / n
+    ca: Counter = Counter()
+    cb: Counter = Counter()
+    for (x, y), c in table.items():
+        ca[x] += c
+        cb[y] += c
+    p_e = sum(ca[k] * cb[k] for k in ca) / (n * n)
+    if p_e >= 1.0:
+        return None
+    return (p_o - p_e) / (1.0 - p_e)

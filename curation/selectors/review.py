@@ -139,12 +139,11 @@ def review_dashboard() -> dict:
     """Progress per class, throughput and gold accuracy per annotator, agreement, and the
     contamination rate per class (images finally decided ``id`` over all finally decided
     images) with its Wilson 95% interval."""
-    from itertools import combinations
 
     from django.db.models import Max, Sum
 
     from curation.models import Review, ReviewItem, ReviewSettings
-    from pipelines.agreement import cohen_kappa, fleiss_kappa, wilson_interval
+    from pipelines.agreement import wilson_interval
 
     S = ReviewItem.Status
     final = Q(status__in=[S.COMPLETE, S.ADJUDICATED])
@@ -174,25 +173,52 @@ def review_dashboard() -> dict:
         row["gold_ci"] = wilson_interval(row["gold_ok"], row["gold"])
         annotators.append(row)
 
-    by_item: dict[int, dict[str, str]] = {}
-    for item_id, who, decision in (Review.objects.filter(is_gold=False, item__done__gte=2)
-                                   .values_list("item_id", "annotator__username", "decision").iterator(chunk_size=5000)):
-        by_item.setdefault(item_id, {})[who] = decision
-    fleiss = fleiss_kappa(list(d.values()) for d in by_item.values())
-    pairs = []
-    names = sorted({w for d in by_item.values() for w in d})
-    for a, b in combinations(names, 2):
-        shared = [(d[a], d[b]) for d in by_item.values() if a in d and b in d]
-        if shared:
-            k = cohen_kappa([x for x, _ in shared], [y for _, y in shared])
-            pairs.append({"a": a, "b": b, "n": len(shared), "kappa": k,
-                          "agreement": sum(x == y for x, y in shared) / len(shared)})
+    fleiss, multi_reviewed, pairs = _agreement()
     totals = ReviewItem.objects.aggregate(
         total=Count("id", filter=~Q(status=S.WITHDRAWN)), open=Count("id", filter=Q(status=S.OPEN)),
         conflict=Count("id", filter=Q(status=S.CONFLICT)), final=Count("id", filter=final), gold=Count("id", filter=Q(is_gold=True)))
     settings_rows = list(ReviewSettings.objects.select_related("source", "candidate_class").order_by("source__name", "candidate_class__folder"))
-    return {"classes": classes, "annotators": annotators, "fleiss": fleiss, "multi_reviewed": len(by_item), "pairs": pairs,
+    return {"classes": classes, "annotators": annotators, "fleiss": fleiss, "multi_reviewed": multi_reviewed, "pairs": pairs,
             "totals": totals, "settings": settings_rows}
+
+
+def _agreement() -> tuple[float | None, int, list[dict]]:
+    """Fleiss' kappa over the images with two or more (non-gold) reviews, and Cohen's kappa and
+    the agreement of every pair of annotators over the images both reviewed: summed by the
+    database (a count per image and decision; a count per pair of annotators and decisions), so
+    millions of reviews never come to Python one by one (issue 45)."""
+    from django.db import connection
+
+    from pipelines.agreement import cohen_kappa_from_table, fleiss_kappa_from_sums
+
+    multi = ("SELECT r.item_id, r.decision, count(*) AS c FROM curation_review r JOIN curation_reviewitem i ON i.id = r.item_id "
+             "WHERE NOT r.is_gold AND i.done >= 2 GROUP BY r.item_id, r.decision")
+    with connection.cursor() as cur:
+        cur.execute(f"WITH per AS ({multi}), items AS (SELECT item_id, sum(c) AS n, sum(c * c) AS sq FROM per GROUP BY item_id "
+                    "HAVING sum(c) >= 2) SELECT count(*), COALESCE(sum((sq - n) * 1.0 / (n * (n - 1))), 0) FROM items")
+        n_items, p_sum = cur.fetchone()
+        cur.execute(f"WITH per AS ({multi}), items AS (SELECT item_id FROM per GROUP BY item_id HAVING sum(c) >= 2) "
+                    "SELECT decision, sum(c) FROM per WHERE item_id IN (SELECT item_id FROM items) GROUP BY decision")
+        totals = {d: int(c) for d, c in cur.fetchall()}
+        cur.execute("SELECT ua.username, ub.username, a.decision, b.decision, count(*) FROM curation_review a "
+                    "JOIN curation_review b ON b.item_id = a.item_id AND NOT b.is_gold "
+                    "JOIN auth_user ua ON ua.id = a.annotator_id JOIN auth_user ub ON ub.id = b.annotator_id AND ua.username < ub.username "
+                    "JOIN curation_reviewitem i ON i.id = a.item_id WHERE NOT a.is_gold AND i.done >= 2 "
+                    "GROUP BY ua.username, ub.username, a.decision, b.decision")
+        tables: dict[tuple[str, str], dict[tuple[str, str], int]] = {}
+        for a, b, x, y, c in cur.fetchall():
+            tables.setdefault((a, b), {})[(x, y)] = int(c)
+        # images with reviews from 2+ annotators (what the per-image map held)
+        cur.execute("SELECT count(*) FROM (SELECT r.item_id FROM curation_review r JOIN curation_reviewitem i ON i.id = r.item_id "
+                    "WHERE NOT r.is_gold AND i.done >= 2 GROUP BY r.item_id) x")
+        multi_reviewed = cur.fetchone()[0]
+    fleiss = fleiss_kappa_from_sums(n_items=n_items, p_sum=float(p_sum), totals=totals)
+    pairs = []
+    for (a, b), table in sorted(tables.items()):
+        n = sum(table.values())
+        pairs.append({"a": a, "b": b, "n": n, "kappa": cohen_kappa_from_table(table),
+                      "agreement": sum(c for (x, y), c in table.items() if x == y) / n})
+    return fleiss, multi_reviewed, pairs
 
 
 FLAG_REASONS = {"filter": "class filter", "visual": "visual", "unmapped": "no WordNet synset"}
