@@ -60,6 +60,9 @@ class ImageEmbedding(models.Model):
             models.Index(fields=["model_name", "max_softmax", "image"], name="emb_browse_msp"),
             models.Index(fields=["model_name", "dup_group"], name="emb_browse_group"),
             models.Index(fields=["model_name", "top1_wnid", "image"], name="emb_browse_top1"),
+            # the duplicate groups (more than one member: one of them the search dropped), read
+            # without a pass over every prediction (issue 45)
+            models.Index(fields=["model_name", "search_group"], condition=~models.Q(search_drop=""), name="emb_dup_groups"),
         ]
 
     def __str__(self) -> str:

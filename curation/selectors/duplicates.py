@@ -41,7 +41,11 @@ class GroupSummary:
 
 def _grouped(model_name: str, source: Source | None) -> QuerySet:
     """One row per group of more than one member: ``search_group``, ``n``, ``dropped``, ``decided``."""
-    qs = ImageEmbedding.objects.filter(model_name=model_name, search_group__isnull=False)
+    # a group of more than one member has a member the search dropped (search_drop: every member but
+    # the one it kept): only those groups' rows are read, through the partial index emb_dup_groups,
+    # not every prediction of the pool (issue 45)
+    dropped = ImageEmbedding.objects.filter(model_name=model_name).exclude(search_drop="").values("search_group")
+    qs = ImageEmbedding.objects.filter(model_name=model_name, search_group__isnull=False, search_group__in=dropped)
     if source is not None:
         qs = qs.filter(image__source=source)
     corrected = Exists(DuplicateOverride.objects.filter(image_id=OuterRef("image_id"), model_name=model_name))
