@@ -422,9 +422,34 @@ class TextEncoder:
         with torch.inference_mode():
             for start in range(0, len(texts), self.batch_size):
                 tokens = self.cm.tokenizer(texts[start:start + self.batch_size]).to(self.cm.device)
-                out.append(self.cm.model.encode_text(tokens).float().cpu().numpy().astype(np.float64))
+                out.append(encode_text_trimmed(self.cm.model, tokens).float().cpu().numpy().astype(np.float64))
         emb = np.concatenate(out) if out else np.zeros((0, self.cm.feature_dim))
         return emb / np.linalg.norm(emb, axis=1, keepdims=True)
+
+
+def encode_text_trimmed(model: Any, tokens: Any) -> Any:
+    """``model.encode_text(tokens)``, computed over the batch's longest prompt instead of the full
+    77-token context where that cannot change the result: CLIP's text transformer is causal (a
+    position never sees the padding after it) and pools at the end-of-text token (the largest
+    token id). Short prompts ("the nice {}") then cost a fraction of the full context (NegLabel
+    encodes 140,000 of them). Other text towers take open_clip's own path."""
+    import torch
+    from open_clip.model import CLIP
+    from open_clip.transformer import text_global_pool
+
+    length = int((tokens != 0).sum(dim=1).max()) if tokens.numel() else 0
+    if (type(model) is not CLIP or getattr(model, "text_pool_type", "") != "argmax" or model.attn_mask is None
+            or not 0 < length < tokens.shape[1] or not bool((tokens[:, length:] == 0).all())):
+        return model.encode_text(tokens)
+    t = tokens[:, :length]
+    cast = model.transformer.get_cast_dtype()
+    x = model.token_embedding(t).to(cast) + model.positional_embedding[:length].to(cast)
+    x = model.transformer(x, attn_mask=model.attn_mask[:length, :length])
+    x = text_global_pool(model.ln_final(x), t, "argmax")
+    proj = model.text_projection
+    if proj is None:
+        return x
+    return proj(x) if isinstance(proj, torch.nn.Linear) else x @ proj
 
 
 def class_embeddings(encode: Callable[[Sequence[str]], np.ndarray], names: Sequence[str], template_strings: Sequence[str]) -> np.ndarray:

@@ -220,20 +220,30 @@ def _run_numbers(params: dict) -> dict[str, int]:
     return out
 
 
+def _check_clip_weights(models: Sequence[str]) -> None:
+    """Every vision-language model's weights can be had now (pipelines.vlm.resolve_weights: a
+    file, the local cache, or a hub that answers); EvaluationError in one line naming the model and
+    the file to pass otherwise."""
+    from pipelines.classifiers import ModelUnavailable
+    from pipelines.vlm import is_clip, resolve_weights
+
+    for m in models:
+        if is_clip(m.strip()):
+            try:
+                resolve_weights(m.strip())
+            except ModelUnavailable as exc:
+                raise EvaluationError(str(exc).splitlines()[0]) from None
+
+
 def _check_models_resolvable(models: Sequence[str], imported: Sequence[ImageSet]) -> None:
     """Every model of a run can be had: a registered model, the model whose outputs an imported
     set holds, one with outputs in the cache already, or a timm architecture. Checked before the
     run exists, so a typo is one line and no failed run is left behind (timm is imported only for
     a name none of the others know)."""
-    from pipelines.classifiers import MODELS, ModelUnavailable
-    from pipelines.vlm import is_clip, resolve_weights
+    from pipelines.classifiers import MODELS
+    from pipelines.vlm import is_clip
 
-    for m in models:
-        if is_clip(m):  # its weights must be had now: a run without them stops here, in one line
-            try:
-                resolve_weights(m)
-            except ModelUnavailable as exc:
-                raise EvaluationError(str(exc).splitlines()[0]) from None
+    _check_clip_weights(models)
     models = [m for m in models if not is_clip(m)]
     known = set(MODELS) | {s.obj.model_name for s in imported}
     unknown = [m for m in models if m not in known and not EvalFeatureSet.objects.filter(model_name=m).exists()]
@@ -268,6 +278,7 @@ def evaluation_create(*, export: Export | None = None, id_test: str, id_fit: str
 
     params = dict(params or {})
     ood_shifted: dict[str, str] = {}
+    _check_clip_weights(models)  # a vision-language model without weights stops the run first, in one line
     if preset:
         if export is not None or ood or restrict_logits or id_shifted:
             raise EvaluationError(f"--preset {preset} builds the OOD set and the ID class restriction itself; give only "

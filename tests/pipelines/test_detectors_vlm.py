@@ -93,6 +93,16 @@ def test_gl_mcm_matches_its_code(world):
         _fit("gl_mcm", text).score(Outputs(features=sets["id"].features, logits=np.zeros((40, 0))))
 
 
+def full_context_encoder(cm):
+    """Prompts -> unit embeddings through open_clip's own encode_text (77 tokens), float64: the
+    text embeddings the detector and the reference both get here."""
+    def encode(texts):
+        with torch.no_grad():
+            e = cm.model.encode_text(cm.tokenizer(list(texts))).double()
+        return (e / e.norm(dim=-1, keepdim=True)).numpy()
+    return encode
+
+
 def _neglabel_reference(cm, names, images, *, nouns, adjectives, seed, groups=100, fraction=0.15, pct=0.95, t=1.0):
     """NegLabel's scores as its code computes them, from the same model: positive and negative
     prompts encoded and normalised, each candidate's 95% quantile of similarity to the positives
@@ -102,9 +112,7 @@ def _neglabel_reference(cm, names, images, *, nouns, adjectives, seed, groups=10
     given here), softmax over [positives, one group] of 100 x cosine / t, positives' share,
     averaged over the groups."""
     def encode(texts):
-        with torch.no_grad():
-            e = cm.model.encode_text(cm.tokenizer(texts)).double()
-        return e / e.norm(dim=-1, keepdim=True)
+        return torch.from_numpy(full_context_encoder(cm)(texts))
 
     pos_t = encode([f"the nice {c}" for c in names])
     neg_t = torch.cat([encode([f"the nice {w}" for w in nouns]), encode([f"This is a {w} photo" for w in adjectives])])
@@ -127,6 +135,9 @@ def test_neglabel_matches_its_code(world, monkeypatch):
     cm, text, sets = world
     corpus = {"noun": NOUNS * 1 + [f"{w} stone" for w in NOUNS] + [f"old {w}" for w in NOUNS], "adj": ADJECTIVES * 1}
     monkeypatch.setattr("pipelines.detectors.neglabel.wordnet_corpus", lambda kind: corpus[kind])
+    from dataclasses import replace
+
+    text = replace(text, encode=full_context_encoder(cm))  # the same text embeddings as the reference's
     for params in ({"groups": 5, "seed": 0}, {"groups": 3, "seed": 11, "fraction": 0.3, "percentile": 0.5}):
         det = _fit("neglabel", text, params)
         assert any("negative labels" in n and "temperature 0.01" in n for n in det.notes)

@@ -91,6 +91,18 @@ def test_the_zero_shot_head_is_open_clips_and_names_come_from_open_clip_or_wordn
     np.testing.assert_array_equal(zero_shot_head(cm, WNIDS[:6], template="openai-80", encoder=again).embeddings, head.embeddings)
 
 
+def test_text_is_encoded_over_the_longest_prompt_as_over_the_full_context(cm):
+    """The causal text tower pools at the end-of-text token: trimming the padding changes nothing
+    but float rounding (and saves most of the cost of short prompts)."""
+    from pipelines.vlm import encode_text_trimmed
+
+    texts = ["the nice tench", "This is a striped photo", "this is a photo of a great white shark, also called white pointer."]
+    tokens = cm.tokenizer(texts)
+    with torch.no_grad():
+        full, trimmed = cm.model.encode_text(tokens), encode_text_trimmed(cm.model, tokens)
+    np.testing.assert_allclose(trimmed.numpy(), full.numpy(), rtol=1e-4, atol=1e-5)
+
+
 def test_the_head_is_restricted_to_the_id_half_in_force(cm, tmp_path):
     """ImageNet-X prompts the ID names only: the 1,000-class head restricted to an ID half equals the
     head made from that half's names, and the logits follow."""
