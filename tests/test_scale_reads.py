@@ -45,3 +45,23 @@ def test_the_groups_are_read_through_the_dropped_members_index():
         cur.execute(f"EXPLAIN {sql}", params)
         plan = "\n".join(r[0] for r in cur.fetchall())
     assert "emb_dup_groups" in plan, plan
+
+
+def test_the_class_search_index_is_built_from_plain_rows_in_one_query():
+    """A pool's 20,000 classes: the index the browser's class filter searches is built from one
+    query's plain rows (1M-image pool: 4.5 of 6.3 s were 40,000 model instances made per request)."""
+    from django.test.utils import CaptureQueriesContext
+
+    from curation.models import Image as ImageRow
+    from curation.selectors.browse import _candidate_class_index, class_ids_for_name
+
+    source = Source.objects.create(name="pool", root="/nonexistent")
+    made = CandidateClass.objects.bulk_create([CandidateClass(source=source, folder=f"n{k:08d}", wnid=f"n{k:08d}", synset_name=f"thing_{k}.n.01",
+                                                              lemmas=[f"thing_{k}"], mapping="wnid_folder") for k in range(50)])
+    with CaptureQueriesContext(connection) as ctx:
+        index = _candidate_class_index()
+    assert len(ctx.captured_queries) == 1 and len(index) == 50
+    hit = index.search("thing 7", limit=1)[0].entry.ref
+    assert (hit.pk, hit.source.name, hit.folder) == (made[7].pk, "pool", "n00000007") and hit.label == made[7].label
+    assert class_ids_for_name("thing 7") == [made[7].pk]
+    assert not isinstance(hit, (CandidateClass, ImageRow))

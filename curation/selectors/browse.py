@@ -395,18 +395,39 @@ def browse_neighbours(*, filters: BrowseFilters, image_id: int) -> tuple[int | N
 
 # -- class search for the filters (pipelines/class_search.py) --------------------------------------
 
+@dataclass(frozen=True)
+class _ClassRef:
+    """What the class search hands back: the class's id, source and names (the index of a pool's
+    20,000 classes is built per request, from plain rows rather than model instances: issue 45)."""
+
+    pk: int
+    source_id: int
+    source_name: str
+    folder: str
+    label: str
+
+    @property
+    def source(self):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(pk=self.source_id, name=self.source_name)
+
+
 def _candidate_class_index(source: str = ""):
     from curation.models import CandidateClass
     from pipelines.class_search import ClassIndex, SearchEntry
+    from pipelines.names import class_label
 
-    rows = CandidateClass.objects.select_related("source").order_by("source__name", "folder")
+    rows = CandidateClass.objects.order_by("source__name", "folder")
     if source:
         rows = rows.filter(source__name=source)
     entries = []
-    for c in rows:
-        lemmas = [x.replace("_", " ") for x in c.lemmas or []]  # as WordNet spells them ("crossword_puzzle")
-        name = ((lemmas or [""])[0] or (c.synset_name.rsplit(".", 2)[0].replace("_", " ") if c.synset_name else "")) if c.wnid else c.folder
-        entries.append(SearchEntry(name or c.folder, (*lemmas, c.folder), c.gloss or c.description, c.wnid, c))
+    for pk, source_id, source_name, folder, wnid, synset_name, raw, gloss, description in rows.values_list(
+            "pk", "source_id", "source__name", "folder", "wnid", "synset_name", "lemmas", "gloss", "description"):
+        lemmas = [x.replace("_", " ") for x in raw or []]  # as WordNet spells them ("crossword_puzzle")
+        name = ((lemmas or [""])[0] or (synset_name.rsplit(".", 2)[0].replace("_", " ") if synset_name else "")) if wnid else folder
+        ref = _ClassRef(pk, source_id, source_name, folder, class_label(wnid, (raw or [""])[0] or synset_name, folder))
+        entries.append(SearchEntry(name or folder, (*lemmas, folder), gloss or description, wnid, ref))
     return ClassIndex(entries)
 
 
