@@ -390,3 +390,54 @@ def test_the_fast_header_reader_reads_what_tarfile_reads(tmp_path, fmt):
     write_wds_shards(shards, [(f"k{i}", jpeg(i), WNIDS[0], 0) for i in range(7)], per_shard=7)
     shard = str(next(shards.glob("*.tar")))
     assert list(_fast_headers(shard)) == list(_tarfile_headers(shard))
+    # a header whose checksum does not add up is not read as one (tarfile then says what is wrong)
+    raw = bytearray(Path(shard).read_bytes())
+    raw[5] ^= 0x01
+    bad = tmp_path / "bad.tar"
+    bad.write_bytes(bytes(raw))
+    with pytest.raises(ValueError, match="checksum"):
+        list(_fast_headers(str(bad)))
+
+
+def test_neighbouring_archive_members_are_read_together_with_the_bytes_reading_each_gives(tmp_path, monkeypatch):
+    """Ingest reads a chunk's members of a shard in one read per run of neighbours
+    (pipelines.source_layouts.prefetch_members): the same bytes as reading each alone, one open
+    per container, and a member the archive no longer holds gets the error reading it alone gives."""
+    import builtins
+
+    from pipelines.source_layouts import MemberUnreadable, prefetch_members, read_member
+
+    root = tmp_path / "wds"
+    samples = [(f"{WNIDS[i % 3]}_{i}", jpeg(i), WNIDS[i % 3], i % 3) for i in range(30)]
+    write_wds_shards(root, samples, per_shard=12)
+    add_source("pre", str(root), layout="wds")
+    refs = [i.ref() for i in Image.objects.filter(source__name="pre").select_related("source").order_by("?")]
+    opened: list[str] = []
+    real_open = builtins.open
+
+    def counting_open(file, *a, **kw):
+        opened.append(str(file))
+        return real_open(file, *a, **kw)
+
+    monkeypatch.setattr(builtins, "open", counting_open)
+    got = prefetch_members(refs)
+    monkeypatch.setattr(builtins, "open", real_open)
+    assert set(got) == set(range(len(refs)))
+    assert all(got[k] == read_member(r) for k, r in enumerate(refs))
+    assert sorted(opened) == sorted(str(root / s) for s in {r.container for r in refs})  # one open per shard
+    # the last shard cut short: its members past the cut get read_member's own error, the rest their bytes
+    last = max({r.container for r in refs})
+    cut = root / last
+    data = cut.read_bytes()
+    cut.write_bytes(data[: len(data) // 2])
+    got = prefetch_members(refs)
+    for k, r in enumerate(refs):
+        if r.container == last and r.offset + r.size > len(data) // 2:
+            assert isinstance(got[k], MemberUnreadable) and "short of the member" in str(got[k])
+        else:
+            assert got[k] == read_member(r)
+    # a folder source's members are left to read_member (threads overlap their opens)
+    (tmp_path / "f" / WNIDS[0]).mkdir(parents=True)
+    (tmp_path / "f" / WNIDS[0] / "a.jpg").write_bytes(jpeg(1))
+    add_source("plain", str(tmp_path / "f"))
+    assert prefetch_members([Image.objects.get(source__name="plain").ref()]) == {}

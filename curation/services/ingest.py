@@ -25,7 +25,7 @@ from curation.services.jobs import job_mark_running
 from curation.services.sources import source_sync_classes
 from curation.version import code_version
 from pipelines.images import EMPTY_FILE, FILE_TOO_LARGE, UNREADABLE, inspect_image_bytes
-from pipelines.source_layouts import DEFAULT_MAX_BYTES, MemberOutsideRoot, MemberRef, read_member
+from pipelines.source_layouts import DEFAULT_MAX_BYTES, MemberOutsideRoot, MemberRef, prefetch_members, read_member
 from pipelines.source_layouts.lists import scan_layout
 from pipelines.sources import PATH_ESCAPES_ROOT
 
@@ -147,16 +147,20 @@ def ingest_process_chunk(*, job_id: int, index: int, progress: ProgressCallback 
     todo = [r for r in payload if needs_check(*r[:1], *r[2:])]
     threads = max(1, int(job.config.get("threads") or settings.INGEST_THREADS))
 
-    def check(row: list) -> dict:
-        rel, _cls, size, _mtime, container, offset = row
-        fields = _inspect(source.member_ref(rel, container=container, offset=offset, size=size), max_pixels)
-        fields["container"], fields["offset"] = container, offset
+    refs = [source.member_ref(rel, container=container, offset=offset, size=size) for rel, _c, size, _m, container, offset in todo]
+    # an archive's neighbouring members in one read per run (a shard's small JPEGs: one read, not
+    # one open each); plain files are read in the threads below, which overlap their opens
+    early = prefetch_members(refs)
+
+    def check(k: int) -> dict:
+        fields = _inspect(refs[k], max_pixels, early.pop(k, None))
+        fields["container"], fields["offset"] = todo[k][4], todo[k][5]
         if progress:
             progress(1)
         return fields
 
     with ThreadPoolExecutor(max_workers=threads) as pool:
-        inspected = dict(zip((r[0] for r in todo), pool.map(check, todo)))
+        inspected = dict(zip((r[0] for r in todo), pool.map(check, range(len(todo)))))
 
     new: list[Image] = []
     changed: list[Image] = []
@@ -198,9 +202,10 @@ def ingest_process_chunk(*, job_id: int, index: int, progress: ProgressCallback 
     return chunk_finish(chunk, progress=len(chunk.payload), stats=dict(stats), write=write)
 
 
-def _inspect(ref: MemberRef, max_pixels: int) -> dict:
+def _inspect(ref: MemberRef, max_pixels: int, early: bytes | OSError | None = None) -> dict:
     """The checks of one member, read through its source's layout (a file, a tar member by its
-    offset, a Parquet row). Never raises for a bad member: its reason is recorded instead."""
+    offset, a Parquet row), or given as ``early`` (``prefetch_members``: its bytes, or the error
+    reading it gave). Never raises for a bad member: its reason is recorded instead."""
     def broken(code: str, message: str, size: int = 0) -> dict:
         return {"sha256": "", "width": 0, "height": 0, "orientation": 1, "format": "", "mode": "", "bytes": size,
                 "status": Image.Status.BROKEN, "error_code": code, "error": message}
@@ -208,7 +213,9 @@ def _inspect(ref: MemberRef, max_pixels: int) -> dict:
     if ref.size > DEFAULT_MAX_BYTES:
         return broken(FILE_TOO_LARGE, f"{ref}: {ref.size} bytes is more than the {DEFAULT_MAX_BYTES}-byte limit for one image", ref.size)
     try:
-        data = read_member(ref, verify=False)
+        if isinstance(early, OSError):
+            raise early
+        data = early if early is not None else read_member(ref, verify=False)
     except MemberOutsideRoot as exc:
         return broken(PATH_ESCAPES_ROOT, str(exc))
     except OSError as exc:  # MemberUnreadable says what and why; a plain OSError gets its strerror

@@ -10,6 +10,9 @@ import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import PurePosixPath
+from typing import Any
+
+import numpy as np
 
 from pipelines.sources import NOT_A_REGULAR_FILE
 
@@ -73,6 +76,7 @@ _KINDS = {b"0": "file", b"\0": "file", b"7": "file", b"5": "dir", b"2": "symlink
 
 
 _WINDOW = 32 * 1024
+_ZERO_BLOCK = bytes(512)
 
 
 def _octal(field: bytes) -> int:
@@ -92,12 +96,26 @@ def _fast_headers(full: str) -> Iterator[_Header]:
     with open(full, "rb") as fh:
         window, at = b"", 0
 
+        sums: Any = None  # the byte sums of the window's 512-byte blocks, made when a checksum is first asked
+
         def span(start: int, n: int) -> bytes:
-            nonlocal window, at
+            nonlocal window, at, sums
             if not (at <= start and start + n <= at + len(window)):
                 fh.seek(start)
-                window, at = fh.read(max(n, _WINDOW)), start
+                window, at, sums = fh.read(max(n, _WINDOW)), start, None
             return window[start - at:start - at + n]
+
+        def block_sum(start: int, block: bytes) -> int:
+            """The sum of a header block's bytes: every block of the window summed at once (numpy),
+            a few microseconds less per header than summing each in Python's loop."""
+            nonlocal sums
+            k, r = divmod(start - at, 512)
+            if r:
+                return sum(block)
+            if sums is None:
+                whole = len(window) // 512 * 512
+                sums = np.frombuffer(window, dtype=np.uint8, count=whole).reshape(-1, 512).sum(axis=1, dtype=np.int64)
+            return int(sums[k]) if k < len(sums) else sum(block)
 
         pos = 0
         pending: dict[str, str] = {}  # pax / GNU long-name records for the next member
@@ -108,10 +126,10 @@ def _fast_headers(full: str) -> Iterator[_Header]:
                 raise _Cut("the archive ends without its end-of-archive blocks")
             if len(block) < 512:
                 raise _Cut(f"the archive ends inside the header at byte {pos}")
-            if block.count(0) == 512:
+            if block == _ZERO_BLOCK:
                 return  # the end-of-archive marker
             stored = _octal(block[148:156])
-            if sum(block[:148]) + sum(block[156:]) + 8 * 32 != stored:
+            if block_sum(pos, block) - sum(block[148:156]) + 8 * 32 != stored:
                 raise ValueError("bad header checksum")
             size = _octal(block[124:136])
             flag = block[156:157]

@@ -16,6 +16,7 @@ COMPRESSED = (".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".tar.zst")
 @register_source_layout
 class ClassTars(SourceLayout):
     name = "class-tars"
+    spans = True
     description = "ROOT/<class>.tar (ImageNet-21K's <wnid>.tar): the class is the tar's name; members read in place"
 
     def scan(self, root: Path, options: Mapping[str, Any], *, wanted: Mapping[str, str] | None = None) -> Scan:

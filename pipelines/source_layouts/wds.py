@@ -45,6 +45,7 @@ def read_wnid_list(path: str) -> list[str]:
 @register_source_layout
 class WebDataset(SourceLayout):
     name = "wds"
+    spans = True
     description = "WebDataset shards (timm's imagenet-*-wds, img2dataset): <key>.jpg + .json/.cls; read in place"
     options = {
         "class_field": "the sample .json field that names its class (default class_name, as timm's shards)",
