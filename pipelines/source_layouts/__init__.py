@@ -212,8 +212,8 @@ def prefetch_members(refs: Sequence[MemberRef]) -> dict[int, bytes | OSError]:
             continue
         with fh:
             run: list[int] = []
-            for i in [*idx, None]:
-                r = refs[i] if i is not None else None
+            for nxt in [*idx, None]:
+                r = refs[nxt] if nxt is not None else None
                 if run and (r is None or r.offset > refs[run[-1]].offset + refs[run[-1]].size + SPAN_GAP
                             or r.offset + r.size - refs[run[0]].offset > SPAN_MAX):
                     start = refs[run[0]].offset
@@ -224,8 +224,8 @@ def prefetch_members(refs: Sequence[MemberRef]) -> dict[int, bytes | OSError]:
                         piece = block[a:a + refs[j].size]
                         out[j] = piece if len(piece) == refs[j].size else _alone(refs[j])
                     run = []
-                if i is not None:
-                    run.append(i)
+                if nxt is not None:
+                    run.append(nxt)
     return out
 
 
