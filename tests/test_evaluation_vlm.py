@@ -123,6 +123,16 @@ def test_imagenet_fs_x_preset_and_runs_without_weights_stop_in_one_line(tmp_path
     e = run.results["models"][clip]["detectors"]["gl_mcm"]
     assert (e["fs_x"]["pooled"]["n_id"], e["fs_x"]["pooled"]["n_ood"]) == (12, 12)
     assert "'a photo of a {}'" in run.results["models"][clip]["head_used"]["text"]
+    # the cache is keyed by the model's name: other weights under the same path are refused, not mixed
+    import torch
+
+    from tests.vlm_model import tiny_clip_module
+
+    weights = clip.split(":", 2)[2]
+    torch.save(tiny_clip_module(tmp_path, seed=1)[0].state_dict(), weights)
+    with pytest.raises(CommandError, match="were computed from weights sha256:"):
+        call_command("evaluate", preset="imagenet-x", id_test="source:val", id_fit="source:train", models=clip, methods="clip_mcm",
+                     sanity_seeds=0, stdout=io.StringIO(), stderr=io.StringIO())
     # no weights: one line naming the model and how to supply the file, exit status 1, no run left
     monkeypatch.setattr("pipelines.vlm.unreachable", lambda url: "OSError: network unreachable")
     monkeypatch.setattr("pipelines.vlm._cached_tag_file", lambda cfg: None)

@@ -381,6 +381,11 @@ def evaluation_create(*, export: Export | None = None, id_test: str, id_fit: str
             sets[f"{OOD_SHIFTED_PREFIX}{shifted.key}"] = resolve_set(ood_shifted[spec], role=f"OOD set {ood_shifted[spec]}")
     if unit_tests is not None:
         sets["unit_tests"] = export_set(unit_tests)
+    for m in clip_models:  # cached outputs of a clip:ARCH:/path model must come from the file's current weights
+        for s in sets.values():
+            row = EvalFeatureSet.objects.filter(model_name=m, dataset=s.key, version=s.version, decoder=decoder).first()
+            if row is not None:
+                _check_clip_cache(m, row)
     config = {
         "models": models, "methods": methods, "method_params": method_params, "seed": seed,
         "severity_window": numbers["severity_window"],
@@ -547,6 +552,8 @@ def evaluation_plan(*, job_id: int) -> list[int]:
             if s.kind == "import":
                 continue
             cached = _cached(model, entry, _decoder(cfg))
+            if cached is not None and is_clip(model):
+                _check_clip_cache(model, cached)
             n = None
             wanted = [] if cached else ["features"]
             if not is_clip(model):  # input-level methods (ODIN, ...) need a classifier's gradients and layers
@@ -600,6 +607,21 @@ def clip_model(name: str) -> Any:
     return _CLIP[name]
 
 
+CLIP_WEIGHTS_NOTE = "vision-language weights "
+
+
+def _check_clip_cache(model: str, row: EvalFeatureSet) -> None:
+    """Cached outputs of a ``clip:ARCH:/path`` model are reused only while the file holds the
+    weights they were computed from (the cache is keyed by the model's name, which names a path)."""
+    from pipelines.vlm import resolve_weights
+
+    identity = resolve_weights(model).identity
+    recorded = row.note.removeprefix(CLIP_WEIGHTS_NOTE) if row.note.startswith(CLIP_WEIGHTS_NOTE) else ""
+    if recorded and recorded != identity:
+        raise EvaluationError(f"{model}: the cached outputs of {row.dataset} were computed from weights {recorded[:19]}..., the "
+                              f"file now holds {identity[:19]}...; give the new weights another path (or delete the cache row)")
+
+
 def _clip_chunk(cm, items: list[Item], paths: list[str], cfg: dict, decoder: str, progress) -> tuple[dict, dict]:
     """A vision-language model's part file: global image embeddings as ``features``, an empty
     ``logits`` (the zero-shot head is applied when the run is finalized, with the run's template
@@ -635,6 +657,7 @@ def _clip_chunk(cm, items: list[Item], paths: list[str], cfg: dict, decoder: str
               "groups": np.array([it.group for it in ok], dtype=str), "errors": np.array(errors, dtype=str)}
     if local:
         arrays["local"] = emb.local[rows]
+    arrays["weights_identity"] = np.array(cm.identity)
     return arrays, {"runtime": emb.runtime}
 
 
@@ -710,6 +733,9 @@ def _assemble(model: str, entry: dict, what: str, user, decoder: str) -> EvalFea
                   + (("local",) if all("local" in d for d in loaded) else ())}
         if not len(arrays["keys"]):
             raise EvaluationError(f"{entry['key']}: {model} could read none of its images ({'; '.join(arrays['errors'][:3])})")
+        identities = {str(d["weights_identity"]) for d in loaded if "weights_identity" in d}  # a vision-language model's
+        if len(identities) > 1:
+            raise EvaluationError(f"{entry['key']} with {model}: its chunks were computed from different weights files; run it again")
         atomic_write(folder / "outputs.npz", lambda fh: np.savez(fh, **arrays), root=settings.EVAL_ROOT)
         try:
             with transaction.atomic():
@@ -717,7 +743,7 @@ def _assemble(model: str, entry: dict, what: str, user, decoder: str) -> EvalFea
                     model_name=model, dataset=entry["key"], version=entry["version"], decoder=decoder,
                     path=str((folder / "outputs.npz").relative_to(settings.EVAL_ROOT)),
                     images=len(arrays["keys"]), feature_dim=int(arrays["features"].shape[1]), failed=[str(e) for e in arrays["errors"]],
-                    created_by=user)
+                    created_by=user, note=f"{CLIP_WEIGHTS_NOTE}{identities.pop()}" if identities else "")
         except IntegrityError:
             row = _cached(model, entry, decoder)
         return row
