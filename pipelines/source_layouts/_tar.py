@@ -80,6 +80,10 @@ _ZERO_BLOCK = bytes(512)
 
 
 def _octal(field: bytes) -> int:
+    try:  # the usual field: octal digits ended by NUL or space
+        return int(field.rstrip(b" \0") or b"0", 8)
+    except ValueError:
+        pass
     if field[:1] and field[0] & 0x80:  # GNU base-256 for large numbers: let tarfile read those
         raise ValueError("base-256 number")
     text = field.split(b"\0", 1)[0].strip()
@@ -143,7 +147,8 @@ def _fast_headers(full: str) -> Iterator[_Header]:
                 if len(payload) < size:
                     raise _Cut("the archive ends inside an extended header")
                 if flag == b"x":
-                    pending.update(_pax_records(payload))
+                    if b"path=" in payload or b"size=" in payload:  # else only times and owners (webdataset's mtime)
+                        pending.update(_pax_records(payload))
                 elif flag == b"L":
                     pending["path"] = payload.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
                 elif flag == b"K":
