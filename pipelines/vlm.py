@@ -215,14 +215,15 @@ class ClipModel:
              device: str = "cpu") -> "ClipModel":
         """A ClipModel around an open_clip module already built (the loader below; the tests' own
         random-weight model, whose ``weights`` they label as such)."""
-        visual = model.visual
-        size = visual.image_size if isinstance(visual.image_size, (tuple, list)) else (visual.image_size, visual.image_size)
-        pre = getattr(visual, "preprocess_cfg", {}) or {}
+        from open_clip import get_model_preprocess_cfg
+
+        pre = get_model_preprocess_cfg(model)  # what open_clip's own eval transform does: resize the short side, centre crop
+        size = pre["size"] if isinstance(pre["size"], (tuple, list)) else (pre["size"], pre["size"])
         data_config = {"input_size": (3, int(size[0]), int(size[1])), "interpolation": pre.get("interpolation", "bicubic"),
-                       "mean": tuple(pre.get("mean", (0.48145466, 0.4578275, 0.40821073))),
-                       "std": tuple(pre.get("std", (0.26862954, 0.26130258, 0.27577711))), "crop_pct": 1.0, "crop_mode": "center"}
+                       "mean": tuple(pre["mean"]), "std": tuple(pre["std"]), "crop_pct": 1.0, "crop_mode": "center"}
+        dim = getattr(model.visual, "output_dim", None) or int(model.text_projection.shape[-1])
         return cls(name=name, model=model.eval().to(device), transform=transform, tokenizer=tokenizer, data_config=data_config,
-                   device=device, weights=weights, identity=identity, feature_dim=int(visual.output_dim),
+                   device=device, weights=weights, identity=identity, feature_dim=int(dim),
                    logit_scale=float(model.logit_scale.detach().exp().item()))
 
 
