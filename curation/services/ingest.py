@@ -13,7 +13,7 @@ from typing import Callable
 
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Count
 from django.utils import timezone
 
@@ -239,26 +239,17 @@ def ingest_finalize(*, job_id: int) -> Job:
         if unfinished_chunks(job.pk):
             return job  # not ready; the last chunk queues this again
         source = job.source
-        seen: set[str] = set(job.result.get("refused_paths", []))
         totals: Counter = Counter()
-        for payload, stats in JobChunk.objects.filter(job=job).values_list("payload", "stats"):
-            seen.update(row[0] for row in payload)
+        for stats in JobChunk.objects.filter(job=job).values_list("stats", flat=True):
             totals.update(stats)
-        gone = [
-            pk for pk, rel in Image.objects.filter(source=source).exclude(status=Image.Status.MISSING).values_list("pk", "relative_path")
-            if rel not in seen
-        ]
-        for start in range(0, len(gone), 1000):
-            Image.objects.filter(pk__in=gone[start:start + 1000]).update(
-                status=Image.Status.MISSING, error_code="missing", error="the file was not found on the last scan", updated_at=timezone.now(),
-            )
+        gone = _mark_missing(job, source)
         duplicates = _resolve_exact_duplicates(source)
         counts = dict(Image.objects.filter(source=source).values_list("status").annotate(n=Count("id")).order_by())
         job.result = {
             **job.result,
             "added": totals["added"], "changed": totals["changed"], "updated": totals["updated"],
             "unchanged": totals["unchanged"], "broken_checked": totals["broken"],
-            "refused": len(job.result.get("refused_paths", [])), "newly_missing": len(gone),
+            "refused": len(job.result.get("refused_paths", [])), "newly_missing": gone,
             "duplicates": duplicates, "status_counts": counts,
         }
         job.status = Job.Status.DONE
@@ -266,12 +257,43 @@ def ingest_finalize(*, job_id: int) -> Job:
         job.finished_at = timezone.now()
         job.message = (
             f"{job.total} files: {totals['added']} added, {totals['changed']} changed, {totals['unchanged']} unchanged, "
-            f"{len(gone)} newly missing; now " + (", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+            f"{gone} newly missing; now " + (", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
                                                   or "no images (is PATH/<class folder>/<image files> the layout?)")
         )
         job.save()
         audit_record(actor=job.created_by, action="ingest_finished", target=job, data={"source": source.name, "message": job.message})
     return job
+
+
+def _mark_missing(job: Job, source: Source) -> int:
+    """Images of ``source`` no chunk of the scan saw (nor its refusals) become ``missing``; how
+    many. On PostgreSQL the scan's paths are read out of the chunks into a temporary table and
+    the images matched against it by the database: a pool of 13 million paths never comes to
+    Python (issue 45: 1.6 GB resident at 4 million images). Elsewhere, in Python."""
+    refused = list(job.result.get("refused_paths", []))
+    fields = {"status": Image.Status.MISSING, "error_code": "missing", "error": "the file was not found on the last scan",
+              "updated_at": timezone.now()}
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cur:
+            cur.execute("CREATE TEMP TABLE oodc_scan_seen ON COMMIT DROP AS SELECT DISTINCT r.value ->> 0 AS path "
+                        "FROM curation_jobchunk c CROSS JOIN LATERAL jsonb_array_elements(c.payload) r WHERE c.job_id = %s "
+                        "UNION SELECT unnest(%s::text[])", [job.pk, refused])
+            cur.execute("CREATE INDEX ON oodc_scan_seen (path)")
+            cur.execute("ANALYZE oodc_scan_seen")
+            cur.execute("UPDATE curation_image i SET status = %s, error_code = %s, error = %s, updated_at = %s "
+                        "WHERE i.source_id = %s AND i.status <> %s AND NOT EXISTS (SELECT 1 FROM oodc_scan_seen s WHERE s.path = i.relative_path)",
+                        [fields["status"], fields["error_code"], fields["error"], fields["updated_at"], source.pk, Image.Status.MISSING])
+            gone = cur.rowcount
+            cur.execute("DROP TABLE oodc_scan_seen")
+        return gone
+    seen: set[str] = set(refused)
+    for payload in JobChunk.objects.filter(job=job).values_list("payload", flat=True):
+        seen.update(row[0] for row in payload)
+    ids = [pk for pk, rel in Image.objects.filter(source=source).exclude(status=Image.Status.MISSING).values_list("pk", "relative_path")
+           if rel not in seen]
+    for start in range(0, len(ids), 1000):
+        Image.objects.filter(pk__in=ids[start:start + 1000]).update(**fields)
+    return len(ids)
 
 
 def _resolve_exact_duplicates(source: Source) -> int:
