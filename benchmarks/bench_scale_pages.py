@@ -76,10 +76,11 @@ class Pages:
 
 
 def run_stage(name: str, fn, only: str) -> dict | None:
-    """``fn`` in a forked child, inside a transaction rolled back after: its time, its peak RSS."""
+    """``fn`` in a forked child, inside a transaction rolled back after: its time, its peak RSS.
+    ``only``: a comma-separated list of parts of stage names."""
     from django.db import connections
 
-    if only and only not in name:
+    if only and not any(part and part in name for part in only.split(",")):
         return None
     connections.close_all()
     rfd, wfd = os.pipe()
@@ -159,7 +160,7 @@ def measure(args) -> dict:
         c.force_login(User.objects.get(username=name))
         clients[name] = c
     ann, ann2, cur_c, adm = clients["annotator00"], clients["annotator01"], clients["curator"], clients["admin"]
-    P = Pages(args.reps, args.only)
+    P = Pages(args.reps, "\x00" if args.skip_pages else args.only)
     # -- annotators ----------------------------------------------------------------------------------
     print("pages and API calls:", flush=True)
     review_cache_clear()
@@ -240,7 +241,7 @@ def measure(args) -> dict:
     P.time("admin: review list, filtered by decision", lambda: adm.get("/admin/curation/review/?decision__exact=id"))
     rows = list(P.rows)
     if not args.skip_stages:
-        rows += stages(pool, args.only)
+        rows += stages(pool, args.stages or args.only)
     return {"images": n, "database": args.database, "db_bytes": db_bytes, "gib_per_million": db_bytes / 2**30 / (n / 1e6),
             "rows": rows, "model": MODEL, "cpus": os.cpu_count(), "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
 
@@ -373,7 +374,8 @@ def report(paths: list[str], plot: str) -> None:
             elif kind == "stage":
                 v = row.get("seconds")
                 vals.append(v)
-                cells.append(f"{v:.1f} s, {row['rss_mb']:.0f} MB" if v is not None else f"failed ({row.get('note', '')[:60]})")
+                cells.append(f"{v:.1f} s, {row['rss_mb']:.0f} MB" if v is not None
+                             else f"failed: {row.get('note', '')[:40]}, {row.get('rss_mb') or 0:.0f} MB")
             else:
                 vals.append(row["p95_ms"])
                 cells.append(f"{row['p95_ms']:.0f} ({row['queries']} q)" + ("" if row["status"] == 200 else f" [{row['status']}]"))
@@ -419,6 +421,8 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--only", default="", help="only the rows whose name holds this")
     ap.add_argument("--skip-stages", action="store_true")
+    ap.add_argument("--skip-pages", action="store_true")
+    ap.add_argument("--stages", default="", help="only these stages (comma-separated parts of their names)")
     ap.add_argument("--out", default="", help="results file (default var/bench_scale/<images>.json)")
     ap.add_argument("--report", nargs="*", help="print the table for these results files and write the plot")
     ap.add_argument("--plot", default=str(REPO / "docs" / "img" / "scale_pages.png"))
@@ -427,6 +431,8 @@ def main() -> int:
         report(args.report, args.plot)
         return 0
     result = measure(args)
+    if args.stages or args.skip_pages:
+        args.only = args.only or "-"  # keep the rows of the earlier run that this one did not measure
     out = Path(args.out or REPO / "var" / "bench_scale" / f"{result['images']}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     if args.only and out.exists():  # a partial run updates the rows it measured
