@@ -380,8 +380,9 @@ def class_names(wnids: Sequence[str]) -> tuple[list[str], str]:
 
 
 class TextEncoder:
-    """Normalised text embeddings of prompts through one CLIP model, cached on disk under
-    ``cache_dir`` (one file per model weights and list of prompts) and in memory."""
+    """Text embeddings of prompts through one CLIP model: unit vectors (calling it) or the
+    encoder's raw outputs (``raw``, for methods that average before normalising, as CSP), cached
+    on disk under ``cache_dir`` (one file per model weights and list of prompts) and in memory."""
 
     def __init__(self, cm: ClipModel, cache_dir: Path | None = None, batch_size: int = 256):
         self.cm, self.batch_size = cm, batch_size
@@ -389,13 +390,18 @@ class TextEncoder:
         self._memory: dict[str, np.ndarray] = {}
 
     def key(self, texts: Sequence[str]) -> str:
-        h = hashlib.sha256(self.cm.identity.encode())
+        h = hashlib.sha256(("raw:" + self.cm.identity).encode())
         for t in texts:
             h.update(b"\x00" + t.encode("utf-8"))
         return h.hexdigest()
 
     def __call__(self, texts: Sequence[str]) -> np.ndarray:
         """float64 [len(texts), D], each row of unit length."""
+        emb = self.raw(texts)
+        return emb / np.linalg.norm(emb, axis=1, keepdims=True)
+
+    def raw(self, texts: Sequence[str]) -> np.ndarray:
+        """float64 [len(texts), D]: the text encoder's outputs as they are."""
         texts = list(texts)
         key = self.key(texts)
         if key in self._memory:
@@ -424,8 +430,7 @@ class TextEncoder:
             for start in range(0, len(texts), self.batch_size):
                 tokens = self.cm.tokenizer(texts[start:start + self.batch_size]).to(self.cm.device)
                 out.append(encode_text_trimmed(self.cm.model, tokens).float().cpu().numpy().astype(np.float64))
-        emb = np.concatenate(out) if out else np.zeros((0, self.cm.feature_dim))
-        return emb / np.linalg.norm(emb, axis=1, keepdims=True)
+        return np.concatenate(out) if out else np.zeros((0, self.cm.feature_dim))
 
 
 def encode_text_trimmed(model: Any, tokens: Any) -> Any:

@@ -288,7 +288,7 @@ PREFERRED_ORDER = ("msp", "maxlogit", "energy", "entropy", "kl_matching", "mahal
                    "temperature_scaling", "gen", "gradnorm", "dice", "she", "scale", "ash_p", "ash_b", "vra", "nnguide", "relation",
                    "fdbd", "nci", "residual", "mahalanobis_pp", "gmm", "pnml", "rankfeat", "mds_ensemble",
                    # vision-language (zero-shot) detectors (issue 46)
-                   "clip_mcm", "gl_mcm", "clip_energy", "clip_maxlogit", "neglabel")
+                   "clip_mcm", "gl_mcm", "clip_energy", "clip_maxlogit", "neglabel", "csp")
 
 
 def detector_names() -> list[str]:
