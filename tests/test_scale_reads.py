@@ -92,3 +92,28 @@ def test_ingest_finalize_matches_the_scan_against_the_images_in_the_database():
             sql = q["sql"]
             assert not (sql.startswith("SELECT") and '"curation_image"."relative_path"' in sql and "WHERE" in sql
                         and "sha256" not in sql), f"every image's path read: {sql[:200]}"
+
+
+def test_an_annotators_today_is_a_range_on_the_review_time(django_user_model):
+    """The review screen's bearings count today's reviews by a range the (annotator, created_at)
+    index answers, not by casting every review's time to a date (13.2M images: 0.47 s a call)."""
+    from django.test.utils import CaptureQueriesContext
+    from django.utils import timezone
+
+    from curation.models import Assignment, Review, ReviewItem
+    from curation.selectors.review import annotator_progress
+
+    source = Source.objects.create(name="pool", root="/nonexistent")
+    cls = CandidateClass.objects.create(source=source, folder="c", mapping="unmapped")
+    user = django_user_model.objects.create(username="a")
+    for k in range(3):
+        image = Image.objects.create(source=source, candidate_class=cls, relative_path=f"c/{k}.jpg", sha256=f"{k:064x}", status="ok")
+        item = ReviewItem.objects.create(image=image, source=source, candidate_class=cls, done=1, status="complete")
+        a = Assignment.objects.create(item=item, annotator=user, state="done", leased_at=timezone.now(), expires_at=timezone.now())
+        r = Review.objects.create(item=item, annotator=user, assignment=a, decision="ood", seconds=2.0 + k)
+        if k == 0:  # yesterday's
+            Review.objects.filter(pk=r.pk).update(created_at=timezone.now() - timezone.timedelta(days=1, hours=1))
+    with CaptureQueriesContext(connection) as ctx:
+        p = annotator_progress(user)
+    assert p["done_today"] == 2 and p["median_seconds"] == 3.5
+    assert not [q["sql"] for q in ctx.captured_queries if "::date" in q["sql"] or "AT TIME ZONE" in q["sql"]]

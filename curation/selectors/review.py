@@ -126,13 +126,19 @@ def annotator_queue(*, user) -> dict:
     rows = [{**r, "label": class_label(r["candidate_class__wnid"], r["candidate_class__synset_name"], r["candidate_class__folder"])}
             for r in rows]
     return {"rows": rows, "restricted": not scope.unrestricted, "my_reviews": mine.count(),
-            "my_today": mine.filter(created_at__date=_today()).count()}
+            "my_today": mine.filter(today_q()).count()}
 
 
-def _today():
+def today_q(field: str = "created_at") -> Q:
+    """``field`` falls on today (the site's time zone), as a range the (annotator, created_at)
+    index answers; ``created_at__date=`` casts every row's time to a date first, and then reads
+    every review the annotator ever made (issue 45: 0.25 s a request at 13 million images)."""
+    from datetime import datetime, time, timedelta
+
     from django.utils import timezone
 
-    return timezone.localdate()
+    start = timezone.make_aware(datetime.combine(timezone.localdate(), time.min))
+    return Q(**{f"{field}__gte": start, f"{field}__lt": start + timedelta(days=1)})
 
 
 def review_dashboard() -> dict:
@@ -393,8 +399,8 @@ def annotator_progress(user) -> dict:
                                   item__done__gte=F("item__required") - F("item__leased"))))
     left = max(0, _open_with_free_slots(scope) - counts["seen"]) + counts["held"]
     reviews = Review.objects.filter(annotator=user, is_gold=False)
-    today_q = Q(created_at__date=timezone.localdate())
-    totals = reviews.aggregate(reviewed=Count("id", filter=item_in_scope), done_today=Count("id", filter=today_q))
-    today = list(reviews.filter(today_q).order_by("-created_at").values_list("seconds", flat=True)[:200])
+    today = today_q()
+    totals = reviews.aggregate(reviewed=Count("id", filter=item_in_scope), done_today=Count("id", filter=today))
+    today = list(reviews.filter(today).order_by("-created_at").values_list("seconds", flat=True)[:200])
     return {"left": left, "total": left + totals["reviewed"], "done_today": totals["done_today"],
             "median_seconds": round(statistics.median(today), 1) if today else None}
