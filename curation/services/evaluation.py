@@ -1086,7 +1086,7 @@ def _plot_folder(run: EvaluationRun) -> Path:
 def _plots(run: EvaluationRun, model: str, r: dict, info: dict) -> dict:
     """The plot files of one model (relative paths, as the results record them). The summary plots
     (the FPR CDF, full spectrum, severity: one each) are drawn now; the per-detector bars, one per
-    detector (33 in the demo, about a second each), when a page first asks for one
+    detector (34 in the demo, about a second each), when a page first asks for one
     (evaluation_plot_file)."""
     out: dict = {"bars": {}}
     folder = _plot_folder(run) / safe_component(model)

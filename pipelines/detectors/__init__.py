@@ -286,7 +286,7 @@ PREFERRED_ORDER = ("msp", "maxlogit", "energy", "entropy", "kl_matching", "mahal
                    "react", "ash", "cosine", "mcm", "odin",
                    # output-based newcomers, then feature-based (issue 32)
                    "temperature_scaling", "gen", "gradnorm", "dice", "she", "scale", "ash_p", "ash_b", "vra", "nnguide", "relation",
-                   "fdbd", "nci", "residual", "mahalanobis_pp", "gmm", "pnml", "rankfeat", "mds_ensemble",
+                   "fdbd", "nci", "residual", "mahalanobis_pp", "gmm", "pnml", "rankfeat", "mds_ensemble", "cfood",
                    # vision-language (zero-shot) detectors (issue 46)
                    "clip_mcm", "gl_mcm", "clip_energy", "clip_maxlogit", "neglabel", "csp")
 

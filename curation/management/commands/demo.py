@@ -29,8 +29,9 @@ DEMO_SANITY_SEEDS = 2  # the default is 5 random networks
 
 def demo_leaves_out() -> list[str]:
     """The input-level detectors (ODIN, RankFeat...): each needs its own passes over every image
-    (ODIN a backward pass, about 3x a forward one), too long for the demo."""
-    return sorted(m for m in detector_names() if getattr(get_detector(m), "input_level", False))
+    (ODIN a backward pass, about 3x a forward one), too long for the demo; and the vision-language
+    ones, which need a clip: model (the demo's model is a classifier; docs/evaluation.md)."""
+    return sorted(m for m in detector_names() if getattr(get_detector(m), "input_level", False) or get_detector(m).needs_text)
 
 
 ACCOUNT_ROLES = {

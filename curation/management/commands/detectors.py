@@ -11,6 +11,8 @@ def detectors_table() -> str:
     for name in detector_names():
         cls = DETECTORS[name]
         needs = ", ".join(x for x, on in (("ID fit set", cls.needs_fit), ("last layer", cls.needs_head),
+                                           ("text head (a clip: model)", cls.needs_text),
+                                           ("local tokens (a ViT clip: model)", cls.needs_local),
                                            ("the images (input-level"
                                            + (f": {'; '.join(cls.layers)}" if cls.layers else "") + ")", cls.input_level)) if on) or "outputs only"
         rows = cls.parameters or (None,)
