@@ -144,3 +144,30 @@ def test_imagenet_fs_x_preset_and_runs_without_weights_stop_in_one_line(tmp_path
     assert EvaluationRun.objects.count() == 1 and Job.objects.filter(kind=Job.Kind.EVALUATE).count() == 1
     with pytest.raises(CommandError, match="--preset imagenet-x makes the split itself"):
         call_command("evaluate", preset="imagenet-x", fs_x="x", id_test="source:val", id_fit="source:train", stdout=io.StringIO())
+
+
+def test_the_admin_form_starts_an_imagenet_x_run_with_a_clip_model(tmp_path, role_groups, django_capture_on_commit_callbacks):
+    """The issue's "or the admin form": a preset, a clip: model in "other models" and a template;
+    refusals for an export given with a preset, no export without one, and variants without FS-X."""
+    _sources(tmp_path, ("val", "train"))
+    clip = f"clip:{TINY_ARCH}:{tiny_clip_file(tmp_path)}"
+    client = _client()
+    User.objects.filter(username="res").update(is_staff=True)  # the admin's forms are for staff researchers
+    form = {"preset": "imagenet-x", "id_test": "source:val", "id_fit": "source:train", "other_models": clip, "clip_template": "mcm",
+            "methods": ["clip_mcm", "clip_maxlogit"], "seed": 0, "sanity_seeds": 0}
+    page = client.get("/admin/curation/evaluationrun/add/").content.decode()
+    assert 'name="preset"' in page and "imagenet-fs-x" in page and "clip:ARCH:/path/to/weights" in page
+    bad = client.post("/admin/curation/evaluationrun/add/", {**form, "preset": ""})
+    assert bad.status_code == 200 and "choose the export to evaluate on, or a preset" in bad.content.decode()
+    bad = client.post("/admin/curation/evaluationrun/add/", {**form, "variants": ["source:val"]})
+    assert bad.status_code == 200 and "variants go with the imagenet-fs-x preset" in bad.content.decode()
+    assert not EvaluationRun.objects.exists()
+    with django_capture_on_commit_callbacks(execute=True):
+        resp = client.post("/admin/curation/evaluationrun/add/", form)
+    run = EvaluationRun.objects.get()
+    assert resp.status_code == 302 and resp["Location"] == f"/evaluations/{run.pk}/"
+    run.refresh_from_db()
+    assert run.status == "done", run.message
+    assert run.config["preset"] == "imagenet-x" and run.config["clip_template"] == "mcm"
+    assert run.ood_label == "source:val@imagenet-x-ood"
+    assert run.results["models"][clip]["detectors"]["clip_mcm"]["status"] == "ok"

@@ -46,14 +46,25 @@ def _id_set_choices():
 
 
 class EvaluationCreateForm(forms.Form):
+    preset = forms.ChoiceField(required=False, initial="",
+                               help_text="A benchmark as its paper runs it (no export then): ImageNet-X's 500 ID / 500 OOD "
+                                         "ImageNet-1K classes split by WordNet parent, taken from the ID test and fit sources "
+                                         "(whole sources, e.g. ImageNet val and a train subset); ImageNet-FS-X adds the "
+                                         "variant sources' ID-class images as covariate-shifted ID (docs/evaluation.md)")
     export = forms.ModelChoiceField(queryset=Export.objects.filter(kind=Export.Kind.DATASET, status=Export.Status.DONE),
-                                    help_text="The clean OOD set to evaluate on")
+                                    required=False, help_text="The clean OOD set to evaluate on (leave empty with a preset)")
     unit_tests = forms.ModelChoiceField(queryset=Export.objects.filter(kind=Export.Kind.UNIT_TESTS, status=Export.Status.DONE),
                                         required=False, help_text="Optional: an OOD unit-test set (a detector fails a test above 10% FPR)")
     id_test = forms.ChoiceField(help_text="ID test set: an ID reference source (e.g. ImageNet val in wnid folders) or imported outputs")
     id_fit = forms.ChoiceField(help_text="ID fit set for detectors with statistics (a train subset); must differ from the test set")
     models = forms.MultipleChoiceField(widget=forms.CheckboxSelectMultiple, required=False, help_text="Registered models")
-    other_models = forms.CharField(required=False, help_text="More timm model names, comma separated (their weights must be reachable)")
+    other_models = forms.CharField(required=False, help_text="More models, comma separated: timm names (their weights must be "
+                                                             "reachable) or vision-language models as clip:ARCH:TAG or "
+                                                             "clip:ARCH:/path/to/weights (e.g. clip:ViT-B-16-quickgelu:/data/"
+                                                             "open_clip_pytorch_model.bin, the paper's model)")
+    clip_template = forms.ChoiceField(required=False, initial="", help_text="The prompts of a clip: model's zero-shot head")
+    variants = forms.MultipleChoiceField(required=False, widget=forms.CheckboxSelectMultiple,
+                                         help_text="With ImageNet-FS-X: the covariate-shifted variant sources (ImageNet-V2, -R, -C copies)")
     methods = forms.MultipleChoiceField(widget=forms.CheckboxSelectMultiple, help_text="Detectors (higher score = more ID)")
     seed = WholeNumberField(initial=0, min_value=0, max_value=2**32 - 1, help_text="Seed of C-OOD's estimation/test split")
     fpr_method = forms.ChoiceField(required=False, initial=FPR_METHODS[0], help_text="FPR@95 (ID positive) threshold")
@@ -77,7 +88,13 @@ class EvaluationCreateForm(forms.Form):
                              ("severity_protocol", PROTOCOLS)):
             self.fields[name].choices = _choices(values)
         self.fields["decoder"].choices = [("", "the deployment's default (OODC_DECODER)")] + _choices(DECODERS)
+        from curation.services.evaluation import PRESETS
+        from pipelines.vlm import DEFAULT_TEMPLATE, TEMPLATE_KEYS
+
+        self.fields["preset"].choices = [("", "none: evaluate on an export")] + _choices(PRESETS)
+        self.fields["clip_template"].choices = [("", f"the default ({DEFAULT_TEMPLATE})")] + _choices(TEMPLATE_KEYS)
         sets = _id_set_choices()
+        self.fields["variants"].choices = [(v, label) for v, label in sets if v.startswith("source:")]
         self.fields["id_test"].choices = self.fields["id_fit"].choices = [("", "---------")] + sets
         self.fields["id_shifted"].choices = sets
         self.fields["models"].choices = [(name, f"{name}: {spec.description}") for name, spec in MODELS.items()]
@@ -105,6 +122,15 @@ class EvaluationCreateForm(forms.Form):
         data["model_names"] = list(data.get("models") or []) + [m.strip() for m in (data.get("other_models") or "").split(",") if m.strip()]
         if not data["model_names"]:
             self.add_error("models", "choose at least one model")
+        preset = data.get("preset") or ""
+        if preset and data.get("export"):
+            self.add_error("export", f"the {preset} preset builds its OOD set from the ID sources: leave the export empty")
+        if preset and (data.get("id_shifted") or data.get("unit_tests")):
+            self.add_error("preset", f"the {preset} preset takes no unit tests or extra shifted sets (use the variants with imagenet-fs-x)")
+        if not preset and not data.get("export"):
+            self.add_error("export", "choose the export to evaluate on, or a preset")
+        if data.get("variants") and preset != "imagenet-fs-x":
+            self.add_error("variants", "variants go with the imagenet-fs-x preset")
         return data
 
 
@@ -148,13 +174,17 @@ class EvaluationRunAdmin(NoDelete, NoChange, RecordAdmin):
 
             params = {k: d[k] for k in ("seed", "fpr_method", "aupr_method", "oaa_convention", "severity_protocol", "decoder",
                                         "sanity_seeds")}
+            if d.get("clip_template"):
+                params["clip_template"] = d["clip_template"]
             params.update({p.key(det): d[p.key(det)] for det, p in parameters() if d.get(p.key(det)) is not None})
             if params["sanity_seeds"] is None:  # empty: the deployment's default (OODC_EVAL_SANITY_SEEDS)
                 del params["sanity_seeds"]
             try:
+                preset = d.get("preset") or None
                 run = evaluation_create(export=d["export"], unit_tests=d["unit_tests"], id_test=d["id_test"], id_fit=d["id_fit"],
                                         models=d["model_names"], methods=d["methods"], params=params, user=request.user,
-                                        id_shifted=list(d.get("id_shifted") or []))
+                                        id_shifted=list(d.get("id_shifted") or []), preset=preset,
+                                        fs_x={"split": "", "variants": list(d.get("variants") or [])} if preset == "imagenet-fs-x" else None)
             except EvaluationError as exc:
                 form.add_error(None, str(exc))
             else:
