@@ -108,6 +108,8 @@ def test_imagenet_x_preset_runs_clip_detectors_beside_a_classifier(tmp_path, rol
     assert {x["model"] for d in board["detectors"] if d["det"] == "msp" for x in d["rows"]} == {clip, "efficientnet_lite0"}
     html = _client().get(f"/evaluations/{run.pk}/").content.decode()
     assert 'data-head="zero-shot"' in html and "zero-shot text head" in html and "the classifier&#x27;s own 1,000-class head" in html
+    # what ran each model's forward passes (issue 51: the classifier on the CPU runtime) is on the page too
+    assert k["runtime"].startswith("openvino") and f'data-runtime="{k["runtime"]}"' in html
     assert "last layer was not available" not in html.split(f'data-model="{clip}"')[-1].split("</section>")[0]
 
 
