@@ -225,7 +225,7 @@ def report(cmd, run: EvaluationRun) -> None:
         for det, e in r["detectors"].items():
             label = res.get("detectors", {}).get(det, {}).get("label", det)
             if e["status"] != "ok":
-                cmd.stdout.write(f"  {label:<22} failed: {e['error']}")
+                cmd.stdout.write(f"  {label:<22} {'skipped' if e['status'] == 'skipped' else 'failed'}: {e['error']}")
                 continue
             tests = e.get("unit_tests") or {}
             fails = f"{len(e.get('unit_tests_failed', []))}/{len(tests)}" if tests else "-"
