@@ -62,7 +62,9 @@ class ImageEmbedding(models.Model):
             models.Index(fields=["model_name", "top1_wnid", "image"], name="emb_browse_top1"),
             # the duplicate groups (more than one member: one of them the search dropped), read
             # without a pass over every prediction (issue 45)
-            models.Index(fields=["model_name", "search_group"], condition=~models.Q(search_drop=""), name="emb_dup_groups"),
+            # (every member but the one a group keeps was dropped by the search and names another image as its group)
+            models.Index(fields=["model_name", "search_group"], condition=~models.Q(search_drop="") & ~models.Q(search_group=models.F("image")),
+                         name="emb_dup_members"),
         ]
 
     def __str__(self) -> str:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 from django.conf import settings
-from django.db.models import Count, Exists, OuterRef, Q, QuerySet
+from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet
 
 from curation.models import CandidateClass, DuplicateOverride, ImageEmbedding, Source
 from pipelines.near_dups import normalise
@@ -39,13 +39,19 @@ class GroupSummary:
         return self.decided > 0
 
 
+def _dropped_members(model_name: str) -> QuerySet:
+    """The group of every member the search dropped for another image (not the one a group keeps,
+    whose group is itself): the rows of the partial index emb_dup_members."""
+    return (ImageEmbedding.objects.filter(model_name=model_name).exclude(search_drop="").exclude(search_group=F("image_id"))
+            .values("search_group"))
+
+
 def _grouped(model_name: str, source: Source | None) -> QuerySet:
     """One row per group of more than one member: ``search_group``, ``n``, ``dropped``, ``decided``."""
     # a group of more than one member has a member the search dropped (search_drop: every member but
-    # the one it kept): only those groups' rows are read, through the partial index emb_dup_groups,
+    # the one it kept): only those groups' rows are read, through the partial index emb_dup_members,
     # not every prediction of the pool (issue 45)
-    dropped = ImageEmbedding.objects.filter(model_name=model_name).exclude(search_drop="").values("search_group")
-    qs = ImageEmbedding.objects.filter(model_name=model_name, search_group__isnull=False, search_group__in=dropped)
+    qs = ImageEmbedding.objects.filter(model_name=model_name, search_group__isnull=False, search_group__in=_dropped_members(model_name))
     if source is not None:
         qs = qs.filter(image__source=source)
     corrected = Exists(DuplicateOverride.objects.filter(image_id=OuterRef("image_id"), model_name=model_name))
@@ -65,6 +71,17 @@ def _only(rows: QuerySet, state: str) -> QuerySet:
 def duplicate_group_counts(*, model_name: str | None = None, source: Source | None = None) -> dict[str, int]:
     """How many groups there are, and how many still need attention."""
     model_name = model_name or settings.DEFAULT_MODEL
+    if source is None:
+        # every member of a group but the one the search kept was dropped by it and names that one
+        # as its group: the groups of more than one member are the distinct groups of those members
+        # (the partial index emb_dup_members alone, no row of the table read), and the decided ones
+        # those holding an image a curator corrected (the few overrides)
+        dropped = _dropped_members(model_name)
+        total = dropped.order_by().values("search_group").distinct().count()
+        decided = (ImageEmbedding.objects.filter(model_name=model_name, search_group__in=dropped,
+                                                 image_id__in=DuplicateOverride.objects.filter(model_name=model_name).values("image_id"))
+                   .order_by().values("search_group").distinct().count())
+        return {"total": total, "open": total - decided, "decided": decided}
     rows = _grouped(model_name, source)
     total = rows.count()
     open_ = _only(rows, "open").count()
