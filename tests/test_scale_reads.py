@@ -83,6 +83,7 @@ def test_ingest_finalize_matches_the_scan_against_the_images_in_the_database():
     seen = [[f"c/{k}.jpg", "c", 1, 1, "", -1] for k in range(30) if k not in (3, 17, 29)]
     JobChunk.objects.create(job=job, index=0, payload=seen[:10], done=True, stats={"unchanged": 10})
     JobChunk.objects.create(job=job, index=1, payload=seen[10:], done=True, stats={"unchanged": len(seen) - 10})
+    JobChunk.objects.create(job=job, index=2, payload={}, done=True, stats={})  # a chunk that planned nothing
     with CaptureQueriesContext(connection) as ctx:
         job = ingest_finalize(job_id=job.pk)
     assert job.result["newly_missing"] == 2 and job.result["unchanged"] == 27

@@ -276,7 +276,8 @@ def _mark_missing(job: Job, source: Source) -> int:
     if connection.vendor == "postgresql":
         with connection.cursor() as cur:
             cur.execute("CREATE TEMP TABLE oodc_scan_seen ON COMMIT DROP AS SELECT DISTINCT r.value ->> 0 AS path "
-                        "FROM curation_jobchunk c CROSS JOIN LATERAL jsonb_array_elements(c.payload) r WHERE c.job_id = %s "
+                        "FROM curation_jobchunk c CROSS JOIN LATERAL jsonb_array_elements(CASE WHEN jsonb_typeof(c.payload) = 'array' "
+                        "THEN c.payload ELSE '[]'::jsonb END) r WHERE c.job_id = %s "
                         "UNION SELECT unnest(%s::text[])", [job.pk, refused])
             cur.execute("CREATE INDEX ON oodc_scan_seen (path)")
             cur.execute("ANALYZE oodc_scan_seen")
