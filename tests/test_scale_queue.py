@@ -121,3 +121,33 @@ def test_the_dashboards_agreement_is_summed_by_the_database_and_equals_the_per_i
         sql = q["sql"].upper()
         if '"CURATION_REVIEW"' in sql.replace(" ", "") or "FROM CURATION_REVIEW " in sql:
             assert "GROUP BY" in sql or "COUNT(" in sql, f"reads reviews one by one: {q['sql'][:200]}"
+
+
+def test_expired_leases_go_back_in_as_many_statements_for_40_as_for_4(django_user_model):
+    """The request that finds expired leases reclaims them with one UPDATE per number of leases an
+    item loses, not one per item (a 4M-image run: 319 queries in one review/next)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from curation.models import Assignment
+    from curation.services.review import review_reclaim_expired
+
+    source = _pool(60)
+    cls = CandidateClass.objects.filter(source=source).first()
+    people = [django_user_model.objects.create(username=f"a{k}") for k in range(2)]
+    images = list(Image.objects.filter(source=source, status="ok").order_by("id"))
+    past = timezone.now() - timedelta(hours=1)
+    statements = []
+    for start, size in ((0, 4), (4, 40)):
+        batch = images[start:start + size]
+        for image in batch:
+            item = ReviewItem.objects.create(image=image, source=source, candidate_class=cls, leased=2 if image.pk % 3 == 0 else 1)
+            for p in people[:item.leased]:
+                Assignment.objects.create(item=item, annotator=p, state="leased", leased_at=past, expires_at=past)
+        with CaptureQueriesContext(connection) as ctx:
+            ended = review_reclaim_expired(force=True)
+        assert ended == Assignment.objects.filter(state="expired", item__image__in=batch).count() > size
+        assert not ReviewItem.objects.filter(leased__gt=0).exists()
+        statements.append(len(ctx.captured_queries))
+    assert statements[0] == statements[1]

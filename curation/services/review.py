@@ -407,8 +407,12 @@ def _expire(leases, now) -> int:
     for _id, item_id, gold in rows:
         if not gold:
             per_item[item_id] = per_item.get(item_id, 0) + 1
+    by_count: dict[int, list[int]] = {}  # one UPDATE per number of leases ended on an item (almost always 1), not one per item
     for item_id, n in per_item.items():
-        ReviewItem.objects.filter(pk=item_id).update(leased=Greatest(F("leased") - n, 0))
+        by_count.setdefault(n, []).append(item_id)
+    for n, ids in by_count.items():
+        for start in range(0, len(ids), 1000):
+            ReviewItem.objects.filter(pk__in=ids[start:start + 1000]).update(leased=Greatest(F("leased") - n, 0))
     return len(rows)
 
 
