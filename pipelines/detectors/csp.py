@@ -1,6 +1,7 @@
 import os
 import random
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -50,7 +51,7 @@ def lexicographer_words() -> tuple[list[str], list[str]]:
     return _WORDS["words"]
 
 
-def template_mean(encode_raw, items: list[str], templates: tuple[str, ...]) -> np.ndarray:
+def template_mean(encode_raw: Callable[[list[str]], np.ndarray], items: list[str], templates: tuple[str, ...]) -> np.ndarray:
     """Each item's embeddings through ``templates``, averaged before any normalisation (the
     authors average the encoder's raw outputs), then normalised."""
     total = None
