@@ -15,6 +15,7 @@ from curation.roles import ANNOTATOR
 from curation.services.certification import (
     CertificationError,
     certification_cache_clear,
+    certification_close,
     certification_plan_create,
     certification_refresh,
 )
@@ -336,3 +337,46 @@ def test_a_draw_leased_by_someone_who_left_is_named_and_a_curator_hands_it_back(
     assert sd.decided_prefix >= 2 + len(served)
     page = c.get(url).content.decode()
     assert "leased to gone" not in page
+
+
+def test_a_plan_reads_the_queue_as_columns_and_writes_its_units_a_slice_at_a_time(tmp_path, monkeypatch):
+    """Issue 45: a plan over ImageNet-21K's ~9 million undecided images held every item and
+    score as Python tuples and a dict, and every unit as an object at once (about 8 GB). Now the
+    queue and scores come as arrays, no ReviewItem object is made, and units go in slices."""
+    from curation.models import ImageEmbedding
+    from curation.services import certification as cert_service
+
+    source = queue_with_rows(tmp_path, n=60)
+    made: list[int] = []
+    real_init = ReviewItem.__init__
+
+    def counting_init(self, *a, **kw):
+        made.append(1)
+        real_init(self, *a, **kw)
+
+    batches: list[int] = []
+    real_bulk = CertificationUnit.objects.bulk_create
+
+    def recording_bulk(objs, *a, **kw):
+        objs = list(objs)
+        batches.append(len(objs))
+        return real_bulk(objs, *a, **kw)
+
+    monkeypatch.setattr(ReviewItem, "__init__", counting_init)
+    monkeypatch.setattr(CertificationUnit.objects, "bulk_create", recording_bulk)
+    monkeypatch.setattr(cert_service, "READ_SLICE", 7)  # the slices of a huge pool, on a small one
+    monkeypatch.setattr(cert_service, "UNIT_SLICE", 7)
+    plan = certification_plan_create(source=source, n_strata=3, pilot=2, target=0.3, seed=11)
+    assert not made and batches and max(batches) <= 7 and sum(batches) == 60
+    assert CertificationUnit.objects.filter(plan=plan).count() == 60
+    # the same draws as the plan a second time with the same seed (the replay)
+    first = list(CertificationUnit.objects.filter(plan=plan).order_by("stratum", "draw").values_list("item_id", "serve"))
+    certification_close(plan=plan)
+    again = certification_plan_create(source=source, n_strata=3, pilot=2, target=0.3, seed=11)
+    assert list(CertificationUnit.objects.filter(plan=again).order_by("stratum", "draw").values_list("item_id", "serve")) == first
+    # an image without the score is named, as before
+    ImageEmbedding.objects.filter(image_id=ReviewItem.objects.filter(source=source).values_list("image_id", flat=True)[:1]).delete()
+    certification_close(plan=again)
+    with pytest.raises(CertificationError, match="1 queued images of .* have no"):
+        certification_plan_create(source=source, n_strata=3, pilot=2, target=0.3, seed=11)
+

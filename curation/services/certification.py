@@ -9,6 +9,7 @@ follows, however fast reviews come in.
 """
 from __future__ import annotations
 
+import itertools
 import secrets
 import threading
 import time
@@ -75,19 +76,25 @@ def certification_plan_create(*, source: Source, score: str = CertificationPlan.
         raise CertificationError(f"unknown sampler {sampler!r}: use one of {', '.join(map(str, C.SAMPLERS))}")
     _refuse_if_open(source)  # early, before the work below; checked again under the lock
     model_name = model_name or settings.DEFAULT_MODEL
-    items = list(ReviewItem.objects.filter(source=source, status=ReviewItem.Status.OPEN, is_gold=False)
-                 .order_by("id").values_list("id", "image_id"))
-    if not items:
+    # the undecided items and their scores as arrays, read in slices (a pool of ImageNet-21K's size
+    # has about 9 million: tuples and a dict of them took about 8 GB, issue 45)
+    open_items = ReviewItem.objects.filter(source=source, status=ReviewItem.Status.OPEN, is_gold=False)
+    ids, image_ids = _int_columns(open_items.order_by("id").values_list("id", "image_id"))
+    if not len(ids):
         raise CertificationError(f"{source.name} has no undecided images in its review queue: build the queue first "
                                  f"(`python manage.py review_queue --source {source.name}` or the review dashboard)")
-    scores = dict(ImageEmbedding.objects.filter(image_id__in=[i for _x, i in items], model_name=model_name)
-                  .exclude(**{f"{score}__isnull": True}).values_list("image_id", score))
-    missing = sum(1 for _x, i in items if i not in scores)
+    scored = (ImageEmbedding.objects.filter(model_name=model_name, image_id__in=open_items.values("image_id"))
+              .exclude(**{f"{score}__isnull": True}).order_by("image_id").values_list("image_id", score))
+    with_score, score_of = _int_float_columns(scored)
+    at = np.searchsorted(with_score, image_ids)
+    found = (at < len(with_score)) & (with_score[np.minimum(at, max(len(with_score) - 1, 0))] == image_ids) if len(with_score) \
+        else np.zeros(len(image_ids), dtype=bool)
+    missing = int((~found).sum())
     if missing:
         raise CertificationError(f"{missing} queued images of {source.name} have no {score} from {model_name}: "
                                  f"run `python manage.py run_image_pipeline --sources {source.name}` first")
     betting = method == C.BETTING
-    values = [scores[i] for _x, i in items]
+    values = score_of[at]
     try:
         st = (C.stratify_quantiles(values, C.tail_quantiles(n_strata, len(values)), full_top=full_top) if betting
               else C.stratify(values, n_strata, full_top=full_top))
@@ -98,7 +105,7 @@ def certification_plan_create(*, source: Source, score: str = CertificationPlan.
     seed = int(seed if seed is not None else secrets.randbits(48))
     H = len(st.full)
     cov = C.stratum_covariate(values, st.labels, H)
-    item_ids = np.array([x for x, _i in items], dtype=np.int64)
+    item_ids = ids
     members = [item_ids[st.labels == h] for h in range(H)]
     orders = [members[h][C.draw_order(len(members[h]), seed=seed, stratum=h, sampler=sampler)] for h in range(H)]
     sampled = [h for h in range(H) if not st.full[h]]
@@ -133,7 +140,7 @@ def certification_plan_create(*, source: Source, score: str = CertificationPlan.
             plan = _plan_insert(source=source, model_name=model_name, score=score, n_strata=n_strata, full_top=full_top,
                                 confidence=confidence, target=target, seed=seed, pilot=pilot, minimum_share=minimum_share,
                                 unclear_is_id=unclear_is_id, method=method, betting=betting, stages=stages, user=user, st=st,
-                                cov=cov, members=members, orders=orders, serve=serve, items=len(items), sampler=sampler)
+                                cov=cov, members=members, orders=orders, serve=serve, items=len(ids), sampler=sampler)
     except IntegrityError:
         if CertificationPlan.objects.filter(source=source, status__in=OPEN).exists():
             raise CertificationConflict(f"{source.name} got an open certification plan from another curator at the same moment: "
@@ -141,6 +148,33 @@ def certification_plan_create(*, source: Source, score: str = CertificationPlan.
         raise
     certification_cache_clear()
     return plan
+
+
+READ_SLICE = 200_000  # rows read at a time when a plan reads the queue
+UNIT_SLICE = 5_000  # units written at a time
+
+
+def _int_columns(rows: QuerySet) -> tuple[np.ndarray, np.ndarray]:
+    """Two integer columns of ``rows`` as int64 arrays, read ``READ_SLICE`` rows at a time."""
+    chunk = READ_SLICE
+    parts: list[np.ndarray] = []
+    it = rows.iterator(chunk_size=chunk)
+    while block := list(itertools.islice(it, chunk)):
+        parts.append(np.array(block, dtype=np.int64).reshape(-1, 2))
+    both = np.concatenate(parts) if parts else np.zeros((0, 2), dtype=np.int64)
+    return both[:, 0].copy(), both[:, 1].copy()
+
+
+def _int_float_columns(rows: QuerySet) -> tuple[np.ndarray, np.ndarray]:
+    """(int64 keys, float64 values) of ``rows`` (key, value), read ``READ_SLICE`` rows at a time."""
+    chunk = READ_SLICE
+    keys: list[np.ndarray] = []
+    vals: list[np.ndarray] = []
+    it = rows.iterator(chunk_size=chunk)
+    while block := list(itertools.islice(it, chunk)):
+        keys.append(np.fromiter((k for k, _v in block), dtype=np.int64, count=len(block)))
+        vals.append(np.fromiter((v for _k, v in block), dtype=np.float64, count=len(block)))
+    return (np.concatenate(keys) if keys else np.zeros(0, dtype=np.int64)), (np.concatenate(vals) if vals else np.zeros(0))
 
 
 def _refuse_if_open(source: Source) -> None:
@@ -161,9 +195,10 @@ def _plan_insert(*, source: Source, model_name: str, score: str, n_strata: int, 
         code_version=f"{C.CODE_VERSION} {code_version()}", created_by=user if getattr(user, "pk", None) else None,
         strata=[{"size": int(len(members[h])), "edge": float(st.edges[h]), "full": bool(st.full[h]), "covariate": float(cov[h])}
                 for h in range(H)])
-    CertificationUnit.objects.bulk_create(
-        [CertificationUnit(plan=plan, item_id=int(it), stratum=h, draw=d, serve=serve.get(int(it)))
-         for h in range(H) for d, it in enumerate(orders[h])], batch_size=5000)
+    units = (CertificationUnit(plan=plan, item_id=int(it), stratum=h, draw=d, serve=serve.get(int(it)))
+             for h in range(H) for d, it in enumerate(orders[h].tolist()))
+    while batch := list(itertools.islice(units, UNIT_SLICE)):  # a slice at a time, never every unit as an object
+        CertificationUnit.objects.bulk_create(batch)
     audit_record(actor=user, action="certification_planned", target=plan,
                  data={"source": source.name, "images": items, "strata": [s["size"] for s in plan.strata],
                        "score": score, "seed": seed, "target": target, "confidence": confidence, "pilot": pilot,
