@@ -120,7 +120,8 @@ def certify(request, source_id: int):
                        "bound": None if r["full"] else next(split, None), "share": None} for h, r in enumerate(c["strata"])]
         estimate = plan.certificate["remainder_id_share_estimate"] if certified else sd.cert.estimate
         holds = certification_holds(plan=plan, limit=HOLDS_SHOWN) if plan.status in ("pilot", "sampling") else []
-        ctx.update(holds=holds if any(h.why != "queued" for h in holds) else [], holds_leased=any(h.why == "leased" for h in holds), holds_shown=HOLDS_SHOWN)
+        ctx.update(holds=holds if any(h.why != "queued" for h in holds) else [], holds_leased=any(h.why == "leased" for h in holds), holds_shown=HOLDS_SHOWN,
+                   holds_queued=sum(1 for h in holds if h.why == "queued"))
         ctx.update(sd=sd, bound_share=share, betting=plan.prior == C.BETTING, guarantee=guarantee_text(plan.confidence),
                    sampler_note=sampler_note(plan) if plan.prior == C.BETTING else "",
                    pct={"target": 100 * plan.target, "bound": 100 * share, "estimate": 100 * estimate},

@@ -419,7 +419,7 @@ class Hold:
     why: str  # "leased", "conflict" (awaiting adjudication), "queued" (nobody holds it now)
     done: int  # reviews so far
     required: int  # reviews the image needs
-    holders: list[tuple[str, object]] = field(default_factory=list)  # (username, lease expiry) for "leased"
+    holders: list[tuple[str, object, object]] = field(default_factory=list)  # (username, leased at, expiry) for "leased"
 
 
 def certification_holds(*, plan: CertificationPlan, limit: int = 10) -> list[Hold]:
@@ -435,10 +435,10 @@ def certification_holds(*, plan: CertificationPlan, limit: int = 10) -> list[Hol
                 .exclude(item__status__in=final).order_by("serve")
                 .values_list("serve", "item_id", "item__image_id", "item__image__relative_path", "item__status",
                              "item__done", "item__required")[:limit])
-    leases: dict[int, list[tuple[str, object]]] = {}
-    for item_id, who, until in (Assignment.objects.filter(item_id__in=[r[1] for r in rows], state=Assignment.State.LEASED)
-                                .order_by("expires_at").values_list("item_id", "annotator__username", "expires_at")):
-        leases.setdefault(item_id, []).append((who, until))
+    leases: dict[int, list[tuple[str, object, object]]] = {}
+    for item_id, who, since, until in (Assignment.objects.filter(item_id__in=[r[1] for r in rows], state=Assignment.State.LEASED)
+                                       .order_by("expires_at").values_list("item_id", "annotator__username", "leased_at", "expires_at")):
+        leases.setdefault(item_id, []).append((who, since, until))
     holds = []
     for serve, item_id, image_id, path, status, done, required in rows:
         if status == ReviewItem.Status.CONFLICT:
