@@ -436,6 +436,13 @@ def test_neighbouring_archive_members_are_read_together_with_the_bytes_reading_e
             assert isinstance(got[k], MemberUnreadable) and "short of the member" in str(got[k])
         else:
             assert got[k] == read_member(r)
+    # a Parquet source's rows come out of their row groups at once, the same bytes as one by one
+    names = sorted({w for _k, _d, w, _l in samples})
+    write_hf_parquet(tmp_path / "pq", [(f"{k}.JPEG", d, w) for k, d, w, _l in samples], names=names, shards=2)
+    add_source("pq", str(tmp_path / "pq"), layout="parquet")
+    prefs = [i.ref() for i in Image.objects.filter(source__name="pq").select_related("source").order_by("?")]
+    got = prefetch_members(prefs)
+    assert set(got) == set(range(len(prefs))) and all(got[k] == read_member(r) for k, r in enumerate(prefs))
     # a folder source's members are left to read_member (threads overlap their opens)
     (tmp_path / "f" / WNIDS[0]).mkdir(parents=True)
     (tmp_path / "f" / WNIDS[0] / "a.jpg").write_bytes(jpeg(1))
