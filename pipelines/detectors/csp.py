@@ -6,7 +6,7 @@ from typing import Callable
 import numpy as np
 
 from . import Detector, DetectorError, Head, Outputs, Param, register_detector, require_text
-from .neglabel import grouped_share
+from .neglabel import grouped_score
 
 CSP_REF = ("MengyuanChen21/NeurIPS2024-CSP@252d4d53f243 mmcls/models/classifiers/multi_modal.py (pool, mining) and "
            "class_names.py (templates), mmcls/models/ood/clip_ood.py@e939ff5afa46 (grouped score), "
@@ -128,7 +128,4 @@ class CSP(Detector):
         return self
 
     def score(self, data: Outputs) -> np.ndarray:
-        f = np.asarray(data.features, dtype=np.float64)
-        f = f / np.linalg.norm(f, axis=1, keepdims=True)
-        t = self.params["temperature"]
-        return grouped_share(f @ self.pos.T / t, f @ self.neg.T / t, self.groups)
+        return grouped_score(data, self.pos, self.neg, self.groups, self.params["temperature"])

@@ -48,6 +48,14 @@ def mine_negatives(pos: np.ndarray, negs: list[np.ndarray], *, percentile: float
     return np.concatenate(kept) if kept else np.zeros((0, pos.shape[1])), counts
 
 
+def grouped_score(data: Outputs, pos: np.ndarray, neg: np.ndarray, groups: np.ndarray, temperature: float) -> np.ndarray:
+    """``grouped_share`` of the images' normalised embeddings against the ID (``pos``) and
+    negative (``neg``) text embeddings at ``temperature`` (NegLabel's and CSP's score)."""
+    f = np.asarray(data.features, dtype=np.float64)
+    f = f / np.linalg.norm(f, axis=1, keepdims=True)
+    return grouped_share(f @ pos.T / temperature, f @ neg.T / temperature, groups)
+
+
 def grouped_share(pos_logits: np.ndarray, neg_logits: np.ndarray, groups: np.ndarray) -> np.ndarray:
     """NegLabel's grouped score: for each group of negatives, the softmax share of the ID labels
     among the ID labels and that group, averaged over the groups (``groups`` [G, k] holds column
@@ -120,7 +128,4 @@ class NegLabel(Detector):
         return self
 
     def score(self, data: Outputs) -> np.ndarray:
-        f = np.asarray(data.features, dtype=np.float64)
-        f = f / np.linalg.norm(f, axis=1, keepdims=True)
-        t = self.params["temperature"]
-        return grouped_share(f @ self.pos.T / t, f @ self.neg.T / t, self.groups)
+        return grouped_score(data, self.pos, self.neg, self.groups, self.params["temperature"])
