@@ -75,9 +75,10 @@ class Pages:
               f"{queries:3d} queries  {status}", flush=True)
 
 
-def run_stage(name: str, fn, only: str) -> dict | None:
+def run_stage(name: str, fn, only: str, *, timed: str = "call") -> dict | None:
     """``fn`` in a forked child, inside a transaction rolled back after: its time, its peak RSS.
-    ``only``: a comma-separated list of parts of stage names."""
+    ``only``: a comma-separated list of parts of stage names. ``timed="note"``: the stage's set-up
+    is not part of the figure: ``fn`` returns a note ending in "; <seconds> s" of the timed part."""
     from django.db import connections
 
     if only and not any(part and part in name for part in only.split(",")):
@@ -95,7 +96,10 @@ def run_stage(name: str, fn, only: str) -> dict | None:
             with transaction.atomic():
                 t = time.perf_counter()
                 note = fn()
-                out = {"seconds": time.perf_counter() - t, "note": str(note or "")[:300]}
+                seconds = time.perf_counter() - t
+                if timed == "note":
+                    seconds = float(str(note).rsplit("; ", 1)[1].rstrip(" s"))
+                out = {"seconds": seconds, "note": str(note or "")[:300]}
                 transaction.set_rollback(True)
         except BaseException as exc:  # noqa: BLE001 - reported as the stage's result
             out = {"seconds": None, "note": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"}
@@ -295,6 +299,20 @@ def stages(pool, only: str) -> list[dict]:
 
     out.append(run_stage("review queue rebuild", queue_rebuild, only))
 
+    def queue_build():
+        # the first build: every queue row of the pool removed (inside the rolled-back
+        # transaction; the delete is not timed), then the queue built from the filter's decisions
+        from curation.services.review import review_queue_sync
+
+        with connection.cursor() as cur:
+            cur.execute("SET CONSTRAINTS ALL DEFERRED")  # reviews and leases point at the removed rows until the rollback
+            cur.execute("DELETE FROM curation_reviewitem WHERE source_id = %s", [pool.pk])
+        t = time.perf_counter()
+        note = review_queue_sync(source=pool).summary()[:160]
+        return f"{note}; {time.perf_counter() - t:.1f} s"
+
+    out.append(run_stage("review queue build (first, every item new)", queue_build, only, timed="note"))
+
     def settings_change():
         from curation.services.review import review_settings_impact, review_settings_save
 
@@ -349,7 +367,57 @@ def stages(pool, only: str) -> list[dict]:
         return f"{len(sweep_stale_jobs())} swept"
 
     out.append(run_stage("stale-job sweep", sweep, only))
+    out.append(backup_restore(only))
     return [r for r in out if r]
+
+
+def backup_restore(only: str) -> dict | None:
+    """docs/backup.md's commands on the pool: ``pg_dump --format=custom`` to a file, then
+    ``pg_restore`` into a new database (dropped after), each timed; the clients' peak RSS. Set
+    BENCH_SCALE_BACKUP_DIR for where the dump goes (it needs about a fifth of the database's size)."""
+    import subprocess
+    import tempfile
+
+    from django.db import connection
+
+    name = "backup and restore (pg_dump -Fc, pg_restore -j 2)"
+    if only and not any(part and part in name for part in only.split(",")):
+        return None
+    url = connection.settings_dict
+    base = f"postgresql://{url['USER']}:{url['PASSWORD']}@{url['HOST']}:{url['PORT']}"
+    target = f"{url['NAME']}_restored"
+    folder = Path(os.environ.get("BENCH_SCALE_BACKUP_DIR") or tempfile.gettempdir())
+    dump = folder / f"{url['NAME']}.dump"
+    row = {"kind": "stage", "name": name}
+    peak = 0.0
+
+    def client(cmd: list[str]) -> None:  # one client program; its own peak RSS (os.wait4), not earlier children's
+        nonlocal peak
+        proc = subprocess.Popen(cmd)
+        _pid, status, usage = os.wait4(proc.pid, 0)
+        peak = max(peak, usage.ru_maxrss / 1024)
+        if os.waitstatus_to_exitcode(status) != 0:
+            raise subprocess.CalledProcessError(os.waitstatus_to_exitcode(status), cmd)
+
+    try:
+        t = time.perf_counter()
+        client(["pg_dump", "--format=custom", "--no-owner", f"--file={dump}", f"{base}/{url['NAME']}"])
+        t_dump = time.perf_counter() - t
+        size = dump.stat().st_size
+        subprocess.run(["psql", "-q", f"{base}/postgres", "-c", f'DROP DATABASE IF EXISTS "{target}"', "-c", f'CREATE DATABASE "{target}"'],
+                       check=True)
+        t = time.perf_counter()
+        client(["pg_restore", "--no-owner", "--jobs=2", f"--dbname={base}/{target}", str(dump)])
+        t_restore = time.perf_counter() - t
+        row.update(seconds=t_dump + t_restore, rss_mb=peak,
+                   note=f"dump {t_dump:.0f} s ({size / 2**30:.2f} GiB), restore {t_restore:.0f} s")
+    except (subprocess.CalledProcessError, OSError) as exc:
+        row.update(seconds=None, rss_mb=None, note=f"{type(exc).__name__}: {exc}"[:200])
+    finally:
+        dump.unlink(missing_ok=True)
+        subprocess.run(["psql", "-q", f"{base}/postgres", "-c", f'DROP DATABASE IF EXISTS "{target}"'], check=False)
+    print(f"  stage {name:52s} {row.get('seconds') or 0:9.2f} s  {row['note']}", flush=True)
+    return row
 
 
 def report(paths: list[str], plot: str) -> None:
