@@ -7,11 +7,11 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.core.paginator import Paginator
-from django.db import connections
 from django.template.response import TemplateResponse
 from django.utils.functional import cached_property
 
 from curation import jobs
+from curation.selectors.browse import estimated_count  # the one estimate: the image browser's count too
 from pipelines.numbers import INT64_MAX, whole_number
 
 _DECIMAL = re.compile(r"-?(?:[0-9]{1,30}(?:\.[0-9]{0,30})?|\.[0-9]{1,30})(?:[eE][-+]?[0-9]{1,3})?\Z", re.ASCII)
@@ -68,22 +68,6 @@ class RecordAdmin(admin.ModelAdmin):
 
 
 ESTIMATE_ABOVE = 100_000  # rows: below, a list counts exactly; above, the planner's estimate stands in
-
-
-def estimated_count(queryset) -> int | None:
-    """The number of rows ``queryset`` holds as PostgreSQL's planner estimates it (EXPLAIN; the
-    table's statistics, no rows read), or None where that is not to be had (SQLite)."""
-    import json
-
-    conn = connections[queryset.db]
-    if conn.vendor != "postgresql":
-        return None
-    sql, params = queryset.order_by().values("pk").query.sql_with_params()
-    with conn.cursor() as cur:
-        cur.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
-        plan = cur.fetchone()[0]
-    plan = json.loads(plan) if isinstance(plan, str) else plan
-    return int(plan[0]["Plan"]["Plan Rows"])
 
 
 class EstimatedCountPaginator(Paginator):

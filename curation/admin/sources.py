@@ -220,5 +220,18 @@ class ImageAdmin(LargeTableAdmin, RecordAdmin):
     # no filter that lists every distinct value of a column (format, mode: a scan of every image);
     # error codes are read among the images that are not ok (an index)
     list_filter = ("source", "status", ErrorCodeFilter)
-    search_fields = ("relative_path", "sha256")
+    search_fields = ("relative_path", "sha256")  # how, see get_search_results
+    search_help_text = ("The beginning of a path within its source (a class folder: n02085620/), or an image's whole SHA-256. "
+                        "Every class, label and score is a filter of the image browser.")
     list_select_related = ("source",)
+
+    def get_search_results(self, request, queryset, search_term):
+        """A path's beginning (case as written) or a whole SHA-256, each read from an index
+        (image_path_prefix, the sha256 index), never a substring of every image's path and
+        hash: ``icontains`` over 13.2M paths read them all (8.6 s; issue 45)."""
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        if len(term) == 64 and all(c in "0123456789abcdefABCDEF" for c in term):
+            return queryset.filter(sha256=term.lower()), False
+        return queryset.filter(relative_path__startswith=term), False

@@ -125,7 +125,10 @@ class Image(models.Model):
     class Meta:
         constraints = [models.UniqueConstraint(fields=["source", "relative_path"], name="unique_image_path_per_source")]
         indexes = [models.Index(fields=["source", "status"]), models.Index(fields=["source", "sha256"]),
-                   models.Index(fields=["candidate_class", "id"], name="image_browse_class")]  # a class's images in order (browser)
+                   models.Index(fields=["candidate_class", "id"], name="image_browse_class"),  # a class's images in order (browser)
+                   # the admin's search by a path's beginning (LIKE 'n02085620/%'): the pattern operator
+                   # class reads it whatever the database's collation (PostgreSQL; a plain index on SQLite)
+                   models.Index(fields=["relative_path"], name="image_path_prefix", opclasses=["varchar_pattern_ops"])]
         ordering = ["source", "relative_path"]
 
     def __str__(self) -> str:
