@@ -133,11 +133,13 @@ def review_queue_sync(*, source: Source, model_name: str | None = None, user: Us
                                                      "dropped_by_duplicate_search": 0, "class_removed": 0, "class_flagged": 0,
                                                      "class_not_in_filter_run": 0, "excluded_by_curator": 0})
     ids, classes, priorities, required = array("q"), array("q"), array("d"), array("h")
+    every = array("q")  # every image of the source: the batches' boundaries (each batch holds at most QUEUE_BATCH of them)
     rows = (Image.objects.filter(source=source)
             .annotate(emb=FilteredRelation("embeddings", condition=Q(embeddings__model_name=model_name)))
             .order_by().values_list("id", "candidate_class_id", "status", "excluded_reason", "emb__id", "emb__ok", "emb__drop_reason",
                                     "emb__nearest_id_similarity"))
     for image_id, class_id, status, excluded, emb_id, ok, drop_reason, similarity in rows.iterator(chunk_size=20000):
+        every.append(image_id)
         if status != Image.Status.OK:
             report.excluded["broken_or_duplicate_file"] += 1
             continue
@@ -172,10 +174,12 @@ def review_queue_sync(*, source: Source, model_name: str | None = None, user: Us
     prio = np.frombuffer(priorities, dtype=np.float64) if len(priorities) else np.zeros(0)
     if base.group_classes and settings.REVIEW_CLASS_RUN > 0:  # a class's images in a row (pipelines.review_order)
         prio = class_runs_arrays(np.frombuffer(ids, dtype=np.int64), np.frombuffer(classes, dtype=np.int64), prio, settings.REVIEW_CLASS_RUN)
+    if connection.vendor == "postgresql":
+        # in batches, each its own transaction: a rebuild stopped half-way keeps what it wrote, and a
+        # rerun changes only what is still out of line (every statement compares before it writes)
+        _queue_apply_sql(source, ids, classes, prio, required, every, report)
     with transaction.atomic():
-        if connection.vendor == "postgresql":
-            _queue_apply_sql(source, ids, classes, prio, required, report)
-        else:
+        if connection.vendor != "postgresql":
             _queue_apply_rows(source, ids, classes, prio, required, report)
         # images that already have the reviews now required
         for item in ReviewItem.objects.select_for_update().filter(source=source, status=ReviewItem.Status.OPEN, done__gt=0, done__gte=F("required")):
@@ -228,52 +232,117 @@ def _queue_apply_rows(source: Source, ids, classes, prio, required, report: Queu
     ReviewItem.objects.bulk_update(changed, ["status", "priority", "required", "final_decision", "final_wnids"], batch_size=2000)
 
 
-def _queue_apply_sql(source: Source, ids, classes, prio, required, report: QueueSync) -> None:
-    """The same as ``_queue_apply_rows`` in four statements against a temporary table of the
-    reviewable images (COPY): new images inserted, images no longer reviewable withdrawn while
-    open, and priorities, reviews required, restores and re-openings written only where they
-    change."""
+QUEUE_BATCH = 50_000  # images per statement of the PostgreSQL rebuild (its batches: keyset ranges of image ids)
+_QUEUE_LOCK = 45_0001  # pg_advisory_lock's first key for "rebuilding a source's queue" (the second: the source's id)
+
+
+def queue_batches(image_ids, size: int) -> list[tuple[int, int]]:
+    """Keyset ranges ``(lo, hi]`` of image ids holding at most ``size`` of ``image_ids`` each,
+    covering every id (the last one reaches the largest bigint): the rebuild's batches."""
+    if size < 1:
+        raise ValueError(f"a batch holds at least one image, not {size}")
+    ordered = np.sort(np.asarray(image_ids, dtype=np.int64))
+    highs = [int(h) for h in ordered[size - 1::size]]
+    # the last batch reaches the largest bigint: the images after the last full batch, and any
+    # queue row whose image the stream did not list
+    if highs and highs[-1] == int(ordered[-1]):
+        highs[-1] = 2**63 - 1
+    else:
+        highs.append(2**63 - 1)
+    lows = [-(2**63), *highs[:-1]]
+    return list(zip(lows, highs))
+
+
+def _copy_target(cur, ids, classes, prio, required, chunk: int = 200_000) -> None:
+    """The reviewable images into the temporary table, a chunk of rows per COPY (the text of
+    13 million rows at once would hold a few hundred MB)."""
     import io
 
-    buf = io.StringIO()
-    for i, c, p, r in zip(ids, classes, prio.tolist(), required):
-        buf.write(f"{i}\t{c if c >= 0 else chr(92) + 'N'}\t{p!r}\t{r}\n")
-    buf.seek(0)
-    S = ReviewItem.Status
-    reopen = (f"(r.status IN ('{S.COMPLETE}', '{S.CONFLICT}') AND r.done < t.required + r.extra_reviews)")
-    with connection.cursor() as cur:
-        cur.execute("CREATE TEMP TABLE oodc_queue_target (image_id bigint PRIMARY KEY, class_id bigint, priority double precision, "
-                    "required smallint) ON COMMIT DROP")
+    for start in range(0, len(ids), chunk):
+        stop = start + chunk
+        buf = io.StringIO()
+        for i, c, p, r in zip(ids[start:stop], classes[start:stop], prio[start:stop].tolist(), required[start:stop]):
+            buf.write(f"{i}\t{c if c >= 0 else chr(92) + 'N'}\t{p!r}\t{r}\n")
+        buf.seek(0)
         cur.cursor.copy_expert("COPY oodc_queue_target (image_id, class_id, priority, required) FROM STDIN", buf)
-        cur.execute("ANALYZE oodc_queue_target")
-        # one rebuild of a source at a time (its row locked); locking its millions of queue rows
-        # would write every one of them, and each statement below locks the rows it changes
-        cur.execute("SELECT 1 FROM curation_source WHERE id = %s FOR UPDATE", [source.pk])
-        cur.execute("INSERT INTO curation_reviewitem (image_id, source_id, candidate_class_id, priority, required, extra_reviews, done, leased, "
-                    "status, final_decision, final_wnids, final_note, is_gold, created_at) "
+
+
+def _queue_apply_sql(source: Source, ids, classes, prio, required, every, report: QueueSync) -> None:
+    """The same as ``_queue_apply_rows`` by set-wise statements against a temporary table of the
+    reviewable images (COPY), in keyset batches of image ids (``QUEUE_BATCH`` images each), each
+    batch in its own transaction: per batch one UPDATE that withdraws the open images no longer
+    reviewable and writes priorities, reviews required, restores and re-openings only where they
+    change, and one INSERT of the new images.
+
+    Why batches (issue 45): one UPDATE of every queue row (a rebuild after which every priority
+    moves, or a change of reviews per image) with its dozen indexes took 48 s at 1M images, 524 s
+    at 4M and was cancelled after 15 minutes at 13.2M: one statement's WAL, sorts and dead rows
+    grow with the whole queue. A batch's work is bounded by the batch, and a rebuild killed
+    half-way resumes on its rerun (what a batch wrote compares equal and is not written again;
+    new images are inserted once: ``image_id`` is unique)."""
+    S = ReviewItem.Status
+    batches = queue_batches(every, QUEUE_BATCH)
+    held_by_caller = connection.in_atomic_block  # then a transaction-scoped lock (released with the caller's transaction)
+    with connection.cursor() as cur:
+        # one rebuild of a source at a time, for the whole rebuild (across its batches' transactions)
+        cur.execute("SELECT pg_advisory_xact_lock(%s, %s)" if held_by_caller else "SELECT pg_advisory_lock(%s, %s)",
+                    [_QUEUE_LOCK, source.pk])
+        try:
+            cur.execute("DROP TABLE IF EXISTS oodc_queue_target")
+            cur.execute("CREATE TEMP TABLE oodc_queue_target (image_id bigint PRIMARY KEY, class_id bigint, "
+                        "priority double precision, required smallint)")
+            _copy_target(cur, ids, classes, prio, required)
+            cur.execute("ANALYZE oodc_queue_target")
+            for lo, hi in batches:
+                withdrawn, restored, moved, created = _queue_apply_batch(cur, source.pk, lo, hi, S)
+                report.withdrawn += withdrawn
+                report.restored += restored
+                report.updated += moved
+                report.created += created
+        finally:
+            if not (connection.in_atomic_block and connection.needs_rollback):  # else the caller's rollback drops it
+                cur.execute("DROP TABLE IF EXISTS oodc_queue_target")
+            if not held_by_caller:
+                cur.execute("SELECT pg_advisory_unlock(%s, %s)", [_QUEUE_LOCK, source.pk])
+
+
+def _queue_apply_batch(cur, source_id: int, lo: int, hi: int, S) -> tuple[int, int, int, int]:
+    """One batch of ``_queue_apply_sql``: the queue rows and reviewable images with an image id in
+    ``(lo, hi]``, in one transaction. Returns (withdrawn, restored, re-prioritised, created)."""
+    with transaction.atomic():
+        cur.execute(
+            "WITH c AS ("
+            " SELECT r.id, t.image_id IS NULL AS gone, t.image_id IS NOT NULL AND r.status = %(withdrawn)s AS restored,"
+            " (r.priority IS DISTINCT FROM COALESCE(r.front_priority, t.priority) OR r.required <> t.required + r.extra_reviews) AS moved,"
+            " (r.status IN (%(complete)s, %(conflict)s) AND r.done < t.required + r.extra_reviews) AS reopen,"
+            " CASE WHEN t.image_id IS NULL THEN %(withdrawn)s"
+            " WHEN r.status = %(withdrawn)s OR (r.status IN (%(complete)s, %(conflict)s) AND r.done < t.required + r.extra_reviews)"
+            " THEN %(open)s ELSE r.status END AS status,"
+            " CASE WHEN t.image_id IS NULL THEN r.priority ELSE COALESCE(r.front_priority, t.priority) END AS priority,"
+            " COALESCE(t.required + r.extra_reviews, r.required) AS required"
+            " FROM curation_reviewitem r LEFT JOIN oodc_queue_target t"
+            " ON t.image_id = r.image_id AND t.image_id > %(lo)s AND t.image_id <= %(hi)s"
+            " WHERE r.source_id = %(source)s AND r.image_id > %(lo)s AND r.image_id <= %(hi)s"
+            "), u AS ("
+            # a withdrawn image is never complete or in conflict: re-opening clears a decision, restoring has none
+            " UPDATE curation_reviewitem r SET status = c.status, priority = c.priority, required = c.required,"
+            " final_decision = CASE WHEN c.reopen THEN '' ELSE r.final_decision END,"
+            " final_wnids = CASE WHEN c.reopen THEN '[]'::jsonb ELSE r.final_wnids END"
+            " FROM c WHERE r.id = c.id"
+            " AND ((c.gone AND r.status = %(open)s) OR (NOT c.gone AND (c.restored OR c.moved OR c.reopen)))"
+            " RETURNING c.gone, c.restored, NOT c.gone AND c.moved AS moved"
+            ") SELECT count(*) FILTER (WHERE gone), count(*) FILTER (WHERE restored), count(*) FILTER (WHERE moved) FROM u",
+            {"withdrawn": S.WITHDRAWN, "open": S.OPEN, "complete": S.COMPLETE, "conflict": S.CONFLICT, "lo": lo, "hi": hi,
+             "source": source_id})
+        withdrawn, restored, moved = cur.fetchone()
+        cur.execute("INSERT INTO curation_reviewitem (image_id, source_id, candidate_class_id, priority, required, extra_reviews, done, "
+                    "leased, status, final_decision, final_wnids, final_note, is_gold, created_at) "
                     "SELECT t.image_id, %s, t.class_id, t.priority, t.required, 0, 0, 0, %s, '', '[]', '', false, now() "
-                    "FROM oodc_queue_target t WHERE NOT EXISTS (SELECT 1 FROM curation_reviewitem r WHERE r.image_id = t.image_id) "
-                    "ON CONFLICT DO NOTHING", [source.pk, S.OPEN])
-        report.created = cur.rowcount
-        cur.execute("UPDATE curation_reviewitem r SET status = %s WHERE r.source_id = %s AND r.status = %s "
-                    "AND NOT EXISTS (SELECT 1 FROM oodc_queue_target t WHERE t.image_id = r.image_id)", [S.WITHDRAWN, source.pk, S.OPEN])
-        report.withdrawn = cur.rowcount
-        cur.execute("CREATE TEMP TABLE oodc_queue_change ON COMMIT DROP AS "
-                    "SELECT r.id, r.status = %s AS restore, "
-                    "(r.priority IS DISTINCT FROM COALESCE(r.front_priority, t.priority) OR r.required <> t.required + r.extra_reviews) AS moved, "
-                    f"{reopen} AS reopen, COALESCE(r.front_priority, t.priority) AS priority, t.required + r.extra_reviews AS required "
-                    "FROM curation_reviewitem r JOIN oodc_queue_target t ON t.image_id = r.image_id WHERE r.source_id = %s AND "
-                    f"(r.status = %s OR r.priority IS DISTINCT FROM COALESCE(r.front_priority, t.priority) "
-                    f"OR r.required <> t.required + r.extra_reviews OR {reopen})", [S.WITHDRAWN, source.pk, S.WITHDRAWN])
-        cur.execute("SELECT count(*) FILTER (WHERE restore), count(*) FILTER (WHERE moved) FROM oodc_queue_change")
-        report.restored, report.updated = cur.fetchone()
-        cur.execute("UPDATE curation_reviewitem r SET priority = c.priority, required = c.required, "
-                    "status = CASE WHEN c.restore OR c.reopen THEN %s ELSE r.status END, "
-                    "final_decision = CASE WHEN c.reopen AND NOT c.restore THEN '' ELSE r.final_decision END, "
-                    "final_wnids = CASE WHEN c.reopen AND NOT c.restore THEN '[]'::jsonb ELSE r.final_wnids END "
-                    "FROM oodc_queue_change c WHERE r.id = c.id", [S.OPEN])
-        cur.execute("DROP TABLE oodc_queue_change")
-        cur.execute("DROP TABLE oodc_queue_target")
+                    "FROM oodc_queue_target t WHERE t.image_id > %s AND t.image_id <= %s "
+                    "AND NOT EXISTS (SELECT 1 FROM curation_reviewitem r WHERE r.image_id = t.image_id) "
+                    "ON CONFLICT DO NOTHING", [source_id, S.OPEN, lo, hi])
+        created = cur.rowcount
+    return withdrawn, restored, moved, created
 
 
 @dataclass

@@ -1,0 +1,167 @@
+"""The queue's bulk writes and the annotators' lease path at a pool's size (issue 45): the
+PostgreSQL rebuild applies in keyset batches (statements bounded by the batch, as many as
+images / batch), a rebuild stopped half-way resumes on its rerun to the queue an uninterrupted
+one leaves, and review next / grid next / grid submit make as many statements on a large pool as
+on a small one, their main reads going through the open-queue index. Checked by the statements
+and plans, not by a timing (13.2M images: one UPDATE of 9.2M rows was cancelled after 15 min)."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+
+from curation.models import CandidateClass, Image, ImageEmbedding, ReviewItem, ReviewSettings, Source
+from curation.services import review as review_services
+from curation.services.review import queue_batches, review_queue_sync
+
+pytestmark = pytest.mark.django_db
+postgres_only = pytest.mark.skipif(connection.vendor != "postgresql", reason="the batched rebuild is PostgreSQL's (SQLite: row by row)")
+
+
+def _pool(n: int, name: str = "pool") -> Source:
+    source = Source.objects.create(name=name, root="/nonexistent")
+    classes = CandidateClass.objects.bulk_create([CandidateClass(source=source, folder=f"c{k}", mapping="unmapped") for k in range(3)])
+    images = Image.objects.bulk_create([Image(source=source, candidate_class=classes[k % 3], relative_path=f"c/{k}.jpg",
+                                              sha256=f"{source.pk:08x}{k:056x}", status="ok" if k % 11 else "broken") for k in range(n)])
+    ImageEmbedding.objects.bulk_create([ImageEmbedding(image=i, model_name="m", nearest_id_similarity=(i.pk % 17) / 17,
+                                                       drop_reason="" if i.pk % 13 else f"near_duplicate_of:{i.pk - 1}") for i in images])
+    return source
+
+
+def _queue(source: Source) -> list[tuple]:
+    return list(ReviewItem.objects.filter(source=source).order_by("image_id")
+                .values_list("image_id", "status", "priority", "required", "final_decision", "final_wnids"))
+
+
+def test_the_batches_cover_every_image_once_and_hold_at_most_the_batch():
+    ids = [7, 3, 99, 1, 42, 8, 15, 16, 23]
+    for size in (1, 2, 4, 9, 50):
+        batches = queue_batches(ids, size)
+        assert len(batches) == math.ceil(len(ids) / size)
+        for k, (lo, hi) in enumerate(batches):
+            assert sum(lo < i <= hi for i in ids) <= size
+            if k:
+                assert lo == batches[k - 1][1], "the ranges touch: no image falls between two batches"
+        assert batches[0][0] < min(ids) and batches[-1][1] == 2**63 - 1  # rows whose image was not listed fall in the last
+    assert queue_batches([], 10) == [(-(2**63), 2**63 - 1)]
+    with pytest.raises(ValueError):
+        queue_batches(ids, 0)
+
+
+@postgres_only
+def test_the_rebuild_writes_in_batches_bounded_by_the_batch_size(settings, monkeypatch):
+    """Every queue row moves (the case of 13.2M images: 9.2M rows in one UPDATE); the rebuild's
+    statements on the queue are two per batch, as many batches as images / batch, each batch
+    touching at most its images' rows, and no statement's text grows with the pool."""
+    settings.DEFAULT_MODEL = "m"
+    monkeypatch.setattr(review_services, "QUEUE_BATCH", 10)
+    seen: list[tuple[int, int, int]] = []
+    real = review_services._queue_apply_batch
+
+    def spy(cur, source_id, lo, hi, S):
+        out = real(cur, source_id, lo, hi, S)
+        seen.append((lo, hi, out[0] + out[2] + out[3]))  # withdrawn + moved + created: rows the batch wrote
+        return out
+
+    monkeypatch.setattr(review_services, "_queue_apply_batch", spy)
+    made = {}
+    for n in (30, 90):
+        source = _pool(n, name=f"pool{n}")
+        review_queue_sync(source=source, model_name="m")
+        ReviewItem.objects.filter(source=source).update(priority=-99.5)  # every row out of line
+        seen.clear()
+        with CaptureQueriesContext(connection) as ctx:
+            report = review_queue_sync(source=source, model_name="m")
+        assert report.updated == ReviewItem.objects.filter(source=source).count() > 0
+        assert not ReviewItem.objects.filter(source=source, priority=-99.5).exists()
+        batches = queue_batches(list(Image.objects.filter(source=source).values_list("id", flat=True)), 10)
+        assert len(seen) == len(batches) == math.ceil(n / 10)
+        assert all(written <= 10 for _lo, _hi, written in seen)
+        on_queue = [q["sql"] for q in ctx.captured_queries if "curation_reviewitem" in q["sql"] and "WITH c AS" in q["sql"]]
+        inserts = [q["sql"] for q in ctx.captured_queries if q["sql"].startswith("INSERT INTO curation_reviewitem")]
+        assert len(on_queue) == len(inserts) == len(batches), "one UPDATE and one INSERT per batch"
+        assert max(len(q["sql"]) for q in ctx.captured_queries) < 4000, "a statement that grows with the rows"
+        statements = [q["sql"] for q in ctx.captured_queries if not q["sql"].startswith(("SAVEPOINT", "RELEASE SAVEPOINT"))]
+        made[n] = len(statements) - 2 * len(batches)  # (a batch's transaction is a savepoint in the test's)
+    assert made[30] == made[90], "besides the batches, the same statements at any size"
+
+
+@postgres_only
+def test_a_rebuild_stopped_half_way_resumes_to_the_queue_an_uninterrupted_one_leaves(settings, monkeypatch):
+    """A worker killed after a few batches: what they wrote stays, the rerun writes the rest and
+    duplicates nothing; the queue ends as one rebuild would leave it (new images, withdrawals,
+    restores, re-openings, priorities and reviews required)."""
+    settings.DEFAULT_MODEL = "m"
+    monkeypatch.setattr(review_services, "QUEUE_BATCH", 8)
+    source = _pool(80)
+    review_queue_sync(source=source, model_name="m")
+    items = list(ReviewItem.objects.filter(source=source).order_by("image_id"))
+    # out of line in every way a rebuild puts right
+    ReviewItem.objects.filter(pk__in=[i.pk for i in items[0::5]]).update(priority=-99.5)
+    ReviewItem.objects.filter(pk__in=[i.pk for i in items[1::7]]).update(status="complete", done=2, final_decision="ood",
+                                                                            final_wnids=[])
+    ReviewItem.objects.filter(pk__in=[i.pk for i in items[2::9]]).update(status="withdrawn")
+    ReviewItem.objects.filter(pk__in=[i.pk for i in items[3::11]]).delete()
+    Image.objects.filter(pk__in=[i.image_id for i in items[4::13]]).update(excluded_reason="curator")
+    ReviewSettings.objects.update_or_create(source=source, candidate_class=None, defaults={"reviews_required": 3})
+    before = _queue(source)
+
+    with transaction.atomic():  # the uninterrupted rebuild, taken back after
+        review_queue_sync(source=source, model_name="m")
+        want = _queue(source)
+        transaction.set_rollback(True)
+    assert _queue(source) == before != want
+
+    real = review_services._queue_apply_batch
+    calls = {"n": 0}
+
+    def killed_after_three(*args):
+        if calls["n"] == 3:
+            raise KeyboardInterrupt("the worker is stopped")
+        calls["n"] += 1
+        return real(*args)
+
+    monkeypatch.setattr(review_services, "_queue_apply_batch", killed_after_three)
+    with pytest.raises(KeyboardInterrupt):
+        review_queue_sync(source=source, model_name="m")
+    half = _queue(source)
+    assert half != before and half != want, "the first batches were written, not the rest"
+    monkeypatch.setattr(review_services, "_queue_apply_batch", real)
+    again = review_queue_sync(source=source, model_name="m")
+    assert _queue(source) == want
+    assert again.created < len(items[3::11]) or not items[3::11]  # created once: the first run's batches had made some
+    assert ReviewItem.objects.filter(source=source).count() == len(want)
+    assert review_queue_sync(source=source, model_name="m").updated == 0, "a rebuild of a queue in line writes nothing"
+
+
+# -- the lease path: review next, grid next, grid submit -----------------------------------------------
+
+
+@pytest.fixture
+def queue_of(tmp_path, role_groups):
+    """A queue of ``n`` images and an annotator to lease from it (the per-process caches cold)."""
+    from curation.roles import ANNOTATOR
+    from curation.services.review import review_cache_clear
+    from curation.services.review_grid import grid_cache_clear
+    from curation.services.users import user_create_with_role
+    from tests.review_data import queue_with_rows
+
+    def make(n: int, name: str):
+        review_cache_clear()
+        grid_cache_clear()
+        queue_with_rows(tmp_path / name, n=n, name=name)
+        return user_create_with_role(username=f"a-{name}", password="a-pw-12345", role=ANNOTATOR)[0]
+    return make
+
+
+def _statements(client, calls) -> list[int]:
+    made = []
+    for method, url, body in calls:
+        with CaptureQueriesContext(connection) as ctx:
+            r = client.get(url) if method == "get" else client.post(url, json.dumps(body()), content_type="application/json")
+        assert r.status_code == 200, r.content[:300]
+        made.append(len(ctx.captured_queries))
+    return made
