@@ -283,6 +283,14 @@ def browse_queryset(f: BrowseFilters, *emb_conditions: Q):
     elif f.decided == "certificate":
         certified = CertificationUnit.objects.filter(item=OuterRef("review_item"), plan__status=CertificationPlan.Status.CERTIFIED)
         where.append(Q(review_item__status="open") & Exists(certified))
+    where += _prediction_conditions(f)
+    where += emb_conditions
+    return qs.filter(*where) if where else qs
+
+
+def _prediction_conditions(f: BrowseFilters) -> list[Q]:
+    """The filters on the model's prediction row, each a Q of one ``emb__`` lookup."""
+    where: list[Q] = []
     if f.top1:
         where.append(Q(emb__top1_wnid=f.top1))
     if f.group is not None:
@@ -295,8 +303,14 @@ def browse_queryset(f: BrowseFilters, *emb_conditions: Q):
                          ("msp_min", "emb__max_softmax__gte"), ("msp_max", "emb__max_softmax__lte")):
         if getattr(f, name) is not None:
             where.append(Q(**{lookup: getattr(f, name)}))
-    where += emb_conditions
-    return qs.filter(*where) if where else qs
+    return where
+
+
+def _only_prediction_filters(f: BrowseFilters) -> bool:
+    """Whether every filter in ``f`` is on the prediction row (each prediction is of one image,
+    so the predictions alone list the same images in the same order)."""
+    return not (f.source or f.cls is not None or f.cls_ids or f.status or f.label or f.excluded or f.export is not None
+                or f.annotator or f.note or f.decided)
 
 
 def _cursor(value, image_id: int) -> str:
@@ -374,10 +388,23 @@ def _with_prediction_and_review(rows: list[dict], model: str) -> None:
 def _seek(filters: BrowseFilters, number: int, size: int) -> str | None:
     """The cursor page ``number`` starts after: the last row of the page before, read by its
     position (OFFSET over the sorted index, key and id only); None past the end."""
-    qs, field_name, _count, _note = _ordered(filters)
-    key = f"emb__{field_name}" if field_name else "id"
-    row = qs.values_list(key, "id")[(number - 1) * size - 1:(number - 1) * size]
-    got = list(row)
+    at = (number - 1) * size
+    field_name, desc = BROWSE_SORTS[filters.sort]
+    if field_name is not None and _only_prediction_filters(filters):
+        # sorted by a prediction with no filter on the image: the predictions' own sorted index
+        # (model, value, image), read alone. Through the images, each row skipped was a look-up of
+        # its image (page 1000 sorted by similarity, 1M images: 0.46 s)
+        from curation.models import ImageEmbedding
+
+        order = [F(field_name).desc(), F("image_id").desc()] if desc else [F(field_name).asc(), F("image_id").asc()]
+        conditions = [Q(**{name.removeprefix("emb__"): v for name, v in c.children}) if isinstance(c, Q) else c
+                      for c in _prediction_conditions(filters)]
+        got = list(ImageEmbedding.objects.filter(*conditions, model_name=filters.model, **{f"{field_name}__isnull": False})
+                   .order_by(*order).values_list(field_name, "image_id")[at - 1:at])
+    else:
+        qs, field_name, _count, _note = _ordered(filters)
+        key = f"emb__{field_name}" if field_name else "id"
+        got = list(qs.values_list(key, "id")[at - 1:at])
     if not got:
         return None
     return _cursor(got[0][0] if field_name else None, got[0][1])
