@@ -236,7 +236,7 @@ QUEUE_BATCH = 50_000  # images per statement of the PostgreSQL rebuild (its batc
 _QUEUE_LOCK = 45_0001  # pg_advisory_lock's first key for "rebuilding a source's queue" (the second: the source's id)
 
 
-def queue_batches(image_ids, size: int) -> list[tuple[int, int]]:
+def queue_batches(image_ids: Sequence[int] | np.ndarray, size: int) -> list[tuple[int, int]]:
     """Keyset ranges ``(lo, hi]`` of image ids holding at most ``size`` of ``image_ids`` each,
     covering every id (the last one reaches the largest bigint): the rebuild's batches."""
     if size < 1:
