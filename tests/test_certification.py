@@ -367,7 +367,10 @@ def test_a_plan_reads_the_queue_as_columns_and_writes_its_units_a_slice_at_a_tim
     monkeypatch.setattr(cert_service, "READ_SLICE", 7)  # the slices of a huge pool, on a small one
     monkeypatch.setattr(cert_service, "UNIT_SLICE", 7)
     plan = certification_plan_create(source=source, n_strata=3, pilot=2, target=0.3, seed=11)
-    assert not made and batches and max(batches) <= 7 and sum(batches) == 60
+    assert not made
+    from django.db import connection
+    if connection.vendor != "postgresql":  # PostgreSQL writes units by COPY from arrays: tests/test_scale_certification.py
+        assert batches and max(batches) <= 7 and sum(batches) == 60
     assert CertificationUnit.objects.filter(plan=plan).count() == 60
     # the same draws as the plan a second time with the same seed (the replay)
     first = list(CertificationUnit.objects.filter(plan=plan).order_by("stratum", "draw").values_list("item_id", "serve"))
