@@ -137,6 +137,47 @@ def test_a_rebuild_stopped_half_way_resumes_to_the_queue_an_uninterrupted_one_le
     assert review_queue_sync(source=source, model_name="m").updated == 0, "a rebuild of a queue in line writes nothing"
 
 
+def test_a_lowered_setting_decides_the_images_that_have_their_reviews_as_one_would_by_one(settings, django_user_model):
+    """Reviews per image 3 -> 2: the open images with two reviews are decided by the rule one
+    submit applies (agree -> complete with their ID classes' union; disagree -> conflict; gold
+    reviews do not count), and on PostgreSQL by statements whose number does not grow with the
+    images decided (two per image before)."""
+    from datetime import datetime, timezone
+
+    from curation.models import Assignment, Review
+    from curation.services.review import _finalize, review_settings_save
+
+    settings.DEFAULT_MODEL = "m"
+    source = _pool(60)
+    ReviewSettings.objects.update_or_create(source=source, candidate_class=None, defaults={"reviews_required": 3})
+    review_queue_sync(source=source, model_name="m")
+    people = [django_user_model.objects.create(username=f"r{k}") for k in range(3)]
+    at = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    plans = [(("ood", []), ("ood", [])), (("id", ["n02123045"]), ("id", ["n07920052", "n02123045"])), (("ood", []), ("unclear", [])),
+             (("id", ["n02123045"]), ("ood", []))]
+    want = {}
+    items = list(ReviewItem.objects.filter(source=source, status="open").order_by("id"))
+    for k, item in enumerate(items):
+        plan = plans[k % len(plans)]
+        for who, (decision, wnids) in zip(people, plan):
+            a = Assignment.objects.create(item=item, annotator=who, state="done", leased_at=at, expires_at=at)
+            Review.objects.create(item=item, annotator=who, assignment=a, decision=decision, id_wnids=wnids, seconds=1.0)
+        g = Assignment.objects.create(item=item, annotator=people[2], state="done", is_gold=True, leased_at=at, expires_at=at)
+        Review.objects.create(item=item, annotator=people[2], assignment=g, decision="not_target", seconds=1.0, is_gold=True)
+        ReviewItem.objects.filter(pk=item.pk).update(done=2)
+        probe = ReviewItem(pk=item.pk)
+        _finalize(probe, list(plan))
+        want[item.pk] = (probe.status, probe.final_decision, probe.final_wnids)
+    with CaptureQueriesContext(connection) as ctx:
+        review_settings_save(source=source, reviews_required=2)
+    got = {pk: (st, d, w) for pk, st, d, w in ReviewItem.objects.filter(pk__in=want).values_list("pk", "status", "final_decision", "final_wnids")}
+    assert got == want and {s for s, _d, _w in got.values()} == {"complete", "conflict"}
+    if connection.vendor == "postgresql":
+        reads = [q["sql"] for q in ctx.captured_queries if 'FROM "curation_review"' in q["sql"]]
+        assert not reads, f"reviews read per image: {reads[:2]}"
+        assert len(ctx.captured_queries) < len(items), "\n".join(q["sql"][:160] for q in ctx.captured_queries)
+
+
 # -- the lease path: review next, grid next, grid submit -----------------------------------------------
 
 

@@ -25,7 +25,7 @@ import numpy as np
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import connection, transaction
-from django.db.models import F, FilteredRelation, Q
+from django.db.models import Count, F, FilteredRelation, Q
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
@@ -178,14 +178,16 @@ def review_queue_sync(*, source: Source, model_name: str | None = None, user: Us
         # in batches, each its own transaction: a rebuild stopped half-way keeps what it wrote, and a
         # rerun changes only what is still out of line (every statement compares before it writes)
         _queue_apply_sql(source, ids, classes, prio, required, every, report)
+        _finalize_reached_sql(source, report)  # images that already have the reviews now required
     with transaction.atomic():
         if connection.vendor != "postgresql":
             _queue_apply_rows(source, ids, classes, prio, required, report)
-        # images that already have the reviews now required
-        for item in ReviewItem.objects.select_for_update().filter(source=source, status=ReviewItem.Status.OPEN, done__gt=0, done__gte=F("required")):
-            _finalize(item)
-            item.save(update_fields=["status", "final_decision", "final_wnids", "decided_at"])
-            report.finalized += 1
+            # images that already have the reviews now required
+            for item in ReviewItem.objects.select_for_update().filter(source=source, status=ReviewItem.Status.OPEN, done__gt=0,
+                                                                      done__gte=F("required")):
+                _finalize(item)
+                item.save(update_fields=["status", "final_decision", "final_wnids", "decided_at"])
+                report.finalized += 1
         audit_record(actor=user, action="review_queue_synced", target=source, data=report.__dict__ | {"model": model_name})
     class_wnids = CandidateClass.objects.filter(source=source).exclude(wnid="").values_list("wnid", flat=True)
     id_set = IdClassSet.objects.filter(is_default=True).first()
@@ -345,6 +347,38 @@ def _queue_apply_batch(cur, source_id: int, lo: int, hi: int, S) -> tuple[int, i
     return withdrawn, restored, moved, created
 
 
+def _finalize_reached_sql(source: Source, report: QueueSync) -> None:
+    """Open images that already have the reviews now required (reviews per image lowered)
+    decided as ``_finalize`` decides one: the reviews agree -> complete with their decision and
+    the union of their ID classes, else conflict. Set-wise, in keyset batches of ``QUEUE_BATCH``
+    items by id, each its own transaction (a lowered setting on a 13M-image pool decides
+    millions: two statements per image before)."""
+    S = ReviewItem.Status
+    last = 0
+    with connection.cursor() as cur:
+        while True:
+            with transaction.atomic():
+                cur.execute(
+                    "WITH batch AS (SELECT id FROM curation_reviewitem WHERE source_id = %(source)s AND status = %(open)s"
+                    " AND done > 0 AND done >= required AND id > %(last)s ORDER BY id LIMIT %(size)s FOR UPDATE),"
+                    " agg AS (SELECT b.id, count(DISTINCT v.decision) AS kinds, min(v.decision) AS decision,"
+                    " COALESCE((SELECT jsonb_agg(DISTINCT w ORDER BY w) FROM curation_review v2, jsonb_array_elements_text(v2.id_wnids) w"
+                    " WHERE v2.item_id = b.id AND NOT v2.is_gold), '[]'::jsonb) AS wnids"
+                    " FROM batch b LEFT JOIN curation_review v ON v.item_id = b.id AND NOT v.is_gold GROUP BY b.id),"
+                    " u AS (UPDATE curation_reviewitem r SET status = CASE WHEN a.kinds = 1 THEN %(complete)s ELSE %(conflict)s END,"
+                    " final_decision = CASE WHEN a.kinds = 1 THEN a.decision ELSE '' END,"
+                    " final_wnids = CASE WHEN a.kinds = 1 THEN a.wnids ELSE '[]'::jsonb END, decided_at = now()"
+                    " FROM agg a WHERE r.id = a.id RETURNING r.id)"
+                    " SELECT count(*), max(id) FROM u",
+                    {"source": source.pk, "open": S.OPEN, "complete": S.COMPLETE, "conflict": S.CONFLICT, "last": last,
+                     "size": QUEUE_BATCH})
+                n, top = cur.fetchone()
+            if not n:
+                return
+            report.finalized += n
+            last = top
+
+
 @dataclass
 class SettingsImpact:
     """What a change of reviews per image does to work already decided (issue 31.2)."""
@@ -390,10 +424,12 @@ def review_settings_impact(*, source: Source, reviews_required: int) -> Settings
     if reviews_required == before or not ReviewItem.objects.filter(source=source).exists():  # no queue: nothing to apply to
         return SettingsImpact(before, reviews_required, 0, 0)
     need = reviews_required + F("extra_reviews")
-    reopen = items.filter(status=ReviewItem.Status.COMPLETE).filter(done__lt=need).count()
-    conflicts = items.filter(status=ReviewItem.Status.CONFLICT).filter(done__lt=need).count()
-    decide = items.filter(status=ReviewItem.Status.OPEN, done__gt=0).filter(done__gte=need).count()
-    return SettingsImpact(before, reviews_required, reopen, decide, conflicts)
+    S = ReviewItem.Status
+    # the three exact counts in one pass over the queue (13.2M images: 9.2M rows; three passes before)
+    n = items.aggregate(reopen=Count("id", filter=Q(status=S.COMPLETE, done__lt=need)),
+                        conflicts=Count("id", filter=Q(status=S.CONFLICT, done__lt=need)),
+                        decide=Count("id", filter=Q(status=S.OPEN, done__gt=0, done__gte=need)))
+    return SettingsImpact(before, reviews_required, n["reopen"], n["decide"], n["conflicts"])
 
 
 def review_settings_save(*, source: Source, candidate_class: CandidateClass | None = None, reviews_required: int | None = None,
