@@ -145,12 +145,19 @@ def class_filter_report(*, run: ClassFilterRun, list_limit: int | None = None) -
     n_flagged = flag_rows.count()
     flagged = list(flag_rows[:list_limit] if list_limit else flag_rows)
     levels = dict(flag_rows.order_by().values_list("flag_level").annotate(n=Count("id")).values_list("flag_level", "n"))
-    overridden = list(qs.filter(rule__startswith="override_").order_by("name"))
-    resolved = list(qs.exclude(resolution="").select_related("resolved_by").order_by("name"))
+    # the overrides and resolved flags are bounded like the other lists: a pool of 19,167 classes
+    # had 1,346 resolved flags, and drawing every one cost the page more than its queries (issue 45)
+    overridden_rows = qs.filter(rule__startswith="override_").order_by("name")
+    n_overridden = overridden_rows.count()
+    overridden = list(overridden_rows[:list_limit] if list_limit else overridden_rows)
+    resolved_rows = qs.exclude(resolution="").select_related("resolved_by").order_by("name")
+    n_resolved = resolved_rows.count()
+    resolved = list(resolved_rows[:list_limit] if list_limit else resolved_rows)
     return {
         "run": run, "total": sum(by_decision.values()), "by_decision": by_decision, "rules_alone": rules_alone,
         "by_rule": by_rule, "per_rule": per_rule, "removed": removed, "n_removed": n_removed, "kept": kept, "n_kept": n_kept,
-        "flagged": flagged, "n_flagged": n_flagged, "overridden": overridden, "resolved": resolved,
+        "flagged": flagged, "n_flagged": n_flagged, "overridden": overridden, "n_overridden": n_overridden,
+        "resolved": resolved, "n_resolved": n_resolved,
         "strong": [x for x in flagged if x.flag_level == "strong"], "weak": [x for x in flagged if x.flag_level != "strong"],
         "flag_levels": {"strong": levels.get("strong", 0), "weak": levels.get("weak", 0)},
     }
