@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import islice
 from pathlib import Path
 from typing import Any, Callable
 
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
-from django.db.models import Max
+from django.db.models import BooleanField, Count, Exists, ExpressionWrapper, FilteredRelation, Max, OuterRef, Q, Value
 from django.utils import timezone
 
 from curation.audit import audit_record
@@ -164,12 +165,87 @@ def unit_tests_create(*, name: str, per_test: int = 400, seed: int = 0, id_sourc
 
 
 # -- selection ---------------------------------------------------------------------------------
+#
+# At a pool's size (13.2M images, 9.2M queue items) the selection never holds the pool: the
+# reasons are counted by one grouped query per source (a row per class and kind of outcome, the
+# row rule applied to each group), the chosen images come from one streamed query that the
+# database has already narrowed to final ``ood`` images, and decisions.csv streams every item
+# considered in chunks of CHUNK rows (their reviews read per chunk). Memory is bounded by the
+# chosen images and the chunk, not by the pool (docs/exports.md, "At a pool's size").
+
+CHUNK = 2000  # rows fetched at a time from a streamed query, and items whose reviews are read together
+
+
+@dataclass(slots=True)
+class Chosen:
+    """An image the export carries: the columns the writer, the leakage check and the manifest
+    read, with its class and source shared among the images (not a model instance per image)."""
+
+    pk: int  # the review item
+    image_id: int
+    source: Source
+    candidate_class: CandidateClass
+    status: str
+    decided_at: Any
+    relative_path: str
+    sha256: str
+    container: str
+    offset: int
+    bytes: int
+
+    @property
+    def source_id(self) -> int:
+        return self.source.pk
+
+    @property
+    def candidate_class_id(self) -> int:
+        return self.candidate_class.pk
+
+    @property
+    def image(self) -> Image:
+        """An unsaved Image with the columns its ``ref()`` reads, built when asked for."""
+        return Image(pk=self.image_id, source=self.source, candidate_class=self.candidate_class, relative_path=self.relative_path,
+                     sha256=self.sha256, container=self.container, offset=self.offset, bytes=self.bytes)
+
+
+@dataclass(frozen=True, slots=True)
+class Considered:
+    """One item the selection considered (a row of decisions.csv), as its query returned it."""
+
+    pk: int
+    image_id: int
+    source: Source
+    candidate_class: CandidateClass | None
+    status: str
+    final_decision: str
+    final_wnids: list
+    final_note: str
+    decided_by: str  # the adjudicating curator's username, or ""
+    relative_path: str
+    sha256: str
+    image_status: str
+    excluded: bool  # a curator excluded the image
+    admitted: bool  # open, and in a met certificate's plan (include_certified)
+    embedding: dict | None  # the model's prediction row (decisions.csv's columns), or None
+
+
+class ConsideredRows:
+    """Every item the selection considered, with its exclusion reason ('' = exported), in the
+    order of decisions.csv; streamed from the database each time it is iterated."""
+
+    def __init__(self, sel: Selection):
+        self.sel = sel
+
+    def __len__(self) -> int:
+        return self.sel.considered
+
+    def __iter__(self) -> Iterator[tuple[Considered, str]]:
+        return _considered_rows(self.sel)
 
 
 @dataclass
 class Selection:
-    items: list[ReviewItem] = field(default_factory=list)  # exported, in order
-    rows: list[tuple[ReviewItem, str]] = field(default_factory=list)  # every item considered, with its exclusion reason ('' = exported)
+    items: list[Chosen] = field(default_factory=list)  # exported, in order
     excluded: Counter = field(default_factory=Counter)
     classes: dict[str, dict] = field(default_factory=dict)  # wnid -> {name, images}
     class_filter: dict = field(default_factory=dict)
@@ -177,6 +253,21 @@ class Selection:
     duplicate_overrides: list = field(default_factory=list)  # a curator's corrections of the duplicate search
     certified: set = field(default_factory=set)  # review items admitted by a certificate, not a review
     certificates: dict = field(default_factory=dict)  # source name -> the certificate that admitted them
+    # what the streamed rows are read with: the request and the rule's inputs, per source
+    considered: int = 0
+    model: str = ""
+    wnids: list[str] = field(default_factory=list)
+    minimum: int = 1
+    sources: list[Source] = field(default_factory=list)
+    plans: list[int] = field(default_factory=list)  # met certificates' plans (include_certified)
+    class_of: dict[int, dict[int, CandidateClass]] = field(default_factory=dict)  # source id -> class id -> class
+    policies: dict[int, Any] = field(default_factory=dict)  # source id -> its ClassPolicy
+    kept: set[int] = field(default_factory=set)  # classes with at least ``minimum`` clean images
+
+    @property
+    def rows(self) -> ConsideredRows:
+        """Every item considered, with its exclusion reason ('' = exported), streamed."""
+        return ConsideredRows(self)
 
 
 def _class_filter_info(run) -> dict:
@@ -187,92 +278,174 @@ def _class_filter_info(run) -> dict:
             "id_spec": run.id_spec, "wordnet_sha1": run.wordnet_sha1, "finished": run.job.finished_at.isoformat() if run.job.finished_at else None}
 
 
+def _reason(*, status: str, final_decision: str, image_status: str, excluded: bool, drop_reason: str,
+            cc: CandidateClass | None, admitted: bool, policy: Any) -> str:
+    """Why an item is not exported ('' = it is, unless its class falls below the minimum): the
+    one rule, applied to a group of items by ``export_select`` and to each row of decisions.csv.
+    An item a certificate admits is taken as it stands (the order of the checks is the export's)."""
+    if status not in ReviewItem.FINAL and admitted:
+        return ""
+    if status not in ReviewItem.FINAL:
+        return f"review_{status}"
+    if final_decision != ReviewDecision.OOD:
+        return f"final_{final_decision}"
+    if image_status != Image.Status.OK:
+        return f"image_{image_status}"
+    if excluded:
+        return "excluded_by_curator"
+    if drop_reason:
+        return f"duplicate_{drop_reason}"
+    if cc is None or not cc.wnid:
+        return "class_unmapped"
+    return policy.of(cc.pk).reason
+
+
+_NEAR_DUPLICATE = "near_duplicate_of:"
+
+
+def _items(sel: Selection, source: Source):
+    """The source's review items the export considers, with the columns every rule reads:
+    ``dropped`` (a near-duplicate of another candidate as the search stands, overrides applied;
+    copies of ID images are the leakage check's to block), ``excluded`` (by a curator) and
+    ``admitted`` (open and in a met certificate's plan)."""
+    from curation.models import CertificationUnit
+
+    items = ReviewItem.objects.filter(source=source)
+    if sel.wnids:
+        items = items.filter(candidate_class__wnid__in=sel.wnids)
+    dup = ImageEmbedding.objects.filter(image_id=OuterRef("image_id"), model_name=sel.model, drop_reason__startswith=_NEAR_DUPLICATE)
+    items = items.annotate(dropped=Exists(dup), excluded=ExpressionWrapper(~Q(image__excluded_reason=""), output_field=BooleanField()))
+    if sel.plans:
+        units = CertificationUnit.objects.filter(plan_id__in=sel.plans, item_id=OuterRef("pk"))
+        return items.annotate(admitted=ExpressionWrapper(Q(status=ReviewItem.Status.OPEN) & Exists(units), output_field=BooleanField()))
+    return items.annotate(admitted=Value(False, output_field=BooleanField()))
+
+
 def export_select(*, config: dict) -> Selection:
     """The images an export carries: final label ``ood`` (reviews agreed or a curator
     adjudicated), image file still ok, class kept by the latest class filter run (or accepted
-    by a curator) and not visually flagged, and a class with at least ``min_per_class`` of them."""
-    sel = Selection()
-    sources = list(Source.objects.filter(name__in=config["sources"]))
-    wnids = set(config.get("wnids") or [])
-    by_class: dict[int, list[ReviewItem]] = defaultdict(list)
-    admitted: set[int] = set()
+    by a curator) and not visually flagged, and a class with at least ``min_per_class`` of them.
+
+    Per source: the reasons counted by one grouped query (the rule applied to each group of
+    items alike), then the chosen images by one streamed query; no statement lists the items."""
+    sel = Selection(model=config.get("model") or settings.DEFAULT_MODEL, wnids=sorted(set(config.get("wnids") or [])),
+                    minimum=int(config.get("min_per_class", 1)))
+    sel.sources = list(Source.objects.filter(name__in=config["sources"]))
     if config.get("include_certified"):
         from curation.services.certification import certified_plans
 
-        for name, plan in certified_plans(sources=sources).items():
+        for name, plan in certified_plans(sources=sel.sources).items():
             sel.certificates[name] = plan.certificate
-            admitted |= set(plan.units.filter(item__status=ReviewItem.Status.OPEN).values_list("item_id", flat=True))
-    for source in sources:
+            sel.plans.append(plan.pk)
+    clean: Counter = Counter()  # class id -> images with no reason against them
+    groups: list[tuple[str, int | None, int]] = []  # (reason, class id, items)
+    for source in sel.sources:
         policy = class_policy(source=source)  # the one class-eligibility policy, as the review queue uses it
+        sel.policies[source.pk] = policy
+        sel.class_of[source.pk] = {c.pk: c for c in CandidateClass.objects.filter(source=source)
+                                   .only("pk", "source_id", "folder", "wnid", "synset_name", "lemmas")}
         info = _class_filter_info(policy.run)
         sel.class_filter[source.name] = info or {"run": None, "note": "no class filter run: every class counted as kept"}
-        base = {r.candidate_class_id: r for r in ReviewSettings.objects.filter(source=source).select_related("candidate_class")}
-        default = base.get(None)
-        sel.review_policy[source.name] = {
-            "reviews_required": default.reviews_required if default else 1, "order": default.order if default else "nearest_id",
-            "gold_rate": default.gold_rate if default else 0.0,
-            "per_class": {r.candidate_class.wnid or r.candidate_class.folder: {"reviews_required": r.reviews_required, "order": r.order}
-                          for k, r in base.items() if k is not None},
-            "final_label": "ood when every review said ood, or a curator adjudicated ood",
-        }
-        items = (ReviewItem.objects.filter(source=source).select_related("image", "candidate_class", "source", "decided_by")
-                 .order_by("candidate_class__wnid", "image__relative_path"))
-        if wnids:
-            items = items.filter(candidate_class__wnid__in=wnids)
-        # near-duplicates of another candidate, as the search stands now with a curator's overrides
-        # applied ("keep this one instead" after the reviews). Copies of ID images are the leakage
-        # check's to block, with its override note.
-        dropped = dict(ImageEmbedding.objects.filter(image__source=source, model_name=config.get("model") or settings.DEFAULT_MODEL,
-                                                     drop_reason__startswith="near_duplicate_of:").values_list("image_id", "drop_reason"))
+        sel.review_policy[source.name] = _review_policy(source)
         sel.duplicate_overrides += [
             {"image": o.image_id, "action": o.action, "by": o.created_by.username if o.created_by else "", "note": o.note,
              "at": o.created_at.isoformat()}
-            for o in DuplicateOverride.objects.filter(image__source=source, model_name=config.get("model") or settings.DEFAULT_MODEL)
+            for o in DuplicateOverride.objects.filter(image__source=source, model_name=sel.model)
             .select_related("created_by").order_by("created_at", "id")]
-        for item in items:
-            reason = ""
-            cc = item.candidate_class
-            if item.status not in ReviewItem.FINAL and item.pk in admitted:
-                sel.certified.add(item.pk)  # unreviewed, admitted by the certificate; the other checks still apply
-            elif item.status not in ReviewItem.FINAL:
-                reason = f"review_{item.status}"
-            elif item.final_decision != ReviewDecision.OOD:
-                reason = f"final_{item.final_decision}"
-            elif item.image.status != Image.Status.OK:
-                reason = f"image_{item.image.status}"
-            elif item.image.excluded_reason:
-                reason = "excluded_by_curator"
-            elif item.image_id in dropped:
-                reason = f"duplicate_{dropped[item.image_id]}"
-            elif cc is None or not cc.wnid:
-                reason = "class_unmapped"
-            else:
-                reason = policy.of(cc.pk).reason
-            sel.rows.append((item, reason))
+        counted = (_items(sel, source).values("status", "final_decision", "image__status", "excluded", "dropped", "admitted",
+                                              "candidate_class_id")
+                   .annotate(n=Count("pk")).order_by())
+        for g in counted:
+            cc = sel.class_of[source.pk].get(g["candidate_class_id"])
+            reason = _reason(status=g["status"], final_decision=g["final_decision"], image_status=g["image__status"],
+                             excluded=g["excluded"], drop_reason=_NEAR_DUPLICATE if g["dropped"] else "", cc=cc,
+                             admitted=g["admitted"], policy=policy)
+            groups.append((reason, g["candidate_class_id"], g["n"]))
             if not reason:
-                by_class[cc.pk].append(item)
-    minimum = int(config.get("min_per_class", 1))
-    below = {k for k, v in by_class.items() if len(v) < minimum}
-    keep_ids = set()
-    for k, members in by_class.items():
-        if k in below:
-            continue
-        for it in members:
-            keep_ids.add(it.pk)
-    for pos, (item, reason) in enumerate(sel.rows):
-        if not reason and item.pk not in keep_ids:
-            sel.rows[pos] = (item, f"below_min_per_class_{minimum}")
-    for item, reason in sel.rows:
+                clean[g["candidate_class_id"]] += g["n"]
+    sel.kept = {k for k, n in clean.items() if n >= sel.minimum}
+    for reason, class_id, n in groups:
+        sel.considered += n
         if reason:
-            sel.excluded[reason.split(":")[0]] += 1
-        else:
-            sel.items.append(item)
-            cc = item.candidate_class
-            entry = sel.classes.setdefault(cc.wnid, {"name": cc.synset_name or cc.folder, "label": _class_name(cc), "images": 0, "sources": []})
-            entry["images"] += 1
-            if item.source.name not in entry["sources"]:
-                entry["sources"].append(item.source.name)
+            sel.excluded[reason.split(":")[0]] += n
+        elif class_id not in sel.kept:
+            sel.excluded[f"below_min_per_class_{sel.minimum}"] += n
+    for source in sel.sources:
+        _choose(sel, source)
     return sel
+
+
+def _review_policy(source: Source) -> dict:
+    """The review settings an export's images were decided under, for its manifest."""
+    base = {r.candidate_class_id: r for r in ReviewSettings.objects.filter(source=source).select_related("candidate_class")}
+    default = base.get(None)
+    return {
+        "reviews_required": default.reviews_required if default else 1, "order": default.order if default else "nearest_id",
+        "gold_rate": default.gold_rate if default else 0.0,
+        "per_class": {r.candidate_class.wnid or r.candidate_class.folder: {"reviews_required": r.reviews_required, "order": r.order}
+                      for k, r in base.items() if k is not None},
+        "final_label": "ood when every review said ood, or a curator adjudicated ood",
+    }
+
+
+def _choose(sel: Selection, source: Source) -> None:
+    """The source's chosen images, in the export's order, streamed: the database keeps the final
+    ``ood`` images of mapped classes that are ok, not excluded and not dropped (and the images a
+    certificate admits); the class policy and the minimum are applied here to each row."""
+    classes = sel.class_of[source.pk]
+    wanted = (Q(status__in=ReviewItem.FINAL, final_decision=ReviewDecision.OOD, image__status=Image.Status.OK, excluded=False,
+                dropped=False, candidate_class__isnull=False) & ~Q(candidate_class__wnid=""))
+    rows = (_items(sel, source).filter(wanted | Q(admitted=True))
+            .order_by("candidate_class__wnid", "image__relative_path")
+            .values_list("pk", "image_id", "candidate_class_id", "status", "decided_at", "image__relative_path", "image__sha256",
+                         "image__container", "image__offset", "image__bytes"))
+    for pk, image_id, class_id, status, decided_at, path, sha256, container, offset, size in rows.iterator(chunk_size=CHUNK):
+        if class_id not in sel.kept:
+            continue  # its class's policy, or below the minimum: counted by export_select
+        cc = classes[class_id]
+        sel.items.append(Chosen(pk=pk, image_id=image_id, source=source, candidate_class=cc, status=status, decided_at=decided_at,
+                                relative_path=path, sha256=sha256, container=container, offset=offset, bytes=size))
+        if status not in ReviewItem.FINAL:
+            sel.certified.add(pk)  # unreviewed, admitted by the certificate
+        entry = sel.classes.setdefault(cc.wnid, {"name": cc.synset_name or cc.folder, "label": _class_name(cc), "images": 0, "sources": []})
+        entry["images"] += 1
+        if source.name not in entry["sources"]:
+            entry["sources"].append(source.name)
+
+
+_EMBEDDING_COLUMNS = ("pk", "topk", "dup_group", "drop_reason", "nearest_id_image", "nearest_id_similarity")
+
+
+def _considered_rows(sel: Selection, *, model_name: str | None = None, images: Any = None) -> Iterator[tuple[Considered, str]]:
+    """Every item the selection considered, with its reason, in decisions.csv's order (source
+    by source, then class wnid and path), streamed in chunks of CHUNK rows, with ``model_name``'s
+    prediction row (the selection's model by default); ``images`` (a queryset of image ids)
+    narrows it to those images."""
+    names = ("pk", "image_id", "candidate_class_id", "status", "final_decision", "final_wnids", "final_note", "decided_by__username",
+             "image__relative_path", "image__sha256", "image__status", "excluded", "admitted",
+             *(f"emb__{c}" for c in _EMBEDDING_COLUMNS))
+    for source in sel.sources:
+        classes, policy = sel.class_of[source.pk], sel.policies[source.pk]
+        rows = _items(sel, source).annotate(emb=FilteredRelation("image__embeddings", condition=Q(image__embeddings__model_name=model_name or sel.model)))
+        if images is not None:
+            rows = rows.filter(image_id__in=images)
+        rows = rows.order_by("candidate_class__wnid", "image__relative_path").values_list(*names)
+        for r in rows.iterator(chunk_size=CHUNK):
+            row = dict(zip(names, r))
+            cc = classes.get(row["candidate_class_id"]) if row["candidate_class_id"] is not None else None
+            emb = {c: row[f"emb__{c}"] for c in _EMBEDDING_COLUMNS} if row["emb__pk"] is not None else None
+            drop = (emb["drop_reason"] or "") if emb else ""
+            item = Considered(pk=row["pk"], image_id=row["image_id"], source=source, candidate_class=cc, status=row["status"],
+                              final_decision=row["final_decision"], final_wnids=row["final_wnids"], final_note=row["final_note"],
+                              decided_by=row["decided_by__username"] or "", relative_path=row["image__relative_path"],
+                              sha256=row["image__sha256"], image_status=row["image__status"], excluded=row["excluded"],
+                              admitted=row["admitted"], embedding=emb)
+            reason = _reason(status=item.status, final_decision=item.final_decision, image_status=item.image_status,
+                             excluded=item.excluded, drop_reason=drop if drop.startswith(_NEAR_DUPLICATE) else "", cc=cc,
+                             admitted=item.admitted, policy=policy)
+            if not reason and row["candidate_class_id"] not in sel.kept:
+                reason = f"below_min_per_class_{sel.minimum}"
+            yield item, reason
 
 
 def _class_name(cc: CandidateClass) -> str:
@@ -285,7 +458,7 @@ def _class_name(cc: CandidateClass) -> str:
 # -- leakage -----------------------------------------------------------------------------------
 
 
-def export_leakage(*, items: list[ReviewItem], split: str, model_name: str, threshold: float, max_pixel_diff: float) -> dict:
+def export_leakage(*, items: Sequence[Chosen], split: str, model_name: str, threshold: float, max_pixel_diff: float) -> dict:
     """What an export would leak (pipelines.leakage.find_leaks): images identical to, or
     near-duplicates of (feature cosine >= ``threshold`` and the pixel check, as in the duplicate
     search), an ID reference image or an image in a finished export of a different split; images
@@ -298,14 +471,12 @@ def export_leakage(*, items: list[ReviewItem], split: str, model_name: str, thre
     other = list(ExportMember.objects.filter(export__kind=Export.Kind.DATASET, export__status=Export.Status.DONE)
                  .exclude(export__split=split).select_related("image__source", "export"))
     refs = [("id_reference", r) for r in ref_rows] + [(f"export {m.export.label} (split {m.export.split})", m.image) for m in other]
-    embs = {e.image_id: e for e in ImageEmbedding.objects.filter(image__in=[it.image_id for it in items], model_name=model_name, ok=True)
-            .select_related("shard")}
-    ref_embs = {e.image_id: e for e in ImageEmbedding.objects.filter(image__in=[img.pk for _k, img in refs], model_name=model_name, ok=True)
-                .select_related("shard")}
+    embs = _embeddings([it.image_id for it in items], model_name)
+    ref_embs = _embeddings([img.pk for _k, img in refs], model_name)
     item_order = [i for i in dict.fromkeys(it.image_id for it in items) if i in embs]
     ref_order = [i for i in dict.fromkeys(img.pk for _k, img in refs) if i in ref_embs]
     item_row, ref_row = {i: n for n, i in enumerate(item_order)}, {i: n for n, i in enumerate(ref_order)}
-    entries = [Entry(it.image_id, f"{it.source.name}:{it.image.relative_path}", it.image.sha256, item_row.get(it.image_id)) for it in items]
+    entries = [Entry(it.image_id, f"{it.source.name}:{it.relative_path}", it.sha256, item_row.get(it.image_id)) for it in items]
     ref_entries = [Entry(img.pk, f"{img.source.name}:{img.relative_path}", img.sha256, ref_row.get(img.pk), against=kind)
                    for kind, img in refs]
     images = {it.image_id: it.image for it in items} | {img.pk: img for _k, img in refs}
@@ -324,6 +495,16 @@ def export_leakage(*, items: list[ReviewItem], split: str, model_name: str, thre
                             looks_same=lambda a, b: pixels(position[a.image_id], position[b.image_id]))
     return {"violations": violations, "checked": len(items), "id_reference_images": len(ref_rows),
             "other_split_images": len(other), "model": model_name, "threshold": threshold, "max_pixel_diff": max_pixel_diff}
+
+
+def _embeddings(image_ids: list[int], model_name: str) -> dict[int, ImageEmbedding]:
+    """The images' usable prediction rows (with their feature shard), read CHUNK ids at a time:
+    no statement lists every image of a large export."""
+    out: dict[int, ImageEmbedding] = {}
+    for chunk in _chunks(image_ids, CHUNK):
+        out.update((e.image_id, e) for e in ImageEmbedding.objects.filter(image_id__in=chunk, model_name=model_name, ok=True)
+                   .select_related("shard"))
+    return out
 
 
 # -- execution ---------------------------------------------------------------------------------
@@ -436,36 +617,45 @@ def _wordnet() -> dict:
     return {"version": "3.0 (Princeton; ImageNet wnids are its noun offsets)"}
 
 
-def _reviews_by_item(items: list[ReviewItem]) -> dict[int, list]:
+def _chunks(rows: Iterable, size: int) -> Iterator[list]:
+    """``rows`` in lists of at most ``size``, read as they come."""
+    it = iter(rows)
+    while chunk := list(islice(it, size)):
+        yield chunk
+
+
+def _reviews_of(item_ids: list[int]) -> dict[int, list[dict]]:
+    """The reviews of a chunk of items, as decisions.csv states them (oldest first)."""
     from curation.models import Review
 
-    out: dict[int, list] = defaultdict(list)
-    for r in Review.objects.filter(item__in=items).select_related("annotator").order_by("created_at"):
-        out[r.item_id].append(r)
+    out: dict[int, list[dict]] = defaultdict(list)
+    for item_id, annotator, decision, id_wnids, note, at, seconds, gold in (
+            Review.objects.filter(item_id__in=item_ids).order_by("created_at", "pk")
+            .values_list("item_id", "annotator__username", "decision", "id_wnids", "note", "created_at", "seconds", "is_gold")):
+        out[item_id].append({"annotator": annotator, "decision": decision, "id_wnids": id_wnids, "note": note,
+                             "at": at.isoformat(), "seconds": round(seconds, 1), "gold": gold})
     return out
 
 
 def _decisions_rows(sel: Selection, placed_by_image: Mapping[int, Any], model_name: str) -> Iterator[tuple[int, list]]:
-    items = [it for it, _r in sel.rows]
-    reviews = _reviews_by_item(items)
-    embs = {e.image_id: e for e in ImageEmbedding.objects.filter(image__in=[it.image_id for it in items], model_name=model_name)}
-    for it, reason in sel.rows:
-        cc = it.candidate_class
-        e = embs.get(it.image_id)
-        placed = placed_by_image.get(it.image_id)
-        if not reason and placed is not None and placed.problem:
-            reason = placed.problem.split(":")[0]
-        exported = placed is not None and not placed.problem
-        yield it.image_id, [
-            it.image_id, it.source.name, it.image.relative_path, it.image.sha256, cc.wnid if cc else "", _class_name(cc) if cc else "",
-            it.final_decision, " ".join(it.final_wnids or []), it.status, it.decided_by.username if it.decided_by_id else "",
-            it.final_note, json.dumps([{"annotator": r.annotator.username, "decision": r.decision, "id_wnids": r.id_wnids, "note": r.note,
-                                        "at": r.created_at.isoformat(), "seconds": round(r.seconds, 1), "gold": r.is_gold} for r in reviews[it.pk]]),
-            json.dumps(e.topk if e else []), e.dup_group if e else "", e.drop_reason if e else "",
-            e.nearest_id_image_id if e and e.nearest_id_image_id else "",
-            round(e.nearest_id_similarity, 4) if e and e.nearest_id_similarity is not None else "",
-            "yes" if exported else "no", reason, ("certificate" if it.pk in sel.certified else "review") if exported else "",
-        ]
+    """decisions.csv's rows (image id, cells): every item considered, streamed in chunks of
+    CHUNK items whose reviews one query reads; ``model_name``'s predictions beside each."""
+    for chunk in _chunks(_considered_rows(sel, model_name=model_name), CHUNK):
+        reviews = _reviews_of([it.pk for it, _r in chunk])
+        for it, reason in chunk:
+            cc, e = it.candidate_class, it.embedding
+            placed = placed_by_image.get(it.image_id)
+            if not reason and placed is not None and placed.problem:
+                reason = placed.problem.split(":")[0]
+            exported = placed is not None and not placed.problem
+            yield it.image_id, [
+                it.image_id, it.source.name, it.relative_path, it.sha256, cc.wnid if cc else "", _class_name(cc) if cc else "",
+                it.final_decision, " ".join(it.final_wnids or []), it.status, it.decided_by, it.final_note, json.dumps(reviews[it.pk]),
+                json.dumps(e["topk"] if e else []), e["dup_group"] if e else "", e["drop_reason"] if e else "",
+                e["nearest_id_image"] if e and e["nearest_id_image"] else "",
+                round(e["nearest_id_similarity"], 4) if e and e["nearest_id_similarity"] is not None else "",
+                "yes" if exported else "no", reason, ("certificate" if it.pk in sel.certified else "review") if exported else "",
+            ]
 
 
 # decisions.csv: these, then one column per layout written (pipelines.layouts: Layout.decisions_column)
@@ -583,12 +773,13 @@ def export_execute(*, export_id: int, progress: Progress | None = None, on_total
     written = px.write_export(
         tmp, final, name=export.name, layouts=cfg["layouts"], items=items, refused=refused, link=cfg.get("link", True),
         excluded=sel.excluded, decision_columns=DECISION_COLUMNS, hooks=_DatasetExport(export, sel, leak, previous),
-        previous=previous, why_not={it.image_id: reason for it, reason in sel.rows if reason},
+        previous=previous, why_not=_why_not(sel, export, previous),
         warn_loss=float(cfg.get("warn_loss", settings.EXPORT_WARN_LOSS)), progress=_ticker(export, progress, every=500))
     good, counts = written.good, written.counts
     with transaction.atomic():
-        ExportMember.objects.bulk_create([ExportMember(export=export, image_id=p.item.image_id, sha256=p.item.sha256, wnid=p.item.wnid, files=p.files)
-                                          for p in good], batch_size=2000, ignore_conflicts=True)
+        members = (ExportMember(export=export, image_id=p.item.image_id, sha256=p.item.sha256, wnid=p.item.wnid, files=p.files) for p in good)
+        for batch in _chunks(members, CHUNK):  # CHUNK rows built at a time, not one instance per image at once
+            ExportMember.objects.bulk_create(batch, ignore_conflicts=True)
         problems = sum(1 for p in written.placed if p.problem)
         msg = (f"{len(good)} images in {counts['classes']} classes written to {final}"
                + (f"; {problems} file(s) changed or vanished since ingest (or now outside their source) were left out (see decisions.csv)" if problems else "")
@@ -599,19 +790,28 @@ def export_execute(*, export_id: int, progress: Progress | None = None, on_total
                        manifest_sha256=written.manifest_sha256, counts=counts, leakage=leak)
 
 
+def _why_not(sel: Selection, export: Export, previous: PreviousVersion | None) -> dict[int, str]:
+    """Image id -> why the selection left it out, for the previous version's images only (the
+    difference names why each was removed): the considered rows narrowed to them by the database."""
+    if previous is None:
+        return {}
+    prev = Export.objects.filter(name=export.name, kind=Export.Kind.DATASET, status=Export.Status.DONE, version=previous.version)
+    images = ExportMember.objects.filter(export__in=prev.values("pk")).values("image_id")
+    return {it.image_id: reason for it, reason in _considered_rows(sel, images=images) if reason}
+
+
 def _export_items(sel: Selection) -> tuple[list, list]:
     """The selected images as the writer's items (their files resolved inside their source's
     root), and those refused because the file is now a link out of its source."""
     from pipelines import export as px
 
-    roots = {it.source_id: str(Path(it.source.root).resolve()) for it in sel.items}
+    roots = {s.pk: str(Path(s.root).resolve()) for s in sel.sources}
     items, refused = [], []
     for it in sel.items:
         cc = it.candidate_class
-        item = px.ExportItem(image_id=it.image_id, src="", sha256=it.image.sha256, wnid=cc.wnid, class_name=_class_name(cc),
-                             file_name=it.image.relative_path.rsplit("/", 1)[-1], source=it.source.name,
-                             source_path=it.image.relative_path, synset=sel.classes[cc.wnid]["name"])
-        it.image.source = it.source  # loaded with the item: no query per image
+        item = px.ExportItem(image_id=it.image_id, src="", sha256=it.sha256, wnid=cc.wnid, class_name=_class_name(cc),
+                             file_name=it.relative_path.rsplit("/", 1)[-1], source=it.source.name,
+                             source_path=it.relative_path, synset=sel.classes[cc.wnid]["name"])
         try:  # the bytes through the source's layout: a file, or an archive member read in place
             items.append(replace(item, src=it.image.ref(root_real=roots[it.source_id])))
         except UnsafePath as exc:  # the file became a link out of its source after ingest
