@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Sequence
 
 from django.conf import settings
@@ -155,6 +155,25 @@ def _held_by_class(user: User, now) -> list[Assignment]:
                 .order_by("leased_at", "id")[:HELD_READ])
 
 
+_EARLIEST = datetime.min.replace(tzinfo=UTC)  # a finished assignment without its time (none is written so) sorts first
+
+
+def _last_class(user: User) -> list[int | None]:
+    """``[class]`` of the annotator's last finished tile (``[]`` before their first): the newest
+    lease among their decided tiles and among their skipped ones, each the last row of the
+    (annotator, state, leased_at) index, whichever finished later. A page's tiles are leased and
+    finished together, so the newest lease finished is of the last page. Ordering all their
+    finished assignments by ``finished_at`` (no index) sorted every one of them on each new class:
+    about 170,000 per annotator at 13.2M images (issue 45)."""
+    newest = []
+    for state in (Assignment.State.DONE, Assignment.State.SKIPPED):
+        newest += list(Assignment.objects.filter(annotator=user, state=state).order_by("-leased_at")
+                       .values_list("finished_at", "id", "item__candidate_class_id")[:1])
+    if not newest:
+        return []
+    return [max(newest, key=lambda row: (row[0] or _EARLIEST, row[1]))[2]]
+
+
 def _pick_class(user: User, base: Q, now, held: list[Assignment] | None = None) -> int | None | bool:
     """The class the page shows: that of the annotator's oldest live lease; else the class of
     their last page while it still has images for them (one class at a time, to its end, though
@@ -166,8 +185,7 @@ def _pick_class(user: User, base: Q, now, held: list[Assignment] | None = None) 
         return held[0].class_id
     waiting = (ReviewItem.objects.filter(base, status=ReviewItem.Status.OPEN).alias(slots=F("done") + F("leased"))
                .filter(slots__lt=F("required")).filter(not_seen_by(user)))
-    last = list(Assignment.objects.filter(annotator=user, state__in=[Assignment.State.DONE, Assignment.State.SKIPPED])
-                .order_by("-finished_at", "-id").values_list("item__candidate_class_id", flat=True)[:1])
+    last = _last_class(user)
     if last and waiting.filter(candidate_class_id=last[0]).exists():
         return last[0]
     row = list(waiting.order_by("priority", "id").values_list("candidate_class_id", flat=True)[:1])
