@@ -6,13 +6,20 @@ per-plan counters and the sampled images, never every unit of the plan. Checked 
 statements made and their plans, not by a timing."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from curation.models import CandidateClass, CertificationUnit, Image, ImageEmbedding, ReviewItem, Source
+from curation.models.certification import CertificationStratumCount
 from curation.services import certification as cert_service
-from curation.services.certification import certification_close, certification_plan_create, certification_replays
+from curation.services.certification import (
+    certification_close,
+    certification_plan_create,
+    certification_replays,
+    certification_standing,
+)
 from curation.services.review import review_queue_sync
 
 pytestmark = pytest.mark.django_db
@@ -109,7 +116,8 @@ def test_a_plan_makes_the_same_statements_for_any_number_of_items_and_no_object_
         assert "ReviewItem" not in made and "ImageEmbedding" not in made
         if connection.vendor == "postgresql":
             assert "CertificationUnit" not in made
-            assert not [q for q in ctx.captured_queries if "curation_certificationunit" in q["sql"]], "units written by statements"
+            inserts = [q["sql"] for q in ctx.captured_queries if q["sql"].replace('"', "").startswith("INSERT INTO curation_certificationunit ")]
+            assert not inserts, "units written by INSERT statements"
         else:
             assert made["CertificationUnit"] == n
         statements.append([q["sql"] for q in ctx.captured_queries])
@@ -126,3 +134,135 @@ def test_the_copy_writes_slices_with_their_serving_positions(settings, monkeypat
     source = _pool(60)
     plan = certification_plan_create(source=source, model_name=MODEL, n_strata=4, pilot=3, seed=12345)
     assert [u[1:] for u in _units_by_image(plan)] == BETTING_REFERENCE
+
+
+def _recount(plan) -> dict[int, tuple[int, int, int]]:
+    """Per stratum: (decided, decided id, decided unclear), counted from every unit and its item."""
+    out: dict[int, list[int]] = {}
+    for h, status, decision in CertificationUnit.objects.filter(plan=plan).values_list("stratum", "item__status", "item__final_decision"):
+        row = out.setdefault(h, [0, 0, 0])
+        if status in ReviewItem.FINAL:
+            row[0] += 1
+            row[1] += decision == "id"
+            row[2] += decision == "unclear"
+    return {h: tuple(v) for h, v in out.items()}
+
+
+def _counts(plan) -> dict[int, tuple[int, int, int]]:
+    return {h: (n, i, u) for h, n, i, u in CertificationStratumCount.objects.filter(plan=plan)
+            .values_list("stratum", "final", "final_id", "final_unclear")}
+
+
+def _old_outside(plan) -> tuple[int, int, int, int]:
+    """(full_found, full_open, outside_reviewed, outside_found) as the code before issue 45
+    counted them: every unit of the plan joined to its item."""
+    full = [bool(s["full"]) for s in plan.strata]
+    against = ("id", "unclear") if plan.unclear_is_id else ("id",)
+    units = list(CertificationUnit.objects.filter(plan=plan).values_list("stratum", "serve", "item__status", "item__final_decision"))
+    stop_at = None
+    for h, v, status, _d in sorted((u for u in units if u[1] is not None), key=lambda u: u[1]):
+        if not full[h] and status not in ReviewItem.FINAL and status != "withdrawn":
+            stop_at = v
+            break
+    full_found = sum(1 for h, _v, s, d in units if full[h] and s in ReviewItem.FINAL and d in against)
+    full_open = sum(1 for h, _v, s, _d in units if full[h] and s not in ReviewItem.FINAL)
+    outside = [(v, d) for h, v, s, d in units if not full[h] and s in ReviewItem.FINAL and (v is None or (stop_at is not None and v >= stop_at))]
+    return full_found, full_open, len(outside), sum(1 for _v, d in outside if d in against)
+
+
+def test_the_decided_counts_follow_every_change_of_an_items_decision(settings):
+    """The counts the database keeps per stratum equal a count over every unit after decisions
+    by bulk UPDATE and by save, a changed decision, a re-opened and a withdrawn image; the
+    standing's figures equal the ones the join over every unit gave."""
+    settings.DEFAULT_MODEL = MODEL
+    source = _pool(60)
+    plan = certification_plan_create(source=source, model_name=MODEL, n_strata=3, pilot=2, seed=7, method="wor-cs/shared", full_top=0.1)
+    assert _counts(plan) == _recount(plan) and all(n == 0 for n, _i, _u in _counts(plan).values())
+    units = list(CertificationUnit.objects.filter(plan=plan).order_by("serve", "stratum", "draw").values_list("item_id", "stratum", "serve"))
+    served = [i for i, _h, v in units if v is not None]
+    unserved = [i for i, _h, v in units if v is None]
+    full_h = next(h for h, s in enumerate(plan.strata) if s["full"])
+    in_full = [i for i, h, _v in units if h == full_h]
+
+    def check():
+        assert _counts(plan) == _recount(plan)
+        sd = certification_standing(plan=plan)
+        c = sd.cert
+        assert (c.full_found, c.full_open) == _old_outside(plan)[:2]
+        outside_reviewed = int(np.sum(c.bound.sizes - c.bound.reviewed)) - c.remainder_size
+        assert _old_outside(plan)[2:] == (outside_reviewed, c.outside_found)
+
+    ReviewItem.objects.filter(pk__in=served[:2] + unserved[:5]).update(status="complete", final_decision="id")  # bulk UPDATE
+    ReviewItem.objects.filter(pk__in=served[3:5] + in_full[:2]).update(status="complete", final_decision="ood")  # after a gap in the prefix
+    check()
+    item = ReviewItem.objects.get(pk=unserved[5])
+    item.status, item.final_decision = "adjudicated", "unclear"
+    item.save()  # one row
+    ReviewItem.objects.filter(pk=unserved[0]).update(final_decision="ood")  # a decision changed
+    ReviewItem.objects.filter(pk=unserved[1]).update(status="open", final_decision="")  # re-opened
+    ReviewItem.objects.filter(pk=unserved[6]).update(status="withdrawn")  # withdrawn undecided: not decided
+    ReviewItem.objects.filter(pk=served[2]).update(status="complete", final_decision="unclear")  # the prefix closes its gap
+    check()
+    ReviewItem.objects.filter(source=source).update(priority=5)  # no decision changes
+    check()
+
+
+def _page_pool(n: int, client_user) -> tuple[str, list[dict]]:
+    """A pool of ``n`` with a betting plan (its top 10% reviewed in full), some images decided in
+    and out of the sample; the page's URL and the statements one GET made."""
+    from django.test import Client
+
+    source = _pool(n, name=f"pool{n}")
+    plan = certification_plan_create(source=source, model_name=MODEL, n_strata=3, pilot=2, seed=3, full_top=0.1)
+    served = list(CertificationUnit.objects.filter(plan=plan, serve__isnull=False).order_by("serve").values_list("item_id", flat=True))
+    unserved = list(CertificationUnit.objects.filter(plan=plan, serve__isnull=True).values_list("item_id", flat=True))
+    ReviewItem.objects.filter(pk__in=served[:2] + served[3:4] + unserved[:3]).update(status="complete", final_decision="ood")
+    c = Client()
+    c.force_login(client_user)
+    url = f"/curate/certify/{source.pk}/"
+    assert c.get(url).status_code == 200  # the first request moves the plan on where it is due
+    with CaptureQueriesContext(connection) as ctx:
+        assert c.get(url).status_code == 200
+    return url, list(ctx.captured_queries)
+
+
+def test_the_page_makes_as_many_queries_at_three_times_the_images(settings):
+    from curation.roles import CURATOR
+    from curation.services.users import user_create_with_role
+
+    settings.DEFAULT_MODEL = MODEL
+    cur = user_create_with_role(username="cur", password="pw-cur", role=CURATOR)[0]
+    made = [len(_page_pool(n, cur)[1]) for n in (30, 90)]
+    assert made[0] == made[1]
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the plans are PostgreSQL's")
+def test_the_page_reads_a_plans_units_only_through_its_serving_order(settings):
+    """Every statement of the page that reads the plan's units reads them through the serving
+    index (the sampled images, however many the pool holds), never every unit of the plan; the
+    decided counts come from the per-stratum rows."""
+    from curation.roles import CURATOR
+    from curation.services.users import user_create_with_role
+
+    settings.DEFAULT_MODEL = MODEL
+    cur = user_create_with_role(username="cur", password="pw-cur", role=CURATOR)[0]
+    _url, queries = _page_pool(90, cur)
+    with connection.cursor() as c:
+        c.execute("ANALYZE curation_certificationunit")
+        c.execute("ANALYZE curation_reviewitem")
+    reads = [q["sql"] for q in queries if q["sql"].startswith("SELECT") and "curation_certificationunit" in q["sql"]]
+    assert reads
+    with connection.cursor() as c:
+        c.execute("SELECT indexname FROM pg_indexes WHERE tablename = 'curation_certificationunit'")
+        unit_indexes = {r[0] for r in c.fetchall()}
+    for sql in reads:
+        with connection.cursor() as c:
+            c.execute("SET LOCAL enable_seqscan = off")  # tables this small would be read whole whatever the indexes
+            c.execute(f"EXPLAIN {sql}")
+            plan = [r[0] for r in c.fetchall()]
+            c.execute("SET LOCAL enable_seqscan = on")
+        text = "\n".join([sql, *plan])
+        assert "Seq Scan on curation_certificationunit" not in text, text
+        used = {name for name in unit_indexes if f" {name} " in text or text.endswith(f" {name}")}
+        assert used == {"cert_unit_serving"}, text
+    assert any("curation_certificationstratumcount" in q["sql"] for q in queries)
