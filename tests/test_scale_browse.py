@@ -197,14 +197,14 @@ def test_the_class_search_index_is_made_once_per_process_and_again_after_a_class
     real = browse._index_of
     monkeypatch.setattr(browse, "_index_of", lambda rows: made.append(len(rows)) or real(rows))
     browse._CLASS_INDEXES.clear()
-    assert browse.class_ids_for_name("thing 1") == [classes[1].pk]
+    assert browse.class_search(kind="class", q="thing 1")[0]["id"] == classes[1].pk
     assert browse.class_search(kind="class", q="thing 2")[0]["id"] == classes[2].pk
     assert len(made) == 1
     CandidateClass.objects.filter(pk=classes[0].pk).update(description="a small striped fish")
     assert browse.class_search(kind="class", q="striped fish")[0]["id"] == classes[0].pk
     assert len(made) == 2
     CandidateClass.objects.filter(pk=classes[2].pk).update(lemmas=["tench"], synset_name="tench.n.01")
-    assert browse.class_ids_for_name("tench") == [classes[2].pk]
+    assert browse.class_search(kind="class", q="tench")[0]["id"] == classes[2].pk
     CandidateClass.objects.create(source=source, folder="n00000009", wnid="n00000009", lemmas=["goldfish"], mapping="wnid_folder")
     assert browse.class_search(kind="class", q="goldfish")[0]["wnid"] == "n00000009"
     assert len(made) == 4
@@ -291,3 +291,51 @@ def test_the_class_filter_reports_lists_are_bounded(client, pool, monkeypatch):
         table = html.split(f'id="{tid}"', 1)[1].split("</table>", 1)[0]
         assert table.count("<tr>") + table.count("<tr ") - table.count("<tr class=\"empty\"") <= 4 + 1, tid  # + the header row
     assert "Showing 4 of 50" in html and "Flags resolved by curators (50)" in html and "Overrides (38)" in html
+
+
+NAMES = ("thing 1", "Thing_1", "thing-1", "THING", "n00000002", "crossword", "crossword puzzle", "cross", "puzzle game", "a small",
+         "striped fish", "Tench", "tench fish", "n0000000", "zebra", "d'or", "café", "t", "1", "   ", "--", "thing 1 n00000001")
+
+
+def test_a_typed_class_name_is_resolved_among_the_classes_holding_its_words(pool, monkeypatch):
+    """The browser's filter by a typed name (``cls_name``) reads only the classes whose fields hold
+    every word of the name (one query), never the index of all 19,167 (about 1 s to make), and
+    answers as the whole index does: the same classes, the same ambiguity and the same message."""
+    from curation.selectors import browse
+    from pipelines.class_search import Ambiguous, resolve_one
+
+    source, classes, _ann, _model = pool
+    other = Source.objects.create(name="other", root="/nonexistent")
+    CandidateClass.objects.bulk_create([
+        CandidateClass(source=source, folder="puzzles", wnid="n06785654", synset_name="crossword_puzzle.n.01",
+                       lemmas=["crossword_puzzle", "crossword"], gloss="a puzzle game of words", mapping="wnid_folder"),
+        CandidateClass(source=other, folder="n06785654", wnid="n06785654", synset_name="crossword_puzzle.n.01",
+                       lemmas=["crossword_puzzle", "crossword"], gloss="a puzzle game of words", mapping="wnid_folder"),
+        CandidateClass(source=other, folder="Tench-Fish", mapping="unmapped", description="a small striped fish"),
+        CandidateClass(source=other, folder="café", mapping="unmapped", description="Bouton d'or"),
+    ])
+
+    def whole(name: str, src: str):
+        try:
+            return [e.ref.pk for e in resolve_one(name, browse._candidate_class_index(src), what="Class",
+                                                  same=lambda e: e.wnid or f"{e.ref.source_id}/{e.ref.folder}")]
+        except Ambiguous as exc:
+            return str(exc)
+
+    def narrowed(name: str, src: str):
+        try:
+            return browse.class_ids_for_name(name, source=src)
+        except browse.BrowseError as exc:
+            return str(exc)
+
+    expected = {(name, src): whole(name, src) for src in ("", "other") for name in NAMES}
+    sizes: list[int] = []
+    real = browse._index_of
+    monkeypatch.setattr(browse, "_index_of", lambda rows: sizes.append(len(rows)) or real(rows))
+    for (name, src), answer in expected.items():
+        assert narrowed(name, src) == answer, (name, src)
+    sizes.clear()
+    puzzles = CandidateClass.objects.get(folder="puzzles").pk
+    with CaptureQueriesContext(connection) as ctx:
+        assert browse.class_ids_for_name("crossword", source="pool") == [puzzles]
+    assert len(ctx.captured_queries) == 1 and sizes == [1]  # one query, one class indexed of the 7
