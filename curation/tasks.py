@@ -55,3 +55,12 @@ def _make_task(kind: str, step: str):
 
 TASKS = {(kind, step): _make_task(kind, step) for kind in Job.Kind.values for step in STEPS}
 
+
+
+@shared_task(name="curation.review_stats.refresh", **TASK_OPTIONS)
+def review_stats_refresh_task() -> None:
+    """Recompute the review progress page's agreement and per-annotator figures
+    (curation.services.review_stats): idempotent, the newest sum wins."""
+    from curation.services.review_stats import review_stats_compute
+
+    review_stats_compute()

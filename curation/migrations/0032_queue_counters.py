@@ -234,5 +234,16 @@ class Migration(migrations.Migration):
                 'constraints': [models.UniqueConstraint(fields=('source', 'status'), name='source_image_count_key')],
             },
         ),
+        migrations.CreateModel(
+            name='ReviewStatsSnapshot',
+            fields=[
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('computed_at', models.DateTimeField(blank=True, help_text='Empty: never computed yet', null=True)),
+                ('requested_at', models.DateTimeField(blank=True, help_text='When a page last asked for a recomputation', null=True)),
+                ('reviews', models.BigIntegerField(default=0, help_text='Non-gold reviews the figures are over')),
+                ('done_sum', models.BigIntegerField(default=0, help_text="The queue's reviews done (QueueClassCount) when computed: stale when it moved")),
+                ('figures', models.JSONField(blank=True, default=dict)),
+            ],
+        ),
         migrations.RunPython(forward, backward),
     ]

@@ -66,3 +66,20 @@ class SourceImageCount(models.Model):
 
     def __str__(self) -> str:
         return f"source {self.source_id}: {self.n} {self.status}"
+
+
+class ReviewStatsSnapshot(models.Model):
+    """The review figures that sum over every review (Fleiss' kappa, every pair of annotators'
+    Cohen kappa, each annotator's throughput and gold accuracy): at 13.2M images that is millions
+    of reviews, seconds a request. Computed in the background when the reviews change
+    (``curation.services.review_stats``) and shown as of ``computed_at``, over ``reviews``
+    reviews. One row."""
+
+    computed_at = models.DateTimeField(null=True, blank=True, help_text="Empty: never computed yet")
+    requested_at = models.DateTimeField(null=True, blank=True, help_text="When a page last asked for a recomputation")
+    reviews = models.BigIntegerField(default=0, help_text="Non-gold reviews the figures are over")
+    done_sum = models.BigIntegerField(default=0, help_text="The queue's reviews done (QueueClassCount) when computed: stale when it moved")
+    figures = models.JSONField(default=dict, blank=True)
+
+    def __str__(self) -> str:
+        return f"review figures as of {self.computed_at} over {self.reviews} reviews"

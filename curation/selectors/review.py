@@ -51,9 +51,8 @@ def id_examples(wnids, *, per_class: int = 4) -> dict[str, list[int]]:
 
 
 def review_reads_cache_clear() -> None:
-    """Forget this process's cached reads of the review screen (ID examples, open-image counts)."""
+    """Forget this process's cached reads of the review screen (ID examples)."""
     _examples_cache.clear()
-    _open_count_cache.clear()
 
 
 def review_payload(assignments, *, model_name: str) -> list[dict]:
@@ -111,22 +110,40 @@ def id_class_list() -> list[list]:
     return rows
 
 
-def annotator_queue(*, user) -> dict:
-    """An annotator's queue: per source and class, images still needing a review they could
-    give, and what they have done."""
-    from curation.models import Review, ReviewItem
+# A page's per-class table shows this many classes (the queue of a pool of ImageNet-21K's size has
+# 19,167: rendered whole, the table alone took 2-4 s a request and 2-4 MB of HTML; issue 45).
+CLASS_ROWS = 200
+
+
+def _queued() -> Q:
+    """Counter rows with an item that is not withdrawn (what the per-class tables list)."""
+    return Q(n_open__gt=0) | Q(n_complete__gt=0) | Q(n_conflict__gt=0) | Q(n_adjudicated__gt=0)
+
+
+def annotator_queue(*, user, limit: int = CLASS_ROWS) -> dict:
+    """An annotator's queue: for the ``limit`` classes in their scope with the most open images,
+    the images queued, those still open and those finished (``classes``: how many classes there
+    are in all); and what they have done. Read from the queue's counters (``QueueClassCount``,
+    one row per class; issue 45: aggregating 9.2M items took 16 s a request). ``open`` is every
+    annotator's figure: an image this annotator reviewed stays in it until its other reviews are
+    in (the page says so); the images left for them are the review screen's ``left``
+    (``annotator_progress``)."""
+    from curation.models import QueueClassCount, Review
+
     scope = annotator_scope(user)
-    not_mine = not_seen_by(user)
-    rows = (ReviewItem.objects.filter(scope.q()).exclude(status=ReviewItem.Status.WITHDRAWN)
-            .values("source__name", "candidate_class__folder", "candidate_class__wnid", "candidate_class__synset_name")
-            .annotate(total=Count("id"), waiting=Count("id", filter=Q(status=ReviewItem.Status.OPEN) & not_mine),
-                      finished=Count("id", filter=~Q(status=ReviewItem.Status.OPEN)))
-            .order_by("source__name", "candidate_class__folder"))
+    queued = QueueClassCount.objects.filter(scope.q()).filter(_queued())
+    rows = []
+    for r in (queued.values("source__name", "candidate_class__folder", "candidate_class__wnid", "candidate_class__synset_name",
+                            "n_open", "n_complete", "n_conflict", "n_adjudicated")
+              .order_by("-n_open", "source__name", "candidate_class__folder")[:limit]):
+        finished = r["n_complete"] + r["n_conflict"] + r["n_adjudicated"]
+        rows.append({"source__name": r["source__name"], "candidate_class__folder": r["candidate_class__folder"],
+                     "candidate_class__wnid": r["candidate_class__wnid"], "candidate_class__synset_name": r["candidate_class__synset_name"],
+                     "total": r["n_open"] + finished, "open": r["n_open"], "finished": finished,
+                     "label": class_label(r["candidate_class__wnid"], r["candidate_class__synset_name"], r["candidate_class__folder"])})
     mine = Review.objects.filter(annotator=user, is_gold=False)
-    rows = [{**r, "label": class_label(r["candidate_class__wnid"], r["candidate_class__synset_name"], r["candidate_class__folder"])}
-            for r in rows]
-    return {"rows": rows, "restricted": not scope.unrestricted, "my_reviews": mine.count(),
-            "my_today": mine.filter(today_q()).count()}
+    return {"rows": rows, "classes": queued.count() if len(rows) >= limit else len(rows), "restricted": not scope.unrestricted,
+            "my_reviews": mine.count(), "my_today": mine.filter(today_q()).count()}
 
 
 def today_q(field: str = "created_at") -> Q:
@@ -141,56 +158,75 @@ def today_q(field: str = "created_at") -> Q:
     return Q(**{f"{field}__gte": start, f"{field}__lt": start + timedelta(days=1)})
 
 
-def review_dashboard() -> dict:
+def review_dashboard(*, after: tuple[str, str] | None = None, limit: int = CLASS_ROWS) -> dict:
     """Progress per class, throughput and gold accuracy per annotator, agreement, and the
     contamination rate per class (images finally decided ``id`` over all finally decided
-    images) with its Wilson 95% interval."""
+    images) with its Wilson 95% interval. The classes come ``limit`` at a time in (source name,
+    class folder) order, from the one after ``after`` (keyset paging: ``classes_next`` is the
+    next page's ``after``, None on the last page; ``classes_count`` counts them all).
 
-    from django.db.models import Max, Sum
+    Issue 45: the per-class figures and the totals are the queue's counters (``QueueClassCount``,
+    kept by the database: one row per class, not 9.2M items); the figures over every review
+    (agreement, each annotator's) are a snapshot (``curation.services.review_stats``) shown with
+    its time and number of reviews (``stats_at``, ``stats_reviews``), recomputed off the request
+    when the reviews move."""
+    from django.db.models import Sum
+    from django.utils.dateparse import parse_datetime
 
-    from curation.models import Review, ReviewItem, ReviewSettings
+    from curation.models import QueueClassCount, ReviewSettings
+    from curation.services.review_stats import review_stats_current
     from pipelines.agreement import wilson_interval
 
-    S = ReviewItem.Status
-    final = Q(status__in=[S.COMPLETE, S.ADJUDICATED])
+    queued = QueueClassCount.objects.filter(_queued())
+    page = queued
+    if after is not None:
+        page = page.filter(Q(source__name__gt=after[0]) | Q(source__name=after[0], candidate_class__folder__gt=after[1]))
     classes = []
-    for row in (ReviewItem.objects.exclude(status=S.WITHDRAWN)
-                .values("source__name", "candidate_class_id", "candidate_class__folder", "candidate_class__wnid", "candidate_class__synset_name")
-                .annotate(total=Count("id"), open=Count("id", filter=Q(status=S.OPEN)), conflict=Count("id", filter=Q(status=S.CONFLICT)),
-                          final=Count("id", filter=final), n_id=Count("id", filter=final & Q(final_decision="id")),
-                          reviews=Sum("done"), required=Sum("required"))
-                .order_by("source__name", "candidate_class__folder")):
-        ci = wilson_interval(row["n_id"], row["final"])
-        row["rate"] = row["n_id"] / row["final"] if row["final"] else None
-        row["ci"] = ci
-        row["percent"] = int(100 * min(row["reviews"] or 0, row["required"] or 0) / row["required"]) if row["required"] else 0
+    for c in (page
+              .values("source__name", "candidate_class_id", "candidate_class__folder", "candidate_class__wnid", "candidate_class__synset_name",
+                      "n_open", "n_complete", "n_conflict", "n_adjudicated", "final_id", "done_sum", "required_sum")
+              .order_by("source__name", "candidate_class__folder")[:limit + 1]):
+        final = c["n_complete"] + c["n_adjudicated"]
+        row = {k: c[k] for k in ("source__name", "candidate_class_id", "candidate_class__folder", "candidate_class__wnid",
+                                 "candidate_class__synset_name")}
+        row.update(total=c["n_open"] + c["n_conflict"] + final, open=c["n_open"], conflict=c["n_conflict"], final=final,
+                   n_id=c["final_id"], reviews=c["done_sum"], required=c["required_sum"])
+        row["ci"] = wilson_interval(row["n_id"], final)
+        row["rate"] = row["n_id"] / final if final else None
+        row["percent"] = int(100 * min(row["reviews"], row["required"]) / row["required"]) if row["required"] else 0
         row["label"] = class_label(row["candidate_class__wnid"], row["candidate_class__synset_name"], row["candidate_class__folder"])
         classes.append(row)
+    more = len(classes) > limit
+    classes = classes[:limit]
+    last = classes[-1] if more else None
+    classes_next = (last["source__name"], last["candidate_class__folder"] or "") if last else None
+    classes_count = queued.count() if more or after is not None else len(classes)
 
+    snap = review_stats_current()
     annotators = []
-    for row in (Review.objects.values("annotator__username")
-                .annotate(n=Count("id", filter=Q(is_gold=False)), seconds=Sum("seconds", filter=Q(is_gold=False)),
-                          gold=Count("id", filter=Q(is_gold=True)), gold_ok=Count("id", filter=Q(is_gold=True, gold_correct=True)),
-                          last=Max("created_at"))
-                .order_by("annotator__username")):
+    for a in snap.figures.get("annotators", []):
+        row = dict(a)
+        row["last"] = parse_datetime(a["last"]) if a.get("last") else None
         row["sec_per_image"] = row["seconds"] / row["n"] if row["n"] and row["seconds"] else None
         row["per_hour"] = 3600.0 * row["n"] / row["seconds"] if row["seconds"] else None
         row["gold_accuracy"] = row["gold_ok"] / row["gold"] if row["gold"] else None
         row["gold_ci"] = wilson_interval(row["gold_ok"], row["gold"])
         annotators.append(row)
 
-    fleiss, multi_reviewed, pairs = _agreement()
-    totals = ReviewItem.objects.aggregate(
-        total=Count("id", filter=~Q(status=S.WITHDRAWN)), open=Count("id", filter=Q(status=S.OPEN)),
-        conflict=Count("id", filter=Q(status=S.CONFLICT)), final=Count("id", filter=final), gold=Count("id", filter=Q(is_gold=True)))
+    sums = QueueClassCount.objects.aggregate(**{k: Sum(k, default=0) for k in ("n_open", "n_complete", "n_conflict", "n_adjudicated", "n_gold")})
+    final = sums["n_complete"] + sums["n_adjudicated"]
+    totals = {"total": sums["n_open"] + sums["n_conflict"] + final, "open": sums["n_open"], "conflict": sums["n_conflict"],
+              "final": final, "gold": sums["n_gold"]}
     settings_rows = list(ReviewSettings.objects.select_related("source", "candidate_class").order_by("source__name", "candidate_class__folder"))
-    return {"classes": classes, "annotators": annotators, "fleiss": fleiss, "multi_reviewed": multi_reviewed, "pairs": pairs,
-            "totals": totals, "settings": settings_rows}
+    return {"classes": classes, "classes_count": classes_count, "classes_next": classes_next, "annotators": annotators, "fleiss": snap.figures.get("fleiss"),
+            "multi_reviewed": snap.figures.get("multi_reviewed", 0), "pairs": snap.figures.get("pairs", []),
+            "stats_at": snap.computed_at, "stats_reviews": snap.reviews, "totals": totals, "settings": settings_rows}
 
 
-def _agreement() -> tuple[float | None, int, list[dict]]:
+def agreement_figures() -> tuple[float | None, int, list[dict]]:
     """Fleiss' kappa over the images with two or more (non-gold) reviews, and Cohen's kappa and
-    the agreement of every pair of annotators over the images both reviewed: summed by the
+    the agreement of every pair of annotators over the images both reviewed (the review progress
+    page shows them from ``curation.services.review_stats``' snapshot): summed by the
     database (a count per image and decision; a count per pair of annotators and decisions), so
     millions of reviews never come to Python one by one (issue 45)."""
     from django.db import connection
@@ -292,13 +328,22 @@ def contamination_report(*, source: Source, sample: int = 400, seed: int = 0) ->
     Wilson 95% interval, overall and per class; shares of ``unclear`` and ``not_target`` too."""
     import random
 
-    from curation.models import ReviewItem
+    from django.db.models import Sum, Window
+    from django.db.models.functions import RowNumber
+
+    from curation.models import QueueClassCount, ReviewItem
     from pipelines.agreement import wilson_interval
 
     S = ReviewItem.Status
-    pool = list(ReviewItem.objects.filter(source=source, status__in=[S.COMPLETE, S.ADJUDICATED]).exclude(final_decision="")
-                .order_by("pk").values_list("pk", flat=True))
-    chosen = sorted(random.Random(seed).sample(pool, min(sample, len(pool))))
+    # The sample is the one ``random.Random(seed).sample(pool, k)`` draws from the finally decided
+    # items in id order: the positions it picks depend only on the pool's size, which the queue's
+    # counters hold, so the database returns the ids at those positions and the pool's
+    # (at 13.2M images: ~900,000) ids never come to Python (issue 45).
+    reviewed = int(QueueClassCount.objects.filter(source=source).aggregate(n=Sum("final_decided", default=0))["n"])
+    positions = random.Random(seed).sample(range(reviewed), min(sample, reviewed))
+    ranked = (ReviewItem.objects.filter(source=source, status__in=[S.COMPLETE, S.ADJUDICATED]).exclude(final_decision="")
+              .annotate(rank=Window(RowNumber(), order_by=F("pk").asc())))
+    chosen = list(ranked.filter(rank__in=[p + 1 for p in positions]).values_list("pk", flat=True)) if positions else []
     rows = (ReviewItem.objects.filter(pk__in=chosen)
             .values("candidate_class__wnid", "candidate_class__folder", "candidate_class__synset_name")
             .annotate(n=Count("id"), n_id=Count("id", filter=Q(final_decision="id")), n_ood=Count("id", filter=Q(final_decision="ood")),
@@ -313,7 +358,7 @@ def contamination_report(*, source: Source, sample: int = 400, seed: int = 0) ->
                         "share": r["n_id"] / r["n"], "ci_low": lo, "ci_high": hi})
     n, n_id = sum(c["n"] for c in classes), sum(c["n_id"] for c in classes)
     lo, hi = wilson_interval(n_id, n) or (None, None)
-    return {"source": source.name, "sample": sample, "seed": seed, "reviewed": len(pool), "n": n, "n_id": n_id,
+    return {"source": source.name, "sample": sample, "seed": seed, "reviewed": reviewed, "n": n, "n_id": n_id,
             "n_unclear": sum(c["n_unclear"] for c in classes), "n_not_target": sum(c["n_not_target"] for c in classes),
             "share": n_id / n if n else None, "ci_low": lo, "ci_high": hi, "classes": classes}
 
@@ -349,39 +394,23 @@ def not_seen_by(user):
     return ~Exists(Assignment.objects.filter(item=OuterRef("pk"), annotator=user).exclude(state=Assignment.State.EXPIRED))
 
 
-_open_count_cache: dict[tuple, tuple[float, int]] = {}
-
-
 def _open_with_free_slots(scope: Scope) -> int:
-    """Open images in ``scope`` that still need a review (free slots). Exact while there are
-    fewer than 5,000 (cheap to count); above, the same for every annotator with this scope and
-    counted at most every REVIEW_RECLAIM_EVERY seconds per process (counting a million-image
-    queue takes most of a second; a few seconds' staleness does not show in such a number)."""
-    import time
+    """Open images in ``scope`` that still need a review (free slots): the sum of the queue's
+    counters over the classes in scope (``QueueClassCount.open_free``, kept by the database),
+    exact and current; counting the 9.2M-item queue took up to 2.5 s (issue 45)."""
+    from django.db.models import Sum
 
-    from django.conf import settings
+    from curation.models import QueueClassCount
 
-    from curation.models import ReviewItem
-
-    key = (tuple(sorted(scope.sources)), tuple(sorted(scope.classes)))
-    now = time.monotonic()
-    hit = _open_count_cache.get(key)
-    if hit is not None and hit[1] >= 5000 and now - hit[0] < settings.REVIEW_RECLAIM_EVERY:
-        return hit[1]
-    n = (ReviewItem.objects.filter(scope.q(), status=ReviewItem.Status.OPEN).alias(slots=F("done") + F("leased"))
-         .filter(slots__lt=F("required")).count())
-    if len(_open_count_cache) > 1000:
-        _open_count_cache.clear()
-    _open_count_cache[key] = (now, n)
-    return n
+    return int(QueueClassCount.objects.filter(scope.q()).aggregate(n=Sum("open_free", default=0))["n"])
 
 
 def annotator_progress(user) -> dict:
     """Bearings for the review screen: images still waiting for a review this annotator could
     give (``left``: open images with a free slot, less those they already reviewed or skipped,
     plus those they hold), out of those plus the ones they reviewed (``total``); their reviews
-    today, and their median seconds per image today (their last 200). The open count is shared
-    by annotators with the same scope and at most a few seconds old; the rest is theirs, exact."""
+    today, and their median seconds per image today (their last 200). The open count is the
+    queue's counters' (exact, current); the rest is from their own rows."""
     import statistics
 
     from django.utils import timezone

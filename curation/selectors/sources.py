@@ -12,17 +12,16 @@ def source_broken_images(*, source: Source) -> list[Image]:
 
 
 def source_summaries() -> list[dict]:
-    """One row per source with image counts by status and class counts, in two queries."""
-    counts = {
-        row["source"]: row
-        for row in Image.objects.values("source").annotate(
-            total=Count("id"),
-            ok=Count("id", filter=Q(status=Image.Status.OK)),
-            broken=Count("id", filter=Q(status=Image.Status.BROKEN)),
-            duplicate=Count("id", filter=Q(status=Image.Status.DUPLICATE)),
-            missing=Count("id", filter=Q(status=Image.Status.MISSING)),
-        )
-    }
+    """One row per source with image counts by status and class counts, in two queries. The
+    image counts are the database's counters (``SourceImageCount``, kept by triggers): counting
+    13.2 million images by status took 2 s a request (issue 45)."""
+    from curation.models import SourceImageCount
+
+    counts: dict[int, dict[str, int]] = {}
+    for source_id, status, n in SourceImageCount.objects.values_list("source_id", "status", "n"):
+        c = counts.setdefault(source_id, {"total": 0})
+        c[status] = n
+        c["total"] += n
     out = []
     for source in Source.objects.annotate(
         n_classes=Count("classes", distinct=True),
