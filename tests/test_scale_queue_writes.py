@@ -277,3 +277,53 @@ def test_the_lease_calls_read_the_queue_through_its_indexes(queue_of):
                 assert "review_item_open_queue" in plan, f"{name}: {sql[:300]}\n{plan}"
                 by_open_queue += 1
     assert by_open_queue >= 2, "the single screen's lease and a first page's class are read in the queue's order"
+
+
+@postgres_only
+def test_a_batch_reads_only_its_range_of_the_queue(settings, monkeypatch):
+    """Each batch's statements reach the queue's rows through the batch's range of image ids: no
+    plan reads the whole queue (at 1M images a batch's UPDATE joined its rows back to the queue by
+    a scan of all 694,000: the batches together quadratic)."""
+    import re
+
+    settings.DEFAULT_MODEL = "m"
+    monkeypatch.setattr(review_services, "QUEUE_BATCH", 10)
+    source = _pool(90)
+    review_queue_sync(source=source, model_name="m")
+    ReviewItem.objects.filter(source=source).update(priority=-99.5)
+    plans = []
+    real = review_services._queue_apply_batch
+
+    class Recording:
+        """The batch's cursor, its statements kept to be explained."""
+        def __init__(self, cur):
+            self.cur, self.made = cur, []
+
+        def execute(self, sql, params=None):
+            self.made.append((sql, params))
+            return self.cur.execute(sql, params)
+
+        def __getattr__(self, name):
+            return getattr(self.cur, name)
+
+    def explained(cur, source_id, lo, hi, S):
+        rec = Recording(cur)
+        out = real(rec, source_id, lo, hi, S)
+        for sql, params in rec.made:
+            cur.execute("SET LOCAL enable_seqscan = off")  # tables this small would be read whole whatever the indexes
+            cur.execute("EXPLAIN " + sql, params)
+            plans.append("\n".join(r[0] for r in cur.fetchall()))
+            cur.execute("SET LOCAL enable_seqscan = on")
+        return out
+
+    monkeypatch.setattr(review_services, "_queue_apply_batch", explained)
+    with connection.cursor() as cur:
+        cur.execute("ANALYZE curation_reviewitem")
+    review_queue_sync(source=source, model_name="m")
+    assert plans
+    for plan in plans:
+        lines = plan.splitlines()
+        for k, line in enumerate(lines):
+            if re.search(r"Scan (using \S+ )?on curation_reviewitem", line) and "Bitmap Heap" not in line:
+                conds = " ".join(lines[k + 1:k + 3])
+                assert "Seq Scan" not in line and "Cond:" in conds, f"a read of the whole queue:\n{plan}"

@@ -330,7 +330,8 @@ def _queue_apply_batch(cur, source_id: int, lo: int, hi: int, S) -> tuple[int, i
             " UPDATE curation_reviewitem r SET status = c.status, priority = c.priority, required = c.required,"
             " final_decision = CASE WHEN c.reopen THEN '' ELSE r.final_decision END,"
             " final_wnids = CASE WHEN c.reopen THEN '[]'::jsonb ELSE r.final_wnids END"
-            " FROM c WHERE r.id = c.id"
+            # the batch's range on both sides: else the planner joins c to the whole queue by a scan per batch
+            " FROM c WHERE r.id = c.id AND r.source_id = %(source)s AND r.image_id > %(lo)s AND r.image_id <= %(hi)s"
             " AND ((c.gone AND r.status = %(open)s) OR (NOT c.gone AND (c.restored OR c.moved OR c.reopen)))"
             " RETURNING c.gone, c.restored, NOT c.gone AND c.moved AS moved"
             ") SELECT count(*) FILTER (WHERE gone), count(*) FILTER (WHERE restored), count(*) FILTER (WHERE moved) FROM u",
@@ -341,8 +342,8 @@ def _queue_apply_batch(cur, source_id: int, lo: int, hi: int, S) -> tuple[int, i
                     "leased, status, final_decision, final_wnids, final_note, is_gold, created_at) "
                     "SELECT t.image_id, %s, t.class_id, t.priority, t.required, 0, 0, 0, %s, '', '[]', '', false, now() "
                     "FROM oodc_queue_target t WHERE t.image_id > %s AND t.image_id <= %s "
-                    "AND NOT EXISTS (SELECT 1 FROM curation_reviewitem r WHERE r.image_id = t.image_id) "
-                    "ON CONFLICT DO NOTHING", [source_id, S.OPEN, lo, hi])
+                    "AND NOT EXISTS (SELECT 1 FROM curation_reviewitem r WHERE r.image_id = t.image_id AND r.image_id > %s AND r.image_id <= %s) "
+                    "ON CONFLICT DO NOTHING", [source_id, S.OPEN, lo, hi, lo, hi])
         created = cur.rowcount
     return withdrawn, restored, moved, created
 
