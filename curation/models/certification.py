@@ -63,7 +63,9 @@ class CertificationUnit(models.Model):
     """One image of a plan's population: its stratum, its place in the stratum's seeded random
     order, and (for the images the queue serves) its place in the serving order."""
 
-    plan = models.ForeignKey(CertificationPlan, on_delete=models.CASCADE, related_name="units")
+    # no index of its own: (plan, item) and (plan, stratum, draw) lead with the plan, and one index
+    # fewer to fill is a sixth less work per unit when a plan writes 9 million (issue 45)
+    plan = models.ForeignKey(CertificationPlan, on_delete=models.CASCADE, related_name="units", db_index=False)
     item = models.ForeignKey(ReviewItem, on_delete=models.CASCADE, related_name="certification_units")
     stratum = models.PositiveSmallIntegerField()
     draw = models.PositiveIntegerField(help_text="Position in the stratum's seeded order (0 = drawn first)")
