@@ -254,14 +254,15 @@ def test_the_lease_calls_read_the_queue_through_its_indexes(queue_of):
     this small would be read whole whatever the indexes: sequential scans are priced out, so a
     read with no index to use still shows one): the queue's order from the open-queue partial
     index, and the annotator's last page from the end of the (annotator, state, leased_at) index,
-    not a sort of all their finished tiles (about 170,000 at 13.2M images)."""
+    not a sort of all their finished tiles (about 170,000 at 13.2M images); a class's waiting
+    images are counted only as far as a page's decisions need (a LIMIT), not all of them."""
     import re
 
     calls = _lease_calls(*_clients(queue_of(150, "large")))
     with connection.cursor() as cur:
         cur.execute("ANALYZE curation_reviewitem")
         cur.execute("ANALYZE curation_assignment")
-    by_open_queue = 0
+    by_open_queue = class_counts = 0
     for name, queries in calls.items():
         for q in queries:
             sql = q["sql"]
@@ -273,10 +274,14 @@ def test_the_lease_calls_read_the_queue_through_its_indexes(queue_of):
                 plan = "\n".join(r[0] for r in cur.fetchall())
             assert "Seq Scan on curation_reviewitem" not in plan and "Seq Scan on curation_assignment" not in plan, f"{name}: {sql[:300]}\n{plan}"
             assert not re.search(r"Sort Key:.*finished_at", plan), f"{name}: every finished tile sorted\n{plan}"
+            if "COUNT(" in sql and '"curation_reviewitem"."candidate_class_id" =' in sql:  # a class's waiting images
+                class_counts += 1
+                assert re.search(r"LIMIT \d+", sql), f"{name}: every waiting image of the class counted (3,000 at 13.2M)\n{sql[:300]}"
             if '"priority" ASC' in sql and '"candidate_class_id" =' not in sql:
                 assert "review_item_open_queue" in plan, f"{name}: {sql[:300]}\n{plan}"
                 by_open_queue += 1
     assert by_open_queue >= 2, "the single screen's lease and a first page's class are read in the queue's order"
+    assert class_counts >= 2, "a page's class and the next page's counted"
 
 
 @postgres_only
