@@ -266,3 +266,41 @@ def test_the_page_reads_a_plans_units_only_through_its_serving_order(settings):
         used = {name for name in unit_indexes if f" {name} " in text or text.endswith(f" {name}")}
         assert used == {"cert_unit_serving"}, text
     assert any("curation_certificationstratumcount" in q["sql"] for q in queries)
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the advisory lock is PostgreSQL's (SQLite writes one at a time)")
+@pytest.mark.django_db(transaction=True)
+def test_a_decision_sent_while_a_plan_counts_its_units_waits_for_that_count(settings):
+    """While a plan being made holds its source's lock (from counting its units' decisions to its
+    commit), a change of an item's decision waits in the trigger, so it is counted after the
+    plan's units are visible; other changes (priorities, a withdrawal of an open item) do not wait."""
+    import threading
+
+    from django.db import OperationalError, transaction
+
+    settings.DEFAULT_MODEL = MODEL
+    source = _pool(12)
+    items = list(ReviewItem.objects.filter(source=source).order_by("id").values_list("id", flat=True))
+    outcome: dict[str, str] = {}
+
+    def change(name: str, **values) -> None:
+        try:
+            with transaction.atomic():
+                with connection.cursor() as c:
+                    c.execute("SET LOCAL lock_timeout = '300ms'")
+                ReviewItem.objects.filter(pk=items[len(outcome)]).update(**values)
+            outcome[name] = "done"
+        except OperationalError as exc:
+            outcome[name] = str(exc)
+        finally:
+            connection.close()
+
+    with transaction.atomic():
+        with connection.cursor() as c:
+            c.execute("SELECT pg_advisory_xact_lock(%s, %s)", [cert_service.CERT_LOCK, source.pk])
+        for name, values in (("decision", {"status": "complete", "final_decision": "id"}), ("priority", {"priority": 7}),
+                             ("withdrawal", {"status": "withdrawn"})):
+            t = threading.Thread(target=change, args=(name,), kwargs=values)
+            t.start()
+            t.join()
+    assert "lock timeout" in outcome["decision"] and outcome["priority"] == outcome["withdrawal"] == "done", outcome
