@@ -40,8 +40,8 @@ def peak_rss_mb() -> float:
 
 
 class Pages:
-    def __init__(self, reps: int, only: str):
-        self.reps, self.only = reps, only
+    def __init__(self, reps: int, only: str, warm: bool = True):
+        self.reps, self.only, self.warm = reps, only, warm
         self.rows: list[dict] = []
 
     def time(self, name: str, call, *, api: bool = False, reps: int | None = None) -> None:
@@ -53,6 +53,13 @@ class Pages:
         if self.only and not any(part and part in name for part in self.only.split(",")):
             return
         times, queries, status = [], 0, None
+        if self.warm:  # one request first, not timed: the process's first use of a template or a code path is not the page's cost
+            try:
+                r = call()
+                if getattr(r, "streaming", False):
+                    b"".join(r.streaming_content)
+            except Exception:  # noqa: BLE001 - the timed requests below record the error
+                pass
         for k in range(reps or self.reps):
             with CaptureQueriesContext(connection) as ctx:
                 t = time.perf_counter()
@@ -164,7 +171,7 @@ def measure(args) -> dict:
         c.force_login(User.objects.get(username=name))
         clients[name] = c
     ann, ann2, cur_c, adm = clients["annotator00"], clients["annotator01"], clients["curator"], clients["admin"]
-    P = Pages(args.reps, "\x00" if args.skip_pages else args.only)
+    P = Pages(args.reps, "\x00" if args.skip_pages else args.only, warm=not args.cold)
     # -- annotators ----------------------------------------------------------------------------------
     print("pages and API calls:", flush=True)
     review_cache_clear()
@@ -497,6 +504,7 @@ def main() -> int:
     ap.add_argument("--database", default="oodc_scale")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--only", default="", help="only the rows whose name holds one of these (comma-separated)")
+    ap.add_argument("--cold", action="store_true", help="no untimed warm-up request before each page's timed ones")
     ap.add_argument("--skip-stages", action="store_true")
     ap.add_argument("--skip-pages", action="store_true")
     ap.add_argument("--stages", default="", help="only these stages (comma-separated parts of their names)")
