@@ -27,6 +27,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 PAGE_GOAL_MS, API_GOAL_MS, SLOW_MS = 300.0, 150.0, 10_000.0
+QUEUE_TABLES = ("curation_reviewitem", "curation_queueclasscount")
 STAGE_LIMIT_S = int(os.environ.get("BENCH_SCALE_STAGE_LIMIT", "300"))
 
 
@@ -82,7 +83,19 @@ class Pages:
               f"{queries:3d} queries  {status}", flush=True)
 
 
-def run_stage(name: str, fn, only: str, *, timed: str = "call") -> dict | None:
+def vacuum(*tables: str) -> None:
+    """After a rolled-back stage that wrote these tables: their dead row versions and index
+    entries removed (not timed), so the next stage does not read what this one left."""
+    from django.db import connection
+
+    t = time.perf_counter()
+    with connection.cursor() as cur:
+        for table in tables:
+            cur.execute(f"VACUUM (ANALYZE) {table}")
+    print(f"        (vacuumed {', '.join(tables)}: {time.perf_counter() - t:.1f} s, not timed)", flush=True)
+
+
+def run_stage(name: str, fn, only: str, *, timed: str = "call", after: tuple[str, ...] = ()) -> dict | None:
     """``fn`` in a forked child, inside a transaction rolled back after: its time, its peak RSS.
     ``only``: a comma-separated list of parts of stage names. ``timed="note"``: the stage's set-up
     is not part of the figure: ``fn`` returns a note ending in "; <seconds> s" of the timed part."""
@@ -125,6 +138,8 @@ def run_stage(name: str, fn, only: str, *, timed: str = "call") -> dict | None:
     except ValueError:
         out = {"seconds": None, "note": f"the child ended with status {status} (killed: out of memory or over {STAGE_LIMIT_S} s?)", "rss_mb": None}
     row = {"kind": "stage", "name": name, **out}
+    if after:
+        vacuum(*after)
     secs = f"{out['seconds']:9.2f} s" if out.get("seconds") is not None else "   failed"
     print(f"  stage {name:52s} {secs}  peak RSS {out.get('rss_mb') or 0:7.0f} MB  {out.get('note', '')}", flush=True)
     return row
@@ -279,7 +294,7 @@ def stages(pool, only: str) -> list[dict]:
         ingest_finalize(job_id=job.pk)
         return f"finalize {time.perf_counter() - t:.1f} s of it"
 
-    out.append(run_stage("ingest bookkeeping (chunks + finalize)", ingest_bookkeeping, only))
+    out.append(run_stage("ingest bookkeeping (chunks + finalize)", ingest_bookkeeping, only, after=("curation_image", "curation_jobchunk")))
 
     def class_filter_write():
         from curation.models import ClassDecision
@@ -304,7 +319,7 @@ def stages(pool, only: str) -> list[dict]:
 
         return review_queue_sync(source=pool).summary()[:200]
 
-    out.append(run_stage("review queue rebuild", queue_rebuild, only))
+    out.append(run_stage("review queue rebuild", queue_rebuild, only, after=QUEUE_TABLES))
 
     def queue_build():
         # the first build: every queue row of the pool removed (inside the rolled-back
@@ -318,7 +333,7 @@ def stages(pool, only: str) -> list[dict]:
         note = review_queue_sync(source=pool).summary()[:160]
         return f"{note}; {time.perf_counter() - t:.1f} s"
 
-    out.append(run_stage("review queue build (first, every item new)", queue_build, only, timed="note"))
+    out.append(run_stage("review queue build (first, every item new)", queue_build, only, timed="note", after=QUEUE_TABLES))
 
     def settings_change():
         from curation.services.review import review_settings_impact, review_settings_save
@@ -327,7 +342,7 @@ def stages(pool, only: str) -> list[dict]:
         review_settings_save(source=pool, reviews_required=3)
         return str(impact)[:200]
 
-    out.append(run_stage("settings change: 2 -> 3 reviews (impact + save)", settings_change, only))
+    out.append(run_stage("settings change: 2 -> 3 reviews (impact + save)", settings_change, only, after=QUEUE_TABLES))
 
     def cert_bound():
         from curation.services.certification import certification_standing
@@ -345,7 +360,7 @@ def stages(pool, only: str) -> list[dict]:
         plan = certification_plan_create(source=pool, seed=1)
         return f"{sum(s['size'] for s in plan.strata):,} units"
 
-    out.append(run_stage("certification plan (create)", cert_plan, only))
+    out.append(run_stage("certification plan (create)", cert_plan, only, after=("curation_certificationunit",)))
 
     def export_selection():
         from curation.services.exports import _decisions_rows, export_select
