@@ -14,7 +14,18 @@ from django.db.models import Count, Q, Sum
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from curation.models import Assignment, CandidateClass, Image, ImageEmbedding, QueueClassCount, ReviewItem, Source, SourceImageCount
+from curation.models import (
+    AnnotatorQueueCount,
+    AnnotatorScope,
+    Assignment,
+    CandidateClass,
+    Image,
+    ImageEmbedding,
+    QueueClassCount,
+    ReviewItem,
+    Source,
+    SourceImageCount,
+)
 from curation.services.review import (
     review_adjudicate,
     review_items_set_gold,
@@ -76,8 +87,24 @@ def _kept_images() -> dict:
     return {(r["source_id"], r["status"]): r["n"] for r in SourceImageCount.objects.values("source_id", "status", "n")}
 
 
+def _expected_seen() -> dict:
+    out: dict = {}
+    for a in Assignment.objects.filter(item__status=S.OPEN).values("annotator_id", "item__source_id", "item__candidate_class_id", "state",
+                                                                   "item__done", "item__leased", "item__required"):
+        row = out.setdefault((a["annotator_id"], a["item__source_id"], a["item__candidate_class_id"]), {"seen_open": 0, "seen_free": 0})
+        row["seen_open"] += a["state"] != "expired"
+        row["seen_free"] += a["state"] in ("done", "skipped") and a["item__done"] + a["item__leased"] < a["item__required"]
+    return {k: v for k, v in out.items() if v["seen_open"] or v["seen_free"]}
+
+
+def _kept_seen() -> dict:
+    return {(r.pop("annotator_id"), r.pop("source_id"), r.pop("candidate_class_id")): r
+            for r in AnnotatorQueueCount.objects.values("annotator_id", "source_id", "candidate_class_id", "seen_open", "seen_free")}
+
+
 def _agree(step: str) -> None:
     assert _kept_queue() == _expected_queue(), f"queue counters after {step}"
+    assert _kept_seen() == _expected_seen(), f"annotators' counters after {step}"
     assert _kept_images() == _expected_images(), f"image counters after {step}"
 
 
@@ -95,6 +122,7 @@ def test_the_counters_equal_a_group_by_after_every_kind_of_write(settings, djang
     for lease in leases_a:
         review_submit(user=a, assignment_id=lease.pk, decision="ood", seconds=3.0)
     _agree("submit")
+    assert _expected_seen(), "reviewed once of two: the images are a's, still open"
     leases_b = review_next(user=b, want=6)
     for k, lease in enumerate(leases_b):  # agreeing with a, disagreeing, or skipping
         review_submit(user=b, assignment_id=lease.pk, decision=("ood", "unclear", "skip")[k % 3], seconds=2.0)
@@ -210,10 +238,10 @@ def test_the_progress_open_count_is_the_counters_and_exact(settings, django_user
         return sum(1 for it in ReviewItem.objects.filter(status=S.OPEN) if it.done + it.leased < it.required)
 
     before = expected()
-    assert _open_with_free_slots(annotator_scope(user)) == before
+    assert _open_with_free_slots(annotator_scope(user))[0] == before
     for who in ("c", "d"):  # two more leases fill some items' last slot
         review_next(user=django_user_model.objects.create(username=who), want=3)
-    assert _open_with_free_slots(annotator_scope(user)) == expected() < before
+    assert _open_with_free_slots(annotator_scope(user))[0] == expected() < before
 
 
 def test_the_dashboard_shows_a_page_of_classes_and_pages_on(settings, django_user_model):
@@ -285,3 +313,35 @@ def test_the_contamination_sample_is_the_seeded_sample_of_the_finished_items_wit
         got = sorted(ReviewItem.objects.filter(pk__in=chosen).values_list("pk", flat=True))
         assert got == chosen
         assert not [q for q in ctx.captured_queries if '"curation_reviewitem"."id" AS "pk"' in q["sql"] and "ROW_NUMBER" not in q["sql"].upper()]
+
+
+def test_the_annotators_figures_from_their_counters_equal_their_rows_counted(settings, django_user_model):
+    """"Waiting for you" per class and the review screen's "left" from the per-annotator counters
+    equal the counts over their assignments that they replace (13.2M images: 0.74 s a request)."""
+    from curation import selectors
+    from curation.selectors.review import not_seen_by
+
+    settings.DEFAULT_MODEL = "m"
+    _reviewed_pool(45, django_user_model)
+    a = django_user_model.objects.get(username="a")
+    review_next(user=a, want=3)  # held leases too
+    held = Assignment.objects.filter(annotator=a, state=Assignment.State.LEASED).first()
+    review_submit(user=a, assignment_id=held.pk, decision="skip")
+    q = selectors.annotator_queue(user=a)
+    for row in q["rows"]:
+        expected = ReviewItem.objects.filter(status=S.OPEN, candidate_class__folder=row["candidate_class__folder"]).filter(not_seen_by(a)).count()
+        assert row["waiting"] == expected
+    assert sum(r["waiting"] for r in q["rows"]) < sum(r["open"] for r in q["rows"])
+
+    def left(in_scope: Q) -> int:
+        mine = Assignment.objects.filter(in_scope, annotator=a, item__status=S.OPEN).select_related("item")
+        seen = sum(1 for x in mine if x.state in ("done", "skipped") and x.item.done < x.item.required - x.item.leased)
+        held_n = sum(1 for x in mine if x.state == "leased" and x.expires_at > timezone.now() and x.item.done >= x.item.required - x.item.leased)
+        free = sum(1 for it in ReviewItem.objects.filter(status=S.OPEN).filter(**{k.removeprefix("item__"): v for k, v in in_scope.children})
+                   if it.done + it.leased < it.required)
+        return max(0, free - seen) + held_n
+
+    assert selectors.annotator_progress(a)["left"] == left(Q())
+    one = CandidateClass.objects.get(folder="c1")
+    AnnotatorScope.objects.create(annotator=a, source=one.source, candidate_class=one)  # restricted to one class
+    assert selectors.annotator_progress(a)["left"] == left(Q(item__candidate_class_id=one.pk))

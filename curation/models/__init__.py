@@ -4,7 +4,7 @@ and a reason, and re-runs update rows in place (unique constraints make them ide
 One module per stage (same app label, ``curation``); every model is importable from here."""
 from curation.models.certification import CertificationPlan, CertificationUnit
 from curation.models.class_filter import ClassDecision, ClassFilterRun, ClassOverride
-from curation.models.counters import QueueClassCount, ReviewStatsSnapshot, SourceImageCount
+from curation.models.counters import AnnotatorQueueCount, QueueClassCount, ReviewStatsSnapshot, SourceImageCount
 from curation.models.evaluation import EvalFeatureSet, EvaluationRun
 from curation.models.exports import Export, ExportMember
 from curation.models.image_pipeline import ClassVisualSignal, DuplicateOverride, FeatureShard, ImageEmbedding
@@ -13,6 +13,7 @@ from curation.models.review import AnnotatorScope, Assignment, Review, ReviewDec
 from curation.models.sources import CandidateClass, IdClassSet, Image, Source
 
 __all__ = [
+    "AnnotatorQueueCount",
     "AnnotatorScope",
     "Assignment",
     "AuditLog",

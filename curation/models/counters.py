@@ -11,6 +11,7 @@ have no database constraint: a class or source deleted with its items leaves not
 a counter row never blocks (nor is cascaded before) the delete that empties it."""
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import models
 from django.db.models.functions import Coalesce
 
@@ -52,6 +53,30 @@ class QueueClassCount(models.Model):
     def total(self) -> int:
         """Items queued and not withdrawn."""
         return self.n_open + self.n_complete + self.n_conflict + self.n_adjudicated
+
+
+class AnnotatorQueueCount(models.Model):
+    """One annotator's part of an open queue, per (source, candidate class): their assignments
+    (not expired) on open items, and those done or skipped on open items that still have a free
+    slot. The review screen's "left" and the annotator's "waiting for you" subtract these from
+    the class's open counts (``QueueClassCount``) instead of joining the annotator's 90,000
+    assignments to the queue per request (0.74 s at 13.2M images). Kept by triggers on
+    ``curation_assignment`` and ``curation_reviewitem`` (module docstring)."""
+
+    annotator = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False,
+                                  related_name="+")
+    source = models.ForeignKey(Source, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+")
+    candidate_class = models.ForeignKey(CandidateClass, null=True, blank=True, on_delete=models.DO_NOTHING, db_constraint=False,
+                                        db_index=False, related_name="+")
+    seen_open = models.BigIntegerField(default=0, help_text="Their assignments, not expired, on open items")
+    seen_free = models.BigIntegerField(default=0, help_text="Their done or skipped assignments on open items with a free slot")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(models.F("annotator"), models.F("source"), Coalesce(models.F("candidate_class"), models.Value(0)),
+                                               name="annotator_queue_count_key")]
+
+    def __str__(self) -> str:
+        return f"annotator {self.annotator_id} in source {self.source_id} class {self.candidate_class_id}: {self.seen_open} seen"
 
 
 class SourceImageCount(models.Model):
