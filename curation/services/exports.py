@@ -282,12 +282,13 @@ def _reason(*, status: str, final_decision: str, image_status: str, excluded: bo
             cc: CandidateClass | None, admitted: bool, policy: Any) -> str:
     """Why an item is not exported ('' = it is, unless its class falls below the minimum): the
     one rule, applied to a group of items by ``export_select`` and to each row of decisions.csv.
-    An item a certificate admits is taken as it stands (the order of the checks is the export's)."""
-    if status not in ReviewItem.FINAL and admitted:
-        return ""
+    An item a certificate admits stands in for a final ``ood``; the checks on its image and class
+    still apply (an image a curator excluded, a broken file or a dropped duplicate is not exported
+    because nobody reviewed it)."""
     if status not in ReviewItem.FINAL:
-        return f"review_{status}"
-    if final_decision != ReviewDecision.OOD:
+        if not admitted:
+            return f"review_{status}"
+    elif final_decision != ReviewDecision.OOD:
         return f"final_{final_decision}"
     if image_status != Image.Status.OK:
         return f"image_{image_status}"
@@ -391,11 +392,12 @@ def _review_policy(source: Source) -> dict:
 def _choose(sel: Selection, source: Source) -> None:
     """The source's chosen images, in the export's order, streamed: the database keeps the final
     ``ood`` images of mapped classes that are ok, not excluded and not dropped (and the images a
-    certificate admits); the class policy and the minimum are applied here to each row."""
+    certificate admits, under the same checks); the class policy and the minimum are applied here to each row."""
     classes = sel.class_of[source.pk]
-    wanted = (Q(status__in=ReviewItem.FINAL, final_decision=ReviewDecision.OOD, image__status=Image.Status.OK, excluded=False,
-                dropped=False, candidate_class__isnull=False) & ~Q(candidate_class__wnid=""))
-    rows = (_items(sel, source).filter(wanted | Q(admitted=True))
+    decided = Q(status__in=ReviewItem.FINAL, final_decision=ReviewDecision.OOD) | Q(admitted=True)
+    wanted = (decided & Q(image__status=Image.Status.OK, excluded=False, dropped=False, candidate_class__isnull=False)
+              & ~Q(candidate_class__wnid=""))
+    rows = (_items(sel, source).filter(wanted)
             .order_by("candidate_class__wnid", "image__relative_path")
             .values_list("pk", "image_id", "candidate_class_id", "status", "decided_at", "image__relative_path", "image__sha256",
                          "image__container", "image__offset", "image__bytes"))
