@@ -113,9 +113,12 @@ def _items(assignments, have=()) -> list[dict]:
 @require_GET
 def queue(request):
     from curation.selectors.adjudication import RULES, my_quality
+    from curation.services.review_stats import review_stats_current
 
+    snap = review_stats_current()  # pace and gold accuracy sum every review: as of the snapshot, labelled
     return render(request, "labeling_ui/review_queue.html", {"q": selectors.annotator_queue(user=request.user),
-                                                             "me": my_quality(user=request.user), "rules": RULES})
+                                                             "me": my_quality(user=request.user, figures=snap.figures),
+                                                             "me_at": snap.computed_at, "rules": RULES})
 
 
 @role_required(ANNOTATOR)
@@ -278,10 +281,14 @@ def image_thumbs(request):
 @role_required(CURATOR, RESEARCHER)
 @require_GET
 def dashboard(request):
-    from curation.selectors.adjudication import RULES, quality_rows
+    from curation.selectors.adjudication import RULES
 
-    d = selectors.review_dashboard()
-    quality = {q.name: q for q in quality_rows()}
+    # the classes table pages on by key (source name, class folder): ?after_source=&after_class=
+    after_source, after_class = request.GET.get("after_source"), request.GET.get("after_class", "")
+    if after_source is not None and (len(after_source) > 200 or len(after_class) > 500):
+        return HttpResponseBadRequest("after_source/after_class: a source name and a class folder from the page's own link")
+    d = selectors.review_dashboard(after=(after_source, after_class) if after_source is not None else None)
+    quality = {q.name: q for q in d["quality"]}
     for row in d["annotators"]:  # pace against the team and the flags (pipelines/annotator_quality.py)
         row["q"] = quality.get(row["annotator__username"])
     sources = list(Source.objects.filter(role=Source.Role.CANDIDATE).order_by("name"))

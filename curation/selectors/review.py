@@ -181,6 +181,7 @@ def review_dashboard(*, after: tuple[str, str] | None = None, limit: int = CLASS
     from django.utils.dateparse import parse_datetime
 
     from curation.models import QueueClassCount, ReviewSettings
+    from curation.selectors.adjudication import quality_of
     from curation.services.review_stats import review_stats_current
     from pipelines.agreement import wilson_interval
 
@@ -227,7 +228,8 @@ def review_dashboard(*, after: tuple[str, str] | None = None, limit: int = CLASS
     settings_rows = list(ReviewSettings.objects.select_related("source", "candidate_class").order_by("source__name", "candidate_class__folder"))
     return {"classes": classes, "classes_count": classes_count, "classes_next": classes_next, "annotators": annotators, "fleiss": snap.figures.get("fleiss"),
             "multi_reviewed": snap.figures.get("multi_reviewed", 0), "pairs": snap.figures.get("pairs", []),
-            "stats_at": snap.computed_at, "stats_reviews": snap.reviews, "totals": totals, "settings": settings_rows}
+            "stats_at": snap.computed_at, "stats_reviews": snap.reviews, "totals": totals, "settings": settings_rows,
+            "quality": quality_of(snap.figures), "gold_by_screen": snap.figures.get("gold_by_screen", [])}
 
 
 def agreement_figures() -> tuple[float | None, int, list[dict]]:

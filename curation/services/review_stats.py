@@ -41,9 +41,14 @@ def _done_sum() -> int:
 
 def review_stats_compute() -> ReviewStatsSnapshot:
     """Sum the figures over every review now and keep them as the snapshot."""
+    from dataclasses import asdict
+
+    from curation.selectors.adjudication import quality_rows
+    from curation.selectors.grid import gold_accuracy_by_screen
     from curation.selectors.review import agreement_figures
 
     done_sum = _done_sum()  # read first: reviews made while summing make the next page ask again
+    last_review = _last_review()
     fleiss, multi_reviewed, pairs = agreement_figures()
     annotators = []
     for row in (Review.objects.values("annotator__username")
@@ -54,7 +59,11 @@ def review_stats_compute() -> ReviewStatsSnapshot:
         row["last"] = row["last"].isoformat() if row["last"] else None
         annotators.append(row)
     now = timezone.now()
-    figures = {"fleiss": fleiss, "multi_reviewed": multi_reviewed, "pairs": pairs, "annotators": annotators}
+    figures = {"fleiss": fleiss, "multi_reviewed": multi_reviewed, "pairs": pairs, "annotators": annotators,
+               # pace and gold accuracy with their flags (every timed review's seconds for the medians), and gold
+               # accuracy by screen (every grid page's audit entry): both read every review, so both are summed here
+               "quality": [asdict(q) for q in quality_rows()], "gold_by_screen": gold_accuracy_by_screen(),
+               "last_review": last_review}
     with transaction.atomic():
         snap = _snapshot_row(lock=True)
         snap.computed_at, snap.done_sum, snap.figures = now, done_sum, figures
@@ -71,10 +80,16 @@ def _snapshot_row(*, lock: bool = False) -> ReviewStatsSnapshot:
     return snap
 
 
+def _last_review() -> int:
+    """The newest review's id (the primary key's index, one row): a gold answer moves it and no
+    queue counter."""
+    return int(Review.objects.aggregate(n=Max("id", default=0))["n"])
+
+
 def _stale(snap: ReviewStatsSnapshot) -> bool:
     if snap.computed_at is None or timezone.now() - snap.computed_at > MAX_AGE:
         return True
-    return snap.done_sum != _done_sum()
+    return snap.done_sum != _done_sum() or snap.figures.get("last_review") != _last_review()
 
 
 def review_stats_current() -> ReviewStatsSnapshot:

@@ -1,12 +1,12 @@
-"""The review dashboard's gold accuracy by screen (grid and single-image), as an inclusion tag so
-the dashboard's view stays as it is."""
+"""The review dashboard's gold accuracy by screen (grid and single-image), as an inclusion tag
+over the rows the review figures' snapshot holds."""
 from django import template
-
-from curation.selectors.grid import gold_accuracy_by_screen
 
 register = template.Library()
 
 
 @register.inclusion_tag("labeling_ui/_gold_by_screen.html")
-def gold_by_screen():
-    return {"rows": gold_accuracy_by_screen()}
+def gold_by_screen(rows):
+    """``rows``: ``curation.selectors.grid.gold_accuracy_by_screen``'s, as of the review figures'
+    snapshot (it reads every gold review and every grid page's audit entry)."""
+    return {"rows": rows}
