@@ -411,3 +411,31 @@ def test_the_progress_pages_classes_table_pages_on_by_its_link(settings, django_
         url = "/curate/reviews/" + nxt.group(1).replace("&amp;", "&") if nxt else ""
     assert pages == [3, 3, 1]
     assert c.get("/curate/reviews/?after_source=" + "x" * 300).status_code == 400
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="EXPLAIN's wording and partial indexes' use are PostgreSQL's")
+def test_the_contamination_sample_and_an_annotators_own_count_read_their_indexes(settings, django_user_model):
+    """The contamination report numbers the decided items from ``review_item_final_by_id`` (the
+    decided 10% of the queue, by id), not the queue's heap (0.5 s cold at 4M images); the
+    annotator's own review count reads ``review_annotator_gold_time`` (their non-gold reviews)."""
+    from curation import selectors
+    from curation.selectors.review import contamination_report
+
+    settings.DEFAULT_MODEL = "m"
+    source = _reviewed_pool(30, django_user_model)
+    user = django_user_model.objects.get(username="a")
+    wanted = {"ROW_NUMBER": "review_item_final_by_id", 'COUNT(*) AS "__count" FROM "curation_review"': "review_annotator_gold_time"}
+    sqls = _page_statements(lambda: contamination_report(source=source)) + _page_statements(lambda: selectors.annotator_queue(user=user))
+    found = set()
+    for sql in sqls:
+        for marker, index in wanted.items():
+            count_all = "is_gold" in sql and "created_at" not in sql  # all their reviews (today's have the older index too)
+            if marker in sql and (marker == "ROW_NUMBER" or count_all):
+                with connection.cursor() as c:
+                    c.execute("SET LOCAL enable_seqscan = off")  # tables this small would be read whole whatever the indexes
+                    c.execute(f"EXPLAIN {sql}")
+                    text = "\n".join(r[0] for r in c.fetchall())
+                    c.execute("SET LOCAL enable_seqscan = on")
+                assert index in text, text
+                found.add(index)
+    assert found == set(wanted.values()), sqls
