@@ -145,3 +145,32 @@ def test_the_group_counts_equal_the_grouped_rows_and_read_only_the_members_index
             cur.execute(f"EXPLAIN {ctx.captured_queries[0]['sql']}")
             plan = "\n".join(r[0] for r in cur.fetchall())
         assert "emb_dup_members" in plan and "Seq Scan" not in plan, plan
+
+
+def test_id_examples_read_the_id_sources_classes_not_every_class_of_the_same_wnid():
+    """The review screens' ID examples (up to 4 ID reference images per predicted wnid) select
+    the ID sources' classes of those wnids first, then their images: joined by wnid alone the
+    statement weighed the candidate pool's classes of the same wnids too (ImageNet-1K's classes
+    are among ImageNet-21K's). The same images either way; pool images are never examples."""
+    from django.test.utils import CaptureQueriesContext
+
+    from curation.selectors import review as review_selectors
+
+    review_selectors._examples_cache.clear()
+    id_source = Source.objects.create(name="ref", root="/nonexistent", role=Source.Role.ID)
+    pool = Source.objects.create(name="pool", root="/nonexistent")
+    want = {}
+    for k, wnid in enumerate(("n01440764", "n01443537")):
+        ref_cls = CandidateClass.objects.create(source=id_source, folder=wnid, wnid=wnid)
+        pool_cls = CandidateClass.objects.create(source=pool, folder=wnid, wnid=wnid)
+        for j in range(6):
+            Image.objects.create(source=pool, candidate_class=pool_cls, relative_path=f"{wnid}/p{j}.jpg", status=Image.Status.OK)
+        ids = [Image.objects.create(source=id_source, candidate_class=ref_cls, relative_path=f"{wnid}/r{j}.jpg", status=Image.Status.OK).pk
+               for j in range(5)]
+        want[wnid] = ids[:4]
+    with CaptureQueriesContext(connection) as ctx:
+        got = review_selectors.id_examples(["n01440764", "n01443537"])
+    assert got == want
+    sql = next(q["sql"] for q in ctx.captured_queries if "ROW_NUMBER" in q["sql"])
+    assert '"curation_image"."candidate_class_id" IN (SELECT' in sql and "\"role\" = 'id'" in sql.split("IN (SELECT", 1)[1], sql
+    review_selectors._examples_cache.clear()

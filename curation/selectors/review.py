@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from django.db.models import Count, Exists, F, OuterRef, Q
 
-from curation.models import AnnotatorScope, Assignment, Image, Source
+from curation.models import AnnotatorScope, Assignment, CandidateClass, Image, Source
 from curation.selectors.class_filter import latest_class_filter_run
 from curation.selectors.sources import default_id_class_set
 from pipelines.names import class_label
@@ -39,7 +39,11 @@ def id_examples(wnids, *, per_class: int = 4) -> dict[str, list[int]]:
             missing.append(w)
     if missing:
         found: dict[str, list[int]] = {w: [] for w in missing}
-        rows = (Image.objects.filter(source__role=Source.Role.ID, status=Image.Status.OK, candidate_class__wnid__in=missing)
+        # the ID sources' classes of these wnids first (a few), then their images: joined by wnid alone, the
+        # planner weighs the candidate pool's classes of the same wnids too (ImageNet-1K's 1,000 are among
+        # ImageNet-21K's, ~690,000 images at 13.2M), and each grid page paid for it (issue 45)
+        id_classes = CandidateClass.objects.filter(source__role=Source.Role.ID, wnid__in=missing)
+        rows = (Image.objects.filter(status=Image.Status.OK, candidate_class__in=id_classes)
                 .annotate(rn=Window(RowNumber(), partition_by=F("candidate_class__wnid"), order_by=F("id").asc()))
                 .filter(rn__lte=per_class).values_list("candidate_class__wnid", "id"))
         for w, image_id in rows:
