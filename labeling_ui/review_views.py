@@ -287,7 +287,9 @@ def dashboard(request):
     after_source, after_class = request.GET.get("after_source"), request.GET.get("after_class", "")
     if after_source is not None and (len(after_source) > 200 or len(after_class) > 500):
         return HttpResponseBadRequest("after_source/after_class: a source name and a class folder from the page's own link")
-    d = selectors.review_dashboard(after=(after_source, after_class) if after_source is not None else None)
+    from curation.services.review_stats import review_stats_current
+
+    d = selectors.review_dashboard(snap=review_stats_current(), after=(after_source, after_class) if after_source is not None else None)
     quality = {q.name: q for q in d["quality"]}
     for row in d["annotators"]:  # pace against the team and the flags (pipelines/annotator_quality.py)
         row["q"] = quality.get(row["annotator__username"])

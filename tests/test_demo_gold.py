@@ -13,6 +13,7 @@ from curation.roles import ANNOTATOR
 from curation.selectors.adjudication import my_quality
 from curation.services.demo import demo_gold_set, demo_reviews_record
 from curation.services.review import review_cache_clear, review_next, review_submit
+from curation.services.review_stats import review_stats_current
 from curation.services.users import user_create_with_role
 from tests.review_data import FAKE_TOP5, KEPT_CLASSES, queue_with_rows
 
@@ -49,12 +50,12 @@ def test_gold_from_the_stand_ins_decisions_checks_the_next_person(tmp_path):
     assert ReviewItem.objects.filter(source=source, is_gold=True).count() == 8
 
     person = user_create_with_role(username="annotator", password="pw-1", role=ANNOTATOR)[0]
-    assert my_quality(user=person) is None
+    assert my_quality(user=person, figures=review_stats_current().figures) is None
     always = random.Random(0)
     always.random = lambda: 0.0  # every draw falls under the rate: a gold check is served
     held = review_next(user=person, want=1, rng=always)[0]
     assert held.is_gold
     review_submit(user=person, assignment_id=held.pk, decision="ood", seconds=3.0)
     right = ReviewItem.objects.get(pk=held.item_id).final_decision == "ood"
-    mine = my_quality(user=person)
+    mine = my_quality(user=person, figures=review_stats_current().figures)
     assert mine is not None and mine.gold == 1 and mine.gold_correct == int(right)

@@ -37,6 +37,7 @@ from curation.services.review import (
     review_submit,
     review_undo,
 )
+from curation.services.review_stats import review_stats_current
 
 pytestmark = pytest.mark.django_db
 
@@ -210,10 +211,10 @@ def test_the_pages_read_the_counters_not_the_queue_and_make_as_many_queries_at_a
     made = []
     for size, classes in ((30, 3), (90, 9)):
         _reviewed_pool(size, django_user_model, name=f"pool{size}", classes=classes)
-        review_stats_compute()
+        snap = review_stats_compute()
         user = django_user_model.objects.get(username="a")
         counts = []
-        for name, fn in (("queue", lambda: selectors.annotator_queue(user=user)), ("dashboard", selectors.review_dashboard),
+        for name, fn in (("queue", lambda: selectors.annotator_queue(user=user)), ("dashboard", lambda: selectors.review_dashboard(snap=snap)),
                          ("progress", lambda: selectors.annotator_progress(user)), ("home", selectors.source_summaries)):
             sqls = _page_statements(fn)
             assert not _reads(sqls, "curation_reviewitem") or name == "progress", f"{name} reads queue items: {sqls}"
@@ -223,6 +224,14 @@ def test_the_pages_read_the_counters_not_the_queue_and_make_as_many_queries_at_a
             counts.append(len(sqls))
         made.append(counts)
     assert made[0] == made[1]
+
+
+def _dashboard(**kw) -> dict:
+    """What the progress page's view does: the snapshot asked for (recomputed if stale), then
+    the page's figures over it."""
+    from curation import selectors
+
+    return selectors.review_dashboard(snap=review_stats_current(), **kw)
 
 
 def _every_review(sqls: list[str]) -> list[str]:
@@ -292,7 +301,7 @@ def test_the_dashboard_shows_a_page_of_classes_and_pages_on(settings, django_use
     review_stats_compute()
     seen, after = [], None
     while True:
-        d = selectors.review_dashboard(after=after, limit=3)
+        d = selectors.review_dashboard(snap=review_stats_current(), after=after, limit=3)
         seen += [r["candidate_class__folder"] for r in d["classes"]]
         assert d["classes_count"] == 7 and len(d["classes"]) <= 3
         if d["classes_next"] is None:
@@ -307,27 +316,26 @@ def test_the_agreement_is_a_snapshot_recomputed_when_the_reviews_move(settings, 
     in the request only where background work is off (tests, so the figures are current)."""
     from unittest import mock
 
-    from curation import selectors
     from curation.models import ReviewStatsSnapshot
 
     settings.DEFAULT_MODEL = "m"
     _reviewed_pool(30, django_user_model)
-    first = selectors.review_dashboard()  # background work off: computed here
+    first = _dashboard()  # background work off: computed here
     assert first["stats_at"] is not None and first["stats_reviews"] == 8 and [a["n"] for a in first["annotators"]] == [4, 4]
-    again = _page_statements(selectors.review_dashboard)
+    again = _page_statements(_dashboard)
     assert not _every_review(again), "the snapshot was current: nothing to recompute"
     lease = review_next(user=django_user_model.objects.get(username="a"), want=1)[0]
     review_submit(user=lease.annotator, assignment_id=lease.pk, decision="ood", seconds=2.0)
     settings.CELERY_TASK_ALWAYS_EAGER = False  # a broker: the page queues the task and shows the figures it has
-    with mock.patch("curation.tasks.review_stats_refresh_task.delay") as delay:
+    with mock.patch("curation.celery.app.send_task") as delay:
         with CaptureQueriesContext(connection) as ctx, mock.patch("django.db.transaction.on_commit", side_effect=lambda f: f()):
-            d = selectors.review_dashboard()
-            selectors.review_dashboard()  # a second page within a minute queues nothing more
-    assert delay.call_count == 1 and d["stats_reviews"] == 8
+            d = _dashboard()
+            _dashboard()  # a second page within a minute queues nothing more
+    assert delay.call_count == 1 and delay.call_args.args == ("curation.review_stats.refresh",) and d["stats_reviews"] == 8
     assert not _every_review([q["sql"] for q in ctx.captured_queries])
     settings.CELERY_TASK_ALWAYS_EAGER = True
     ReviewStatsSnapshot.objects.update(requested_at=None)
-    assert selectors.review_dashboard()["stats_reviews"] == 9
+    assert _dashboard()["stats_reviews"] == 9
 
 
 def test_the_contamination_sample_is_the_seeded_sample_of_the_finished_items_without_reading_their_ids(settings, django_user_model):

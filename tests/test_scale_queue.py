@@ -108,8 +108,12 @@ def test_the_dashboards_agreement_is_summed_by_the_database_and_equals_the_per_i
             a = Assignment.objects.create(item=item, annotator=p, state="done", leased_at="2026-01-01T00:00:00Z", expires_at="2026-01-01T00:00:00Z")
             Review.objects.create(item=item, annotator=p, assignment=a, decision=d, seconds=2.0)
             by_item.setdefault(item.pk, {})[p.username] = d
-    with CaptureQueriesContext(connection) as ctx:
-        d = selectors.review_dashboard()
+    from curation.selectors.review import agreement_figures
+    from curation.services.review_stats import review_stats_current
+
+    d = selectors.review_dashboard(snap=review_stats_current())
+    with CaptureQueriesContext(connection) as ctx:  # the agreement's own statements (the snapshot also sums pace medians, off the request)
+        assert agreement_figures() == (d["fleiss"], d["multi_reviewed"], d["pairs"])
     assert d["multi_reviewed"] == len(by_item)
     assert d["fleiss"] == pytest.approx(fleiss_kappa(list(v.values()) for v in by_item.values()))
     names = sorted(p.username for p in people)

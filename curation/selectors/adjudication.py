@@ -94,19 +94,12 @@ def quality_rows(*, rules: QualityRules = RULES) -> list[AnnotatorQuality]:
     return annotator_quality(people, rules)
 
 
-def quality_of(figures: dict) -> list[AnnotatorQuality]:
-    """The rows ``quality_rows`` gave when the review figures' snapshot was summed
-    (``curation.services.review_stats``: it reads every review, so not on a request)."""
-    return [AnnotatorQuality(**{**q, "gold_ci": tuple(q["gold_ci"]) if q.get("gold_ci") else None}) for q in figures.get("quality", [])]
-
-
-def my_quality(*, user, figures: dict | None = None) -> AnnotatorQuality | None:
+def my_quality(*, user, figures: dict) -> AnnotatorQuality | None:
     """The annotator's own row (pace against the team, gold accuracy) as of the review figures'
-    snapshot (``figures``; the current one when not given), or None before a review."""
-    if figures is None:
-        from curation.services.review_stats import review_stats_current
+    snapshot (``figures``: ``curation.services.review_stats.review_stats_current().figures``),
+    or None before a review."""
+    from curation.selectors.review import quality_of
 
-        figures = review_stats_current().figures
     for row in quality_of(figures):
         if row.name == user.username:
             return row

@@ -4,12 +4,14 @@ report."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from django.db.models import Count, Exists, F, OuterRef, Q
 
 from curation.models import AnnotatorScope, Assignment, CandidateClass, Image, Source
 from curation.selectors.class_filter import latest_class_filter_run
 from curation.selectors.sources import default_id_class_set
+from pipelines.annotator_quality import AnnotatorQuality
 from pipelines.names import class_label
 
 _EXAMPLES_TTL = 300.0
@@ -169,7 +171,7 @@ def today_q(field: str = "created_at") -> Q:
     return Q(**{f"{field}__gte": start, f"{field}__lt": start + timedelta(days=1)})
 
 
-def review_dashboard(*, after: tuple[str, str] | None = None, limit: int = CLASS_ROWS) -> dict:
+def review_dashboard(*, snap: Any, after: tuple[str, str] | None = None, limit: int = CLASS_ROWS) -> dict:
     """Progress per class, throughput and gold accuracy per annotator, agreement, and the
     contamination rate per class (images finally decided ``id`` over all finally decided
     images) with its Wilson 95% interval. The classes come ``limit`` at a time in (source name,
@@ -178,15 +180,13 @@ def review_dashboard(*, after: tuple[str, str] | None = None, limit: int = CLASS
 
     Issue 45: the per-class figures and the totals are the queue's counters (``QueueClassCount``,
     kept by the database: one row per class, not 9.2M items); the figures over every review
-    (agreement, each annotator's) are a snapshot (``curation.services.review_stats``) shown with
-    its time and number of reviews (``stats_at``, ``stats_reviews``), recomputed off the request
-    when the reviews move."""
+    (agreement, each annotator's) are ``snap``, the snapshot ``curation.services.review_stats``
+    keeps (``review_stats_current()``: the caller asks for it), shown with its time and number
+    of reviews (``stats_at``, ``stats_reviews``)."""
     from django.db.models import Sum
     from django.utils.dateparse import parse_datetime
 
     from curation.models import QueueClassCount, ReviewSettings
-    from curation.selectors.adjudication import quality_of
-    from curation.services.review_stats import review_stats_current
     from pipelines.agreement import wilson_interval
 
     queued = QueueClassCount.objects.filter(_queued())
@@ -214,7 +214,6 @@ def review_dashboard(*, after: tuple[str, str] | None = None, limit: int = CLASS
     classes_next = (last["source__name"], last["candidate_class__folder"] or "") if last else None
     classes_count = queued.count() if more or after is not None else len(classes)
 
-    snap = review_stats_current()
     annotators = []
     for a in snap.figures.get("annotators", []):
         row = dict(a)
@@ -234,6 +233,13 @@ def review_dashboard(*, after: tuple[str, str] | None = None, limit: int = CLASS
             "multi_reviewed": snap.figures.get("multi_reviewed", 0), "pairs": snap.figures.get("pairs", []),
             "stats_at": snap.computed_at, "stats_reviews": snap.reviews, "totals": totals, "settings": settings_rows,
             "quality": quality_of(snap.figures), "gold_by_screen": snap.figures.get("gold_by_screen", [])}
+
+
+def quality_of(figures: dict) -> list[AnnotatorQuality]:
+    """The rows ``curation.selectors.adjudication.quality_rows`` gave when the review figures'
+    snapshot was summed (``curation.services.review_stats``: it reads every review, so not on a
+    request)."""
+    return [AnnotatorQuality(**{**q, "gold_ci": tuple(q["gold_ci"]) if q.get("gold_ci") else None}) for q in figures.get("quality", [])]
 
 
 def agreement_figures() -> tuple[float | None, int, list[dict]]:

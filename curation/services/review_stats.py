@@ -30,6 +30,7 @@ REQUEST_EVERY_S = 60
 # review or a review's edit moves no counter).
 MAX_AGE = timedelta(hours=1)
 
+REFRESH_TASK = "curation.review_stats.refresh"  # curation.tasks.review_stats_refresh_task
 _running = threading.Lock()  # one background recomputation per process at a time
 
 
@@ -109,9 +110,9 @@ def review_stats_current() -> ReviewStatsSnapshot:
         if settings.CELERY_TASK_ALWAYS_EAGER:
             threading.Thread(target=_compute_in_background, name="oodc-review-stats", daemon=True).start()
         else:
-            from curation.tasks import review_stats_refresh_task
+            from curation.celery import app  # by the task's name: services sit below curation.tasks
 
-            transaction.on_commit(review_stats_refresh_task.delay)
+            transaction.on_commit(lambda: app.send_task(REFRESH_TASK))
     return snap
 
 
