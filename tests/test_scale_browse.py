@@ -17,6 +17,7 @@ from django.utils import timezone
 from curation.models import Assignment, AuditLog, CandidateClass, Image, ImageEmbedding, Review, ReviewItem, Source
 from curation.roles import CURATOR
 from curation.services.users import user_create_with_role
+from tests.sql_plans import plan_without_seq_scans
 
 pytestmark = pytest.mark.django_db
 
@@ -128,9 +129,7 @@ def _plan(qs) -> str:
     sql, params = qs.query.sql_with_params()
     with connection.cursor() as cur:
         cur.execute("ANALYZE")
-        cur.execute("SET LOCAL enable_seqscan = off")  # tables this small would be read whole whatever the indexes
-        cur.execute(f"EXPLAIN {sql}", params)
-        return "\n".join(r[0] for r in cur.fetchall())
+    return plan_without_seq_scans(sql, params)
 
 
 @POSTGRES

@@ -21,6 +21,7 @@ from curation.services.certification import (
     certification_standing,
 )
 from curation.services.review import review_queue_sync
+from tests.sql_plans import plan_without_seq_scans
 
 pytestmark = pytest.mark.django_db
 
@@ -256,12 +257,7 @@ def test_the_page_reads_a_plans_units_only_through_its_serving_order(settings):
         c.execute("SELECT indexname FROM pg_indexes WHERE tablename = 'curation_certificationunit'")
         unit_indexes = {r[0] for r in c.fetchall()}
     for sql in reads:
-        with connection.cursor() as c:
-            c.execute("SET LOCAL enable_seqscan = off")  # tables this small would be read whole whatever the indexes
-            c.execute(f"EXPLAIN {sql}")
-            plan = [r[0] for r in c.fetchall()]
-            c.execute("SET LOCAL enable_seqscan = on")
-        text = "\n".join([sql, *plan])
+        text = "\n".join([sql, plan_without_seq_scans(sql)])
         assert "Seq Scan on curation_certificationunit" not in text, text
         used = {name for name in unit_indexes if f" {name} " in text or text.endswith(f" {name}")}
         assert used == {"cert_unit_serving"}, text
@@ -282,11 +278,7 @@ def test_the_pages_gold_figures_read_the_answered_gold_reviews_not_every_review(
     reads = [q["sql"] for q in queries if q["sql"].startswith("SELECT") and '"curation_review"' in q["sql"] and "is_gold" in q["sql"]]
     assert reads
     for sql in reads:
-        with connection.cursor() as c:
-            c.execute("SET LOCAL enable_seqscan = off")  # a table this small would be read whole whatever the indexes
-            c.execute(f"EXPLAIN {sql}")
-            text = "\n".join(r[0] for r in c.fetchall())
-            c.execute("SET LOCAL enable_seqscan = on")
+        text = plan_without_seq_scans(sql)
         assert "review_gold_answered" in text and "Seq Scan on curation_review " not in text, text
 
 

@@ -16,6 +16,7 @@ from django.test.utils import CaptureQueriesContext
 from curation.models import CandidateClass, Image, ImageEmbedding, ReviewItem, ReviewSettings, Source
 from curation.services import review as review_services
 from curation.services.review import queue_batches, review_queue_sync
+from tests.sql_plans import plan_without_seq_scans
 
 pytestmark = pytest.mark.django_db
 postgres_only = pytest.mark.skipif(connection.vendor != "postgresql", reason="the batched rebuild is PostgreSQL's (SQLite: row by row)")
@@ -268,10 +269,7 @@ def test_the_lease_calls_read_the_queue_through_its_indexes(queue_of):
             sql = q["sql"]
             if not sql.startswith("SELECT") or not re.search(r'"?curation_(reviewitem|assignment)"?', sql):
                 continue
-            with transaction.atomic(), connection.cursor() as cur:
-                cur.execute("SET LOCAL enable_seqscan = off")
-                cur.execute("EXPLAIN " + re.sub(r"\s+FOR UPDATE.*$", "", sql, flags=re.S))
-                plan = "\n".join(r[0] for r in cur.fetchall())
+            plan = plan_without_seq_scans(re.sub(r"\s+FOR UPDATE.*$", "", sql, flags=re.S))
             assert "Seq Scan on curation_reviewitem" not in plan and "Seq Scan on curation_assignment" not in plan, f"{name}: {sql[:300]}\n{plan}"
             assert not re.search(r"Sort Key:.*finished_at", plan), f"{name}: every finished tile sorted\n{plan}"
             if "COUNT(" in sql and '"curation_reviewitem"."candidate_class_id" =' in sql:  # a class's waiting images
@@ -315,10 +313,7 @@ def test_a_batch_reads_only_its_range_of_the_queue(settings, monkeypatch):
         rec = Recording(cur)
         out = real(rec, source_id, lo, hi, S)
         for sql, params in rec.made:
-            cur.execute("SET LOCAL enable_seqscan = off")  # tables this small would be read whole whatever the indexes
-            cur.execute("EXPLAIN " + sql, params)
-            plans.append("\n".join(r[0] for r in cur.fetchall()))
-            cur.execute("SET LOCAL enable_seqscan = on")
+            plans.append(plan_without_seq_scans(sql, params))
         return out
 
     monkeypatch.setattr(review_services, "_queue_apply_batch", explained)

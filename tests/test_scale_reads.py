@@ -8,6 +8,7 @@ from django.db import connection
 
 from curation.models import CandidateClass, Image, ImageEmbedding, Source
 from curation.selectors.duplicates import _grouped, duplicate_group_counts, duplicate_group_list
+from tests.sql_plans import plan_without_seq_scans
 
 pytestmark = pytest.mark.django_db
 
@@ -40,10 +41,7 @@ def test_the_groups_are_read_through_the_dropped_members_index():
     with connection.cursor() as cur:
         cur.execute("ANALYZE curation_imageembedding")
     sql, params = _grouped("m", None).query.sql_with_params()
-    with connection.cursor() as cur:
-        cur.execute("SET LOCAL enable_seqscan = off")  # a table this small would be read whole whatever the indexes
-        cur.execute(f"EXPLAIN {sql}", params)
-        plan = "\n".join(r[0] for r in cur.fetchall())
+    plan = plan_without_seq_scans(sql, params)
     assert "emb_dup_members" in plan, plan
 
 
@@ -141,9 +139,7 @@ def test_the_group_counts_equal_the_grouped_rows_and_read_only_the_members_index
     if connection.vendor == "postgresql":
         with connection.cursor() as cur:
             cur.execute("ANALYZE curation_imageembedding")
-            cur.execute("SET LOCAL enable_seqscan = off")
-            cur.execute(f"EXPLAIN {ctx.captured_queries[0]['sql']}")
-            plan = "\n".join(r[0] for r in cur.fetchall())
+        plan = plan_without_seq_scans(ctx.captured_queries[0]["sql"])
         assert "emb_dup_members" in plan and "Seq Scan" not in plan, plan
 
 
