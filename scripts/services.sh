@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Start PostgreSQL and Redis from Debian's packages on loopback for the integration tests, and
 # create the role and database the tests use. Idempotent. Prints the environment to export.
+# --print-pg-config: print the PostgreSQL settings it writes (conf.d/50-oodc.conf) and stop.
 set -euo pipefail
 
 PG_USER="${PG_USER:-oodc}"; PG_PASSWORD="${PG_PASSWORD:-oodc}"; PG_DB="${PG_DB:-oodc}"
@@ -9,6 +10,29 @@ REDIS_PORT="${REDIS_PORT:-6379}"
 ver=$(ls /usr/lib/postgresql 2>/dev/null | sort -V | tail -n 1)
 [ -n "$ver" ] || { echo "PostgreSQL is not installed: run scripts/setup.sh --test" >&2; exit 1; }
 pg_lsclusters -h 2>/dev/null | awk '{print $1" "$2}' | grep -qx "$ver main" || pg_createcluster "$ver" main >/dev/null
+# The buffer pool: a quarter of the memory, at most 8 GB (PostgreSQL's own advice; Debian's
+# default, 128 MB, is for small installs). At ImageNet-21K's size the queue's indexes are larger
+# than 128 MB, and a rebuild's batches then read and write an index page per row from disk: 1.5x
+# slower per row at 13.2M images than at 1M (docs/benchmarks.md, issue 45). Override with
+# OODC_PG_SHARED_BUFFERS=2GB (any size PostgreSQL reads).
+if [ -n "${OODC_PG_SHARED_BUFFERS:-}" ]; then
+  buffers="$OODC_PG_SHARED_BUFFERS"
+else
+  mem_mb=$(awk '/^MemTotal:/ {print int($2 / 1024)}' /proc/meminfo)
+  buffers_mb=$(( mem_mb / 4 )); [ "$buffers_mb" -gt 8192 ] && buffers_mb=8192; [ "$buffers_mb" -lt 128 ] && buffers_mb=128
+  buffers="${buffers_mb}MB"
+fi
+want="# written by scripts/services.sh (OODC_PG_SHARED_BUFFERS overrides)
+shared_buffers = '$buffers'"
+[ "${1:-}" = "--print-pg-config" ] && { printf '%s\n' "$want"; exit 0; }
+conf_dir="/etc/postgresql/$ver/main/conf.d"
+mkdir -p "$conf_dir"
+if [ "$(cat "$conf_dir/50-oodc.conf" 2>/dev/null)" != "$want" ]; then
+  printf '%s\n' "$want" > "$conf_dir/50-oodc.conf"
+  chown postgres:postgres "$conf_dir/50-oodc.conf" 2>/dev/null || true
+  # a new buffer pool needs a restart: only when the setting changed
+  pg_ctlcluster "$ver" main status >/dev/null 2>&1 && { echo "PostgreSQL: shared_buffers = $buffers (restarting)"; pg_ctlcluster "$ver" main restart; }
+fi
 pg_ctlcluster "$ver" main status >/dev/null 2>&1 || pg_ctlcluster "$ver" main start
 for _ in $(seq 1 30); do pg_isready -q -h 127.0.0.1 && break; sleep 1; done
 pg_isready -q -h 127.0.0.1 || { echo "PostgreSQL did not start (pg_ctlcluster $ver main start)" >&2; exit 1; }

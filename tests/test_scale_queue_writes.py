@@ -1,6 +1,6 @@
 """The queue's bulk writes and the annotators' lease path at a pool's size (issue 45): the
-PostgreSQL rebuild applies in keyset batches (statements bounded by the batch, as many as
-images / batch), a rebuild stopped half-way resumes on its rerun to the queue an uninterrupted
+PostgreSQL rebuild applies in keyset batches of the queue rows' ids (statements bounded by the
+batch, as many as rows / batch, each a run of the table's rows), a rebuild stopped half-way resumes on its rerun to the queue an uninterrupted
 one leaves, and review next / grid next / grid submit make as many statements on a large pool as
 on a small one, their main reads going through the open-queue index. Checked by the statements
 and plans, not by a timing (13.2M images: one UPDATE of 9.2M rows was cancelled after 15 min)."""
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 
 import pytest
 from django.db import connection, transaction
@@ -55,8 +56,9 @@ def test_the_batches_cover_every_image_once_and_hold_at_most_the_batch():
 @postgres_only
 def test_the_rebuild_writes_in_batches_bounded_by_the_batch_size(settings, monkeypatch):
     """Every queue row moves (the case of 13.2M images: 9.2M rows in one UPDATE); the rebuild's
-    statements on the queue are two per batch, as many batches as images / batch, each batch
-    touching at most its images' rows, and no statement's text grows with the pool."""
+    statements on the queue are one UPDATE per batch of queue rows and one INSERT per batch of new
+    images, as many batches as rows / batch, each batch touching at most its rows, and no
+    statement's text grows with the pool."""
     settings.DEFAULT_MODEL = "m"
     monkeypatch.setattr(review_services, "QUEUE_BATCH", 10)
     seen: list[tuple[int, int, int]] = []
@@ -64,37 +66,80 @@ def test_the_rebuild_writes_in_batches_bounded_by_the_batch_size(settings, monke
 
     def spy(cur, source_id, lo, hi, S):
         out = real(cur, source_id, lo, hi, S)
-        seen.append((lo, hi, out[0] + out[2] + out[3]))  # withdrawn + moved + created: rows the batch wrote
+        seen.append((lo, hi, out[0] + out[2]))  # withdrawn + moved: rows the batch wrote
         return out
 
     monkeypatch.setattr(review_services, "_queue_apply_batch", spy)
     made = {}
     for n in (30, 90):
         source = _pool(n, name=f"pool{n}")
-        review_queue_sync(source=source, model_name="m")
+        with CaptureQueriesContext(connection) as ctx:
+            first = review_queue_sync(source=source, model_name="m")
+        inserts = [q["sql"] for q in ctx.captured_queries if q["sql"].startswith("INSERT INTO curation_reviewitem")]
+        assert first.created == ReviewItem.objects.filter(source=source).count() > 10
+        assert len(inserts) == math.ceil(first.created / 10), "the first build inserts in batches of new images"
         ReviewItem.objects.filter(source=source).update(priority=-99.5)  # every row out of line
         seen.clear()
         with CaptureQueriesContext(connection) as ctx:
             report = review_queue_sync(source=source, model_name="m")
         assert report.updated == ReviewItem.objects.filter(source=source).count() > 0
         assert not ReviewItem.objects.filter(source=source, priority=-99.5).exists()
-        batches = queue_batches(list(Image.objects.filter(source=source).values_list("id", flat=True)), 10)
-        assert len(seen) == len(batches) == math.ceil(n / 10)
+        batches = queue_batches(list(ReviewItem.objects.filter(source=source).values_list("id", flat=True)), 10)
+        assert len(seen) == len(batches) == math.ceil(report.updated / 10)
         assert all(written <= 10 for _lo, _hi, written in seen)
         on_queue = [q["sql"] for q in ctx.captured_queries if "curation_reviewitem" in q["sql"] and "WITH c AS" in q["sql"]]
         inserts = [q["sql"] for q in ctx.captured_queries if q["sql"].startswith("INSERT INTO curation_reviewitem")]
-        assert len(on_queue) == len(inserts) == len(batches), "one UPDATE and one INSERT per batch"
+        assert len(on_queue) == len(batches) and not inserts, "one UPDATE per batch; nothing new to insert"
         assert max(len(q["sql"]) for q in ctx.captured_queries) < 4000, "a statement that grows with the rows"
         statements = [q["sql"] for q in ctx.captured_queries if not q["sql"].startswith(("SAVEPOINT", "RELEASE SAVEPOINT"))]
-        made[n] = len(statements) - 2 * len(batches)  # (a batch's transaction is a savepoint in the test's)
+        made[n] = len(statements) - len(batches)  # (a batch's transaction is a savepoint in the test's)
     assert made[30] == made[90], "besides the batches, the same statements at any size"
 
 
 @postgres_only
+def test_a_batch_is_a_run_of_the_queues_rows_whatever_order_its_images_came_in(settings, monkeypatch):
+    """The update batches are ranges of the queue rows' own ids, the order rows are written and
+    laid out in, not of image ids: on a queue built in priority order (its ids unrelated to its
+    images', as the ImageNet-21K pool's), each batch writes a run of consecutive rows. By image
+    ids each batch's rows were spread over the whole table: at 13.2M images every batch read
+    pages from all over a 1 GB heap, and the rebuild grew 20x from 1M images."""
+    settings.DEFAULT_MODEL = "m"
+    monkeypatch.setattr(review_services, "QUEUE_BATCH", 10)
+    source = _pool(90)
+    review_queue_sync(source=source, model_name="m")
+    rows = list(ReviewItem.objects.filter(source=source))
+    random.Random(7).shuffle(rows)  # queued again in an order unrelated to the images' (as by priority)
+    ReviewItem.objects.filter(source=source).delete()
+    for r in rows:
+        r.pk = None
+    ReviewItem.objects.bulk_create(rows)
+    ids = sorted(ReviewItem.objects.filter(source=source).values_list("id", flat=True))
+    by_image = list(ReviewItem.objects.filter(source=source).order_by("image_id").values_list("id", flat=True))
+    assert sum(a < b for a, b in zip(by_image, by_image[1:])) < 0.7 * len(by_image), "the queue's ids do not follow its images'"
+    ReviewItem.objects.filter(source=source).update(priority=-99.5)
+    written: list[list[int]] = []
+    real = review_services._queue_apply_batch
+
+    def spy(cur, source_id, lo, hi, S):
+        before = set(ReviewItem.objects.filter(source=source, priority=-99.5).values_list("id", flat=True))
+        out = real(cur, source_id, lo, hi, S)
+        after = set(ReviewItem.objects.filter(source=source, priority=-99.5).values_list("id", flat=True))
+        written.append(sorted(before - after))
+        return out
+
+    monkeypatch.setattr(review_services, "_queue_apply_batch", spy)
+    review_queue_sync(source=source, model_name="m")
+    assert [i for batch in written for i in batch] == ids, "each row written once, the batches in the rows' order"
+    for batch in written:
+        assert 0 < len(batch) <= 10 and batch == ids[ids.index(batch[0]):ids.index(batch[0]) + len(batch)], \
+            "a batch's rows are consecutive queue rows"
+
+
+@postgres_only
 def test_a_rebuild_stopped_half_way_resumes_to_the_queue_an_uninterrupted_one_leaves(settings, monkeypatch):
-    """A worker killed after a few batches: what they wrote stays, the rerun writes the rest and
-    duplicates nothing; the queue ends as one rebuild would leave it (new images, withdrawals,
-    restores, re-openings, priorities and reviews required)."""
+    """A worker killed after a few batches (of the updates, or of the inserts): what they wrote
+    stays, the rerun writes the rest and duplicates nothing; the queue ends as one rebuild would
+    leave it (new images, withdrawals, restores, re-openings, priorities and reviews required)."""
     settings.DEFAULT_MODEL = "m"
     monkeypatch.setattr(review_services, "QUEUE_BATCH", 8)
     source = _pool(80)
@@ -105,10 +150,12 @@ def test_a_rebuild_stopped_half_way_resumes_to_the_queue_an_uninterrupted_one_le
     ReviewItem.objects.filter(pk__in=[i.pk for i in items[1::7]]).update(status="complete", done=2, final_decision="ood",
                                                                             final_wnids=[])
     ReviewItem.objects.filter(pk__in=[i.pk for i in items[2::9]]).update(status="withdrawn")
-    ReviewItem.objects.filter(pk__in=[i.pk for i in items[3::11]]).delete()
+    ReviewItem.objects.filter(pk__in=[i.pk for i in items[3::4]]).delete()
     Image.objects.filter(pk__in=[i.image_id for i in items[4::13]]).update(excluded_reason="curator")
     ReviewSettings.objects.update_or_create(source=source, candidate_class=None, defaults={"reviews_required": 3})
     before = _queue(source)
+    gone = len(items[3::4])
+    assert gone > 8, "more new images than one insert batch"
 
     with transaction.atomic():  # the uninterrupted rebuild, taken back after
         review_queue_sync(source=source, model_name="m")
@@ -116,24 +163,26 @@ def test_a_rebuild_stopped_half_way_resumes_to_the_queue_an_uninterrupted_one_le
         transaction.set_rollback(True)
     assert _queue(source) == before != want
 
-    real = review_services._queue_apply_batch
-    calls = {"n": 0}
+    for stage in ("_queue_apply_batch", "_queue_insert_batch"):
+        real = getattr(review_services, stage)
+        calls = {"n": 0}
 
-    def killed_after_three(*args):
-        if calls["n"] == 3:
-            raise KeyboardInterrupt("the worker is stopped")
-        calls["n"] += 1
-        return real(*args)
+        def killed_after_one(*args, real=real, calls=calls):
+            if calls["n"] == 1:
+                raise KeyboardInterrupt("the worker is stopped")
+            calls["n"] += 1
+            return real(*args)
 
-    monkeypatch.setattr(review_services, "_queue_apply_batch", killed_after_three)
-    with pytest.raises(KeyboardInterrupt):
-        review_queue_sync(source=source, model_name="m")
-    half = _queue(source)
-    assert half != before and half != want, "the first batches were written, not the rest"
-    monkeypatch.setattr(review_services, "_queue_apply_batch", real)
+        monkeypatch.setattr(review_services, stage, killed_after_one)
+        with pytest.raises(KeyboardInterrupt):
+            review_queue_sync(source=source, model_name="m")
+        monkeypatch.setattr(review_services, stage, real)
+        half = _queue(source)
+        assert half != before and half != want, f"{stage}: the first batch was written, not the rest"
+        before = half
     again = review_queue_sync(source=source, model_name="m")
     assert _queue(source) == want
-    assert again.created < len(items[3::11]) or not items[3::11]  # created once: the first run's batches had made some
+    assert 0 < again.created < gone, "created once: the killed run's first insert batch had made some"
     assert ReviewItem.objects.filter(source=source).count() == len(want)
     assert review_queue_sync(source=source, model_name="m").updated == 0, "a rebuild of a queue in line writes nothing"
 
@@ -284,7 +333,7 @@ def test_the_lease_calls_read_the_queue_through_its_indexes(queue_of):
 
 @postgres_only
 def test_a_batch_reads_only_its_range_of_the_queue(settings, monkeypatch):
-    """Each batch's statements reach the queue's rows through the batch's range of image ids: no
+    """Each batch's statements reach the queue's rows through the batch's range of queue row ids: no
     plan reads the whole queue (at 1M images a batch's UPDATE joined its rows back to the queue by
     a scan of all 694,000: the batches together quadratic)."""
     import re
@@ -327,3 +376,49 @@ def test_a_batch_reads_only_its_range_of_the_queue(settings, monkeypatch):
             if re.search(r"Scan (using \S+ )?on curation_reviewitem", line) and "Bitmap Heap" not in line:
                 conds = " ".join(lines[k + 1:k + 3])
                 assert "Seq Scan" not in line and "Cond:" in conds, f"a read of the whole queue:\n{plan}"
+
+
+@postgres_only
+def test_the_queue_table_has_no_index_another_index_leads_with():
+    """Every index of the queue table is written on each update of a row (a priority is in an
+    index, so no update is HOT), and a rebuild in which every priority moves updates 9.2M rows at
+    13.2M images. An index whose columns (and operator classes) lead another's serves no lookup
+    the longer one does not: the foreign keys' own indexes on source and class (beside
+    (source, status) and (candidate_class, status)) were two of the fourteen; the class one,
+    in an order unrelated to the queue's, was a third of the batches' reads from disk."""
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT i.relname, x.indisunique, x.indpred IS NOT NULL, x.indkey::text, x.indclass::text"
+            " FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid JOIN pg_am am ON am.oid = i.relam"
+            " WHERE x.indrelid = 'curation_reviewitem'::regclass AND am.amname = 'btree' AND x.indexprs IS NULL")
+        rows = [(name, unique, partial, list(zip(keys.split(), classes.split()))) for name, unique, partial, keys, classes in cur.fetchall()]
+    assert len(rows) >= 8, rows
+    led = [(a, b) for a, ua, pa, ka in rows for b, _ub, pb, kb in rows
+           if a != b and not ua and not pa and not pb and len(ka) <= len(kb) and kb[:len(ka)] == ka]
+    assert not led, f"indexes another index leads with (each costs a write per row updated): {led}"
+
+
+def test_the_services_script_sizes_postgresqls_buffer_pool_to_the_machine():
+    """scripts/services.sh gives PostgreSQL a quarter of the memory for its buffer pool (at most
+    8 GB; OODC_PG_SHARED_BUFFERS overrides): with Debian's 128 MB the queue's indexes at 13.2M
+    images did not fit, and each batch of a rebuild read and wrote about two index pages per row
+    (105,000 pages per 50,000 rows, against 6,000 at 1M: measured with EXPLAIN (ANALYZE, BUFFERS))."""
+    import os
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    if not Path("/usr/lib/postgresql").is_dir() or shutil.which("bash") is None:
+        pytest.skip("PostgreSQL is not installed from Debian's packages here")
+    script = Path(__file__).resolve().parents[1] / "scripts" / "services.sh"
+    mem_mb = next(int(line.split()[1]) // 1024 for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemTotal:"))
+    want = min(max(mem_mb // 4, 128), 8192)
+
+    def printed(**env) -> str:
+        out = subprocess.run(["bash", str(script), "--print-pg-config"], capture_output=True, text=True, timeout=60,
+                             env={k: v for k, v in os.environ.items() if k != "OODC_PG_SHARED_BUFFERS"} | env)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    assert f"shared_buffers = '{want}MB'" in printed()
+    assert "shared_buffers = '2GB'" in printed(OODC_PG_SHARED_BUFFERS="2GB")

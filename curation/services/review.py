@@ -133,13 +133,15 @@ def review_queue_sync(*, source: Source, model_name: str | None = None, user: Us
                                                      "dropped_by_duplicate_search": 0, "class_removed": 0, "class_flagged": 0,
                                                      "class_not_in_filter_run": 0, "excluded_by_curator": 0})
     ids, classes, priorities, required = array("q"), array("q"), array("d"), array("h")
-    every = array("q")  # every image of the source: the batches' boundaries (each batch holds at most QUEUE_BATCH of them)
+    items = array("q")  # the reviewable images' queue rows (0: not queued yet), beside ``ids``
+    every = array("q")  # every queue row of the source: the update batches' boundaries (at most QUEUE_BATCH rows each)
     rows = (Image.objects.filter(source=source)
             .annotate(emb=FilteredRelation("embeddings", condition=Q(embeddings__model_name=model_name)))
             .order_by().values_list("id", "candidate_class_id", "status", "excluded_reason", "emb__id", "emb__ok", "emb__drop_reason",
-                                    "emb__nearest_id_similarity"))
-    for image_id, class_id, status, excluded, emb_id, ok, drop_reason, similarity in rows.iterator(chunk_size=20000):
-        every.append(image_id)
+                                    "emb__nearest_id_similarity", "review_item__id"))
+    for image_id, class_id, status, excluded, emb_id, ok, drop_reason, similarity, item_id in rows.iterator(chunk_size=20000):
+        if item_id is not None:
+            every.append(item_id)
         if status != Image.Status.OK:
             report.excluded["broken_or_duplicate_file"] += 1
             continue
@@ -167,6 +169,7 @@ def review_queue_sync(*, source: Source, model_name: str | None = None, user: Us
             continue
         cfg = per_class.get(class_id, base)
         ids.append(image_id)
+        items.append(item_id or 0)
         classes.append(class_id if class_id is not None else -1)
         priorities.append(_priority(cfg.order, image_id, similarity))
         required.append(cfg.reviews_required)
@@ -177,7 +180,7 @@ def review_queue_sync(*, source: Source, model_name: str | None = None, user: Us
     if connection.vendor == "postgresql":
         # in batches, each its own transaction: a rebuild stopped half-way keeps what it wrote, and a
         # rerun changes only what is still out of line (every statement compares before it writes)
-        _queue_apply_sql(source, ids, classes, prio, required, every, report)
+        _queue_apply_sql(source, ids, items, classes, prio, required, every, report)
         _finalize_reached_sql(source, report)  # images that already have the reviews now required
     with transaction.atomic():
         if connection.vendor != "postgresql":
@@ -234,19 +237,20 @@ def _queue_apply_rows(source: Source, ids, classes, prio, required, report: Queu
     ReviewItem.objects.bulk_update(changed, ["status", "priority", "required", "final_decision", "final_wnids"], batch_size=2000)
 
 
-QUEUE_BATCH = 50_000  # images per statement of the PostgreSQL rebuild (its batches: keyset ranges of image ids)
+QUEUE_BATCH = 50_000  # queue rows (or new images) per statement of the PostgreSQL rebuild: keyset ranges of ids
 _QUEUE_LOCK = 45_0001  # pg_advisory_lock's first key for "rebuilding a source's queue" (the second: the source's id)
 
 
-def queue_batches(image_ids: Sequence[int] | np.ndarray, size: int) -> list[tuple[int, int]]:
-    """Keyset ranges ``(lo, hi]`` of image ids holding at most ``size`` of ``image_ids`` each,
-    covering every id (the last one reaches the largest bigint): the rebuild's batches."""
+def queue_batches(keys: Sequence[int] | np.ndarray, size: int) -> list[tuple[int, int]]:
+    """Keyset ranges ``(lo, hi]`` holding at most ``size`` of ``keys`` each, covering every
+    bigint (the first starts below the smallest, the last reaches the largest): the rebuild's
+    batches, of queue row ids for its updates and of image ids for its inserts."""
     if size < 1:
-        raise ValueError(f"a batch holds at least one image, not {size}")
-    ordered = np.sort(np.asarray(image_ids, dtype=np.int64))
+        raise ValueError(f"a batch holds at least one row, not {size}")
+    ordered = np.sort(np.asarray(keys, dtype=np.int64))
     highs = [int(h) for h in ordered[size - 1::size]]
-    # the last batch reaches the largest bigint: the images after the last full batch, and any
-    # queue row whose image the stream did not list
+    # the last batch reaches the largest bigint: the keys after the last full batch, and any
+    # queue row the stream did not list
     if highs and highs[-1] == int(ordered[-1]):
         highs[-1] = 2**63 - 1
     else:
@@ -255,35 +259,51 @@ def queue_batches(image_ids: Sequence[int] | np.ndarray, size: int) -> list[tupl
     return list(zip(lows, highs))
 
 
-def _copy_target(cur, ids, classes, prio, required, chunk: int = 200_000) -> None:
-    """The reviewable images into the temporary table, a chunk of rows per COPY (the text of
-    13 million rows at once would hold a few hundred MB)."""
+def _copy_rows(cur, table: str, columns: str, rows: Iterable[tuple], chunk: int = 200_000) -> None:
+    """Rows into a temporary table, a chunk of rows per COPY (the text of 13 million rows at
+    once would hold a few hundred MB). ``None`` is SQL's NULL; floats keep every digit."""
     import io
+    from itertools import islice
 
-    for start in range(0, len(ids), chunk):
-        stop = start + chunk
+    rows = iter(rows)
+    while block := list(islice(rows, chunk)):
         buf = io.StringIO()
-        for i, c, p, r in zip(ids[start:stop], classes[start:stop], prio[start:stop].tolist(), required[start:stop]):
-            buf.write(f"{i}\t{c if c >= 0 else chr(92) + 'N'}\t{p!r}\t{r}\n")
+        for row in block:
+            buf.write("\t".join("\\N" if v is None else repr(v) if isinstance(v, float) else str(v) for v in row) + "\n")
         buf.seek(0)
-        cur.cursor.copy_expert("COPY oodc_queue_target (image_id, class_id, priority, required) FROM STDIN", buf)
+        cur.cursor.copy_expert(f"COPY {table} ({columns}) FROM STDIN", buf)
 
 
-def _queue_apply_sql(source: Source, ids, classes, prio, required, every, report: QueueSync) -> None:
-    """The same as ``_queue_apply_rows`` by set-wise statements against a temporary table of the
-    reviewable images (COPY), in keyset batches of image ids (``QUEUE_BATCH`` images each), each
-    batch in its own transaction: per batch one UPDATE that withdraws the open images no longer
-    reviewable and writes priorities, reviews required, restores and re-openings only where they
-    change, and one INSERT of the new images.
+def _queue_apply_sql(source: Source, ids, items, classes, prio, required, every, report: QueueSync) -> None:
+    """The same as ``_queue_apply_rows`` by set-wise statements against two temporary tables (COPY):
+    the wanted priority and reviews of each reviewable image already queued, by its queue row's
+    id, and the reviewable images not queued yet. Then in keyset batches (``QUEUE_BATCH`` each),
+    each batch its own transaction: one UPDATE per range of queue row ids, which withdraws the open
+    images no longer reviewable and writes priorities, reviews required, restores and re-openings
+    only where they change; one INSERT per range of the new images' ids.
 
     Why batches (issue 45): one UPDATE of every queue row (a rebuild after which every priority
     moves, or a change of reviews per image) with its dozen indexes took 48 s at 1M images, 524 s
     at 4M and was cancelled after 15 minutes at 13.2M: one statement's WAL, sorts and dead rows
     grow with the whole queue. A batch's work is bounded by the batch, and a rebuild killed
     half-way resumes on its rerun (what a batch wrote compares equal and is not written again;
-    new images are inserted once: ``image_id`` is unique)."""
+    new images are inserted once: ``image_id`` is unique).
+
+    Why by the queue row's id, not the image's: rows are written in id order (a first build, and
+    every batch of a rebuild rewrites its rows together), so a range of ids is a run of the
+    table's pages and of its primary key. A range of image ids was that only where the queue was
+    built in image order; a queue in priority order (ImageNet-21K's generated pool) had each
+    batch read rows from all over a 1 GB table, and the rebuild grew 20x from 1M to 13.2M images."""
     S = ReviewItem.Status
-    batches = queue_batches(every, QUEUE_BATCH)
+    item_ids = np.frombuffer(items, dtype=np.int64) if len(items) else np.zeros(0, dtype=np.int64)
+    image_ids = np.frombuffer(ids, dtype=np.int64) if len(ids) else np.zeros(0, dtype=np.int64)
+    class_ids = np.frombuffer(classes, dtype=np.int64) if len(classes) else np.zeros(0, dtype=np.int64)
+    need = np.frombuffer(required, dtype=np.int16) if len(required) else np.zeros(0, dtype=np.int16)
+    queued = item_ids > 0
+    old = np.flatnonzero(queued)[np.argsort(item_ids[queued], kind="stable")]  # in queue row order: the table's heap
+    new = np.flatnonzero(~queued)  # the stream's image order
+    update_batches = queue_batches(every, QUEUE_BATCH)
+    insert_batches = queue_batches(image_ids[new], QUEUE_BATCH) if len(new) else []
     held_by_caller = connection.in_atomic_block  # then a transaction-scoped lock (released with the caller's transaction)
     with connection.cursor() as cur:
         # one rebuild of a source at a time, for the whole rebuild (across its batches' transactions)
@@ -291,61 +311,76 @@ def _queue_apply_sql(source: Source, ids, classes, prio, required, every, report
                     [_QUEUE_LOCK, source.pk])
         try:
             cur.execute("DROP TABLE IF EXISTS oodc_queue_target")
-            cur.execute("CREATE TEMP TABLE oodc_queue_target (image_id bigint PRIMARY KEY, class_id bigint, "
+            cur.execute("DROP TABLE IF EXISTS oodc_queue_new")
+            cur.execute("CREATE TEMP TABLE oodc_queue_target (item_id bigint PRIMARY KEY, priority double precision, required smallint)")
+            cur.execute("CREATE TEMP TABLE oodc_queue_new (image_id bigint PRIMARY KEY, class_id bigint, "
                         "priority double precision, required smallint)")
-            _copy_target(cur, ids, classes, prio, required)
+            _copy_rows(cur, "oodc_queue_target", "item_id, priority, required",
+                       zip(item_ids[old].tolist(), prio[old].tolist(), need[old].tolist()))
+            _copy_rows(cur, "oodc_queue_new", "image_id, class_id, priority, required",
+                       ((i, c if c >= 0 else None, p, r) for i, c, p, r in
+                        zip(image_ids[new].tolist(), class_ids[new].tolist(), prio[new].tolist(), need[new].tolist())))
             cur.execute("ANALYZE oodc_queue_target")
-            for lo, hi in batches:
-                withdrawn, restored, moved, created = _queue_apply_batch(cur, source.pk, lo, hi, S)
+            cur.execute("ANALYZE oodc_queue_new")
+            for lo, hi in update_batches:
+                withdrawn, restored, moved = _queue_apply_batch(cur, source.pk, lo, hi, S)
                 report.withdrawn += withdrawn
                 report.restored += restored
                 report.updated += moved
-                report.created += created
+            for lo, hi in insert_batches:
+                report.created += _queue_insert_batch(cur, source.pk, lo, hi, S)
         finally:
-            if not (connection.in_atomic_block and connection.needs_rollback):  # else the caller's rollback drops it
+            if not (connection.in_atomic_block and connection.needs_rollback):  # else the caller's rollback drops them
                 cur.execute("DROP TABLE IF EXISTS oodc_queue_target")
+                cur.execute("DROP TABLE IF EXISTS oodc_queue_new")
             if not held_by_caller:
                 cur.execute("SELECT pg_advisory_unlock(%s, %s)", [_QUEUE_LOCK, source.pk])
 
 
-def _queue_apply_batch(cur, source_id: int, lo: int, hi: int, S) -> tuple[int, int, int, int]:
-    """One batch of ``_queue_apply_sql``: the queue rows and reviewable images with an image id in
-    ``(lo, hi]``, in one transaction. Returns (withdrawn, restored, re-prioritised, created)."""
+def _queue_apply_batch(cur, source_id: int, lo: int, hi: int, S) -> tuple[int, int, int]:
+    """One update batch of ``_queue_apply_sql``: the source's queue rows with an id in ``(lo, hi]``
+    against their wanted state, in one transaction. Returns (withdrawn, restored, re-prioritised)."""
     with transaction.atomic():
         cur.execute(
             "WITH c AS ("
-            " SELECT r.id, t.image_id IS NULL AS gone, t.image_id IS NOT NULL AND r.status = %(withdrawn)s AS restored,"
+            " SELECT r.id, t.item_id IS NULL AS gone, t.item_id IS NOT NULL AND r.status = %(withdrawn)s AS restored,"
             " (r.priority IS DISTINCT FROM COALESCE(r.front_priority, t.priority) OR r.required <> t.required + r.extra_reviews) AS moved,"
             " (r.status IN (%(complete)s, %(conflict)s) AND r.done < t.required + r.extra_reviews) AS reopen,"
-            " CASE WHEN t.image_id IS NULL THEN %(withdrawn)s"
+            " CASE WHEN t.item_id IS NULL THEN %(withdrawn)s"
             " WHEN r.status = %(withdrawn)s OR (r.status IN (%(complete)s, %(conflict)s) AND r.done < t.required + r.extra_reviews)"
             " THEN %(open)s ELSE r.status END AS status,"
-            " CASE WHEN t.image_id IS NULL THEN r.priority ELSE COALESCE(r.front_priority, t.priority) END AS priority,"
+            " CASE WHEN t.item_id IS NULL THEN r.priority ELSE COALESCE(r.front_priority, t.priority) END AS priority,"
             " COALESCE(t.required + r.extra_reviews, r.required) AS required"
             " FROM curation_reviewitem r LEFT JOIN oodc_queue_target t"
-            " ON t.image_id = r.image_id AND t.image_id > %(lo)s AND t.image_id <= %(hi)s"
-            " WHERE r.source_id = %(source)s AND r.image_id > %(lo)s AND r.image_id <= %(hi)s"
+            " ON t.item_id = r.id AND t.item_id > %(lo)s AND t.item_id <= %(hi)s"
+            " WHERE r.source_id = %(source)s AND r.id > %(lo)s AND r.id <= %(hi)s"
             "), u AS ("
             # a withdrawn image is never complete or in conflict: re-opening clears a decision, restoring has none
             " UPDATE curation_reviewitem r SET status = c.status, priority = c.priority, required = c.required,"
             " final_decision = CASE WHEN c.reopen THEN '' ELSE r.final_decision END,"
             " final_wnids = CASE WHEN c.reopen THEN '[]'::jsonb ELSE r.final_wnids END"
             # the batch's range on both sides: else the planner joins c to the whole queue by a scan per batch
-            " FROM c WHERE r.id = c.id AND r.source_id = %(source)s AND r.image_id > %(lo)s AND r.image_id <= %(hi)s"
+            " FROM c WHERE r.id = c.id AND r.id > %(lo)s AND r.id <= %(hi)s"
             " AND ((c.gone AND r.status = %(open)s) OR (NOT c.gone AND (c.restored OR c.moved OR c.reopen)))"
             " RETURNING c.gone, c.restored, NOT c.gone AND c.moved AS moved"
             ") SELECT count(*) FILTER (WHERE gone), count(*) FILTER (WHERE restored), count(*) FILTER (WHERE moved) FROM u",
             {"withdrawn": S.WITHDRAWN, "open": S.OPEN, "complete": S.COMPLETE, "conflict": S.CONFLICT, "lo": lo, "hi": hi,
              "source": source_id})
         withdrawn, restored, moved = cur.fetchone()
+    return withdrawn, restored, moved
+
+
+def _queue_insert_batch(cur, source_id: int, lo: int, hi: int, S) -> int:
+    """One insert batch of ``_queue_apply_sql``: the new reviewable images with an id in ``(lo, hi]``
+    queued, in one transaction (``image_id`` is unique: a rerun, or a rebuild beside this one,
+    inserts nothing twice). Returns how many were queued."""
+    with transaction.atomic():
         cur.execute("INSERT INTO curation_reviewitem (image_id, source_id, candidate_class_id, priority, required, extra_reviews, done, "
                     "leased, status, final_decision, final_wnids, final_note, is_gold, created_at) "
                     "SELECT t.image_id, %s, t.class_id, t.priority, t.required, 0, 0, 0, %s, '', '[]', '', false, now() "
-                    "FROM oodc_queue_target t WHERE t.image_id > %s AND t.image_id <= %s "
-                    "AND NOT EXISTS (SELECT 1 FROM curation_reviewitem r WHERE r.image_id = t.image_id AND r.image_id > %s AND r.image_id <= %s) "
-                    "ON CONFLICT DO NOTHING", [source_id, S.OPEN, lo, hi, lo, hi])
-        created = cur.rowcount
-    return withdrawn, restored, moved, created
+                    "FROM oodc_queue_new t WHERE t.image_id > %s AND t.image_id <= %s ORDER BY t.image_id "
+                    "ON CONFLICT DO NOTHING", [source_id, S.OPEN, lo, hi])
+        return cur.rowcount
 
 
 def _finalize_reached_sql(source: Source, report: QueueSync) -> None:
