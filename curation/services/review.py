@@ -238,6 +238,12 @@ def _queue_apply_rows(source: Source, ids, classes, prio, required, report: Queu
 
 
 QUEUE_BATCH = 50_000  # queue rows (or new images) per statement of the PostgreSQL rebuild: keyset ranges of ids
+# ... when the caller holds a transaction (the admin's save, a test): the batches cannot commit, so
+# they only bound a statement, and each one adds a version of every counter row its triggers touch
+# that the open transaction cannot prune (QueueClassCount: a class's row read through a chain
+# as long as the batches before it). At 13.2M images 184 batches of 50,000 made a settings
+# change 800 s, 19 batches of 500,000 317 s.
+QUEUE_BATCH_IN_TRANSACTION = 500_000
 _QUEUE_LOCK = 45_0001  # pg_advisory_lock's first key for "rebuilding a source's queue" (the second: the source's id)
 
 
@@ -259,26 +265,34 @@ def queue_batches(keys: Sequence[int] | np.ndarray, size: int) -> list[tuple[int
     return list(zip(lows, highs))
 
 
-def _copy_rows(cur, table: str, columns: str, rows: Iterable[tuple], chunk: int = 200_000) -> None:
-    """Rows into a temporary table, a chunk of rows per COPY (the text of 13 million rows at
-    once would hold a few hundred MB). ``None`` is SQL's NULL; floats keep every digit."""
+def _copy_columns(cur, table: str, names: Sequence[str], columns: Sequence[np.ndarray], chunk: int = 200_000) -> None:
+    """Columns of equal length into a temporary table, a chunk of rows per COPY, each chunk's
+    values made Python numbers only while it is written (13.2M images: the whole columns as lists
+    held about 0.7 GB more). A negative value in an integer column is SQL's NULL (a class id of
+    -1: no class); floats keep every digit (``repr``)."""
     import io
-    from itertools import islice
 
-    rows = iter(rows)
-    while block := list(islice(rows, chunk)):
+    n = len(columns[0]) if columns else 0
+    for start in range(0, n, chunk):
+        parts = []
+        for col in columns:
+            values = col[start:start + chunk].tolist()
+            if col.dtype.kind == "f":
+                parts.append([repr(v) for v in values])
+            else:
+                parts.append(["\\N" if v < 0 else str(v) for v in values])
         buf = io.StringIO()
-        for row in block:
-            buf.write("\t".join("\\N" if v is None else repr(v) if isinstance(v, float) else str(v) for v in row) + "\n")
+        buf.writelines("\t".join(row) + "\n" for row in zip(*parts))
         buf.seek(0)
-        cur.cursor.copy_expert(f"COPY {table} ({columns}) FROM STDIN", buf)
+        cur.cursor.copy_expert(f"COPY {table} ({', '.join(names)}) FROM STDIN", buf)
 
 
 def _queue_apply_sql(source: Source, ids, items, classes, prio, required, every, report: QueueSync) -> None:
     """The same as ``_queue_apply_rows`` by set-wise statements against two temporary tables (COPY):
     the wanted priority and reviews of each reviewable image already queued, by its queue row's
     id, and the reviewable images not queued yet. Then in keyset batches (``QUEUE_BATCH`` each),
-    each batch its own transaction: one UPDATE per range of queue row ids, which withdraws the open
+    each batch its own transaction (``QUEUE_BATCH_IN_TRANSACTION`` each inside a caller's
+    transaction): one UPDATE per range of queue row ids, which withdraws the open
     images no longer reviewable and writes priorities, reviews required, restores and re-openings
     only where they change; one INSERT per range of the new images' ids.
 
@@ -302,9 +316,10 @@ def _queue_apply_sql(source: Source, ids, items, classes, prio, required, every,
     queued = item_ids > 0
     old = np.flatnonzero(queued)[np.argsort(item_ids[queued], kind="stable")]  # in queue row order: the table's heap
     new = np.flatnonzero(~queued)  # the stream's image order
-    update_batches = queue_batches(every, QUEUE_BATCH)
-    insert_batches = queue_batches(image_ids[new], QUEUE_BATCH) if len(new) else []
     held_by_caller = connection.in_atomic_block  # then a transaction-scoped lock (released with the caller's transaction)
+    size = QUEUE_BATCH_IN_TRANSACTION if held_by_caller else QUEUE_BATCH
+    update_batches = queue_batches(every, size)
+    insert_batches = queue_batches(image_ids[new], size) if len(new) else []
     with connection.cursor() as cur:
         # one rebuild of a source at a time, for the whole rebuild (across its batches' transactions)
         cur.execute("SELECT pg_advisory_xact_lock(%s, %s)" if held_by_caller else "SELECT pg_advisory_lock(%s, %s)",
@@ -315,11 +330,9 @@ def _queue_apply_sql(source: Source, ids, items, classes, prio, required, every,
             cur.execute("CREATE TEMP TABLE oodc_queue_target (item_id bigint PRIMARY KEY, priority double precision, required smallint)")
             cur.execute("CREATE TEMP TABLE oodc_queue_new (image_id bigint PRIMARY KEY, class_id bigint, "
                         "priority double precision, required smallint)")
-            _copy_rows(cur, "oodc_queue_target", "item_id, priority, required",
-                       zip(item_ids[old].tolist(), prio[old].tolist(), need[old].tolist()))
-            _copy_rows(cur, "oodc_queue_new", "image_id, class_id, priority, required",
-                       ((i, c if c >= 0 else None, p, r) for i, c, p, r in
-                        zip(image_ids[new].tolist(), class_ids[new].tolist(), prio[new].tolist(), need[new].tolist())))
+            _copy_columns(cur, "oodc_queue_target", ("item_id", "priority", "required"), (item_ids[old], prio[old], need[old]))
+            _copy_columns(cur, "oodc_queue_new", ("image_id", "class_id", "priority", "required"),
+                          (image_ids[new], class_ids[new], prio[new], need[new]))
             cur.execute("ANALYZE oodc_queue_target")
             cur.execute("ANALYZE oodc_queue_new")
             for lo, hi in update_batches:
