@@ -19,6 +19,11 @@ if [ -n "${OODC_PG_SHARED_BUFFERS:-}" ]; then
   buffers="$OODC_PG_SHARED_BUFFERS"
 else
   mem_mb=$(awk '/^MemTotal:/ {print int($2 / 1024)}' /proc/meminfo)
+  # in a container, its memory limit where that is lower (cgroup v2, then v1)
+  for f in /sys/fs/cgroup/memory.max /sys/fs/cgroup/memory/memory.limit_in_bytes; do
+    lim=$(cat "$f" 2>/dev/null || true)
+    if [[ "$lim" =~ ^[0-9]+$ ]] && [ $(( lim / 1048576 )) -lt "$mem_mb" ]; then mem_mb=$(( lim / 1048576 )); fi
+  done
   buffers_mb=$(( mem_mb / 4 )); [ "$buffers_mb" -gt 8192 ] && buffers_mb=8192; [ "$buffers_mb" -lt 128 ] && buffers_mb=128
   buffers="${buffers_mb}MB"
 fi
@@ -33,7 +38,8 @@ if [ "$(cat "$conf_dir/50-oodc.conf" 2>/dev/null)" != "$want" ]; then
   # a new buffer pool needs a restart: only when the setting changed
   pg_ctlcluster "$ver" main status >/dev/null 2>&1 && { echo "PostgreSQL: shared_buffers = $buffers (restarting)"; pg_ctlcluster "$ver" main restart; }
 fi
-pg_ctlcluster "$ver" main status >/dev/null 2>&1 || pg_ctlcluster "$ver" main start
+pg_ctlcluster "$ver" main status >/dev/null 2>&1 || pg_ctlcluster "$ver" main start \
+  || { echo "PostgreSQL $ver did not start with shared_buffers = $buffers: set OODC_PG_SHARED_BUFFERS lower (e.g. 256MB) and run this again" >&2; exit 1; }
 for _ in $(seq 1 30); do pg_isready -q -h 127.0.0.1 && break; sleep 1; done
 pg_isready -q -h 127.0.0.1 || { echo "PostgreSQL did not start (pg_ctlcluster $ver main start)" >&2; exit 1; }
 as_pg() { su postgres -c "$1"; }

@@ -403,8 +403,8 @@ def test_the_queue_table_has_no_index_another_index_leads_with():
 
 
 def test_the_services_script_sizes_postgresqls_buffer_pool_to_the_machine():
-    """scripts/services.sh gives PostgreSQL a quarter of the memory for its buffer pool (at most
-    8 GB; OODC_PG_SHARED_BUFFERS overrides): with Debian's 128 MB the queue's indexes at 13.2M
+    """scripts/services.sh gives PostgreSQL a quarter of the memory (a container's limit where
+    lower) for its buffer pool (at most 8 GB; OODC_PG_SHARED_BUFFERS overrides): with Debian's 128 MB the queue's indexes at 13.2M
     images did not fit, and each batch of a rebuild read and wrote about two index pages per row
     (105,000 pages per 50,000 rows, against 6,000 at 1M: measured with EXPLAIN (ANALYZE, BUFFERS))."""
     import os
@@ -416,6 +416,10 @@ def test_the_services_script_sizes_postgresqls_buffer_pool_to_the_machine():
         pytest.skip("PostgreSQL is not installed from Debian's packages here")
     script = Path(__file__).resolve().parents[1] / "scripts" / "services.sh"
     mem_mb = next(int(line.split()[1]) // 1024 for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemTotal:"))
+    for limit in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):  # a container's limit
+        text = Path(limit).read_text().strip() if Path(limit).is_file() else ""
+        if text.isdigit():
+            mem_mb = min(mem_mb, int(text) // 2**20)
     want = min(max(mem_mb // 4, 128), 8192)
 
     def printed(**env) -> str:
