@@ -457,3 +457,21 @@ def test_inside_a_callers_transaction_the_rebuild_takes_fewer_larger_batches(set
     assert connection.in_atomic_block  # the test's transaction: the caller's
     assert review_queue_sync(source=source, model_name="m").updated == rows
     assert len(calls) == math.ceil(rows / 40) < math.ceil(rows / 10)
+
+
+@postgres_only
+def test_the_rebuilds_lock_is_taken_before_it_reads_the_images(settings):
+    """The wanted state is keyed by the queue rows the rebuild read: one that read the images
+    while another rebuild was inserting would find the other's new rows missing from it and
+    withdraw them. So the advisory lock comes before the image stream, not just before the
+    batches, and is let go after the last statement on the queue."""
+    settings.DEFAULT_MODEL = "m"
+    source = _pool(30)
+    review_queue_sync(source=source, model_name="m")
+    with CaptureQueriesContext(connection) as ctx:
+        review_queue_sync(source=source, model_name="m")
+    sqls = [q["sql"] for q in ctx.captured_queries]
+    lock = next(k for k, s in enumerate(sqls) if "pg_advisory" in s and "lock(" in s)
+    stream = next(k for k, s in enumerate(sqls) if 'FROM "curation_image"' in s and '"curation_reviewitem"' in s)
+    last_write = max(k for k, s in enumerate(sqls) if s.startswith(("WITH c AS", "WITH batch AS")))
+    assert lock < stream < last_write, (lock, stream, last_write)

@@ -17,9 +17,10 @@ import random
 import threading
 import time
 from array import array
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Iterable, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 from django.conf import settings
@@ -132,56 +133,60 @@ def review_queue_sync(*, source: Source, model_name: str | None = None, user: Us
     report = QueueSync(source=source.name, excluded={"broken_or_duplicate_file": 0, "not_extracted": 0, "decode_failed": 0,
                                                      "dropped_by_duplicate_search": 0, "class_removed": 0, "class_flagged": 0,
                                                      "class_not_in_filter_run": 0, "excluded_by_curator": 0})
-    ids, classes, priorities, required = array("q"), array("q"), array("d"), array("h")
-    items = array("q")  # the reviewable images' queue rows (0: not queued yet), beside ``ids``
-    every = array("q")  # every queue row of the source: the update batches' boundaries (at most QUEUE_BATCH rows each)
-    rows = (Image.objects.filter(source=source)
-            .annotate(emb=FilteredRelation("embeddings", condition=Q(embeddings__model_name=model_name)))
-            .order_by().values_list("id", "candidate_class_id", "status", "excluded_reason", "emb__id", "emb__ok", "emb__drop_reason",
-                                    "emb__nearest_id_similarity", "review_item__id"))
-    for image_id, class_id, status, excluded, emb_id, ok, drop_reason, similarity, item_id in rows.iterator(chunk_size=20000):
-        if item_id is not None:
-            every.append(item_id)
-        if status != Image.Status.OK:
-            report.excluded["broken_or_duplicate_file"] += 1
-            continue
-        if excluded:
-            report.excluded["excluded_by_curator"] += 1
-            continue
-        if emb_id is None:
-            # the class's verdict first: a removed class's images may never be extracted (run_image_pipeline
-            # --skip-removed-classes), and "not extracted" would hide why
-            standing = policy.of(class_id)
+    # one rebuild of a source at a time on PostgreSQL, from its read of the images to its last batch:
+    # a rebuild that read the images while another was inserting would take the other's new rows
+    # for images that left the queue (its wanted state is keyed by the rows it read)
+    with _queue_rebuild_lock(source):
+        ids, classes, priorities, required = array("q"), array("q"), array("d"), array("h")
+        items = array("q")  # the reviewable images' queue rows (0: not queued yet), beside ``ids``
+        every = array("q")  # every queue row of the source: the update batches' boundaries (at most QUEUE_BATCH rows each)
+        rows = (Image.objects.filter(source=source)
+                .annotate(emb=FilteredRelation("embeddings", condition=Q(embeddings__model_name=model_name)))
+                .order_by().values_list("id", "candidate_class_id", "status", "excluded_reason", "emb__id", "emb__ok", "emb__drop_reason",
+                                        "emb__nearest_id_similarity", "review_item__id"))
+        for image_id, class_id, status, excluded, emb_id, ok, drop_reason, similarity, item_id in rows.iterator(chunk_size=20000):
+            if item_id is not None:
+                every.append(item_id)
+            if status != Image.Status.OK:
+                report.excluded["broken_or_duplicate_file"] += 1
+                continue
+            if excluded:
+                report.excluded["excluded_by_curator"] += 1
+                continue
+            if emb_id is None:
+                # the class's verdict first: a removed class's images may never be extracted (run_image_pipeline
+                # --skip-removed-classes), and "not extracted" would hide why
+                standing = policy.of(class_id)
+                if not standing.reviewable:
+                    report.excluded[{"remove": "class_removed", "flag": "class_flagged"}.get(standing.verdict, "class_not_in_filter_run")] += 1
+                else:
+                    report.excluded["not_extracted"] += 1
+                continue
+            if not ok:
+                report.excluded["decode_failed"] += 1
+                continue
+            if drop_reason:
+                report.excluded["dropped_by_duplicate_search"] += 1
+                continue
+            standing = policy.of(class_id)  # the one class-eligibility policy (selectors.class_policy)
             if not standing.reviewable:
                 report.excluded[{"remove": "class_removed", "flag": "class_flagged"}.get(standing.verdict, "class_not_in_filter_run")] += 1
-            else:
-                report.excluded["not_extracted"] += 1
-            continue
-        if not ok:
-            report.excluded["decode_failed"] += 1
-            continue
-        if drop_reason:
-            report.excluded["dropped_by_duplicate_search"] += 1
-            continue
-        standing = policy.of(class_id)  # the one class-eligibility policy (selectors.class_policy)
-        if not standing.reviewable:
-            report.excluded[{"remove": "class_removed", "flag": "class_flagged"}.get(standing.verdict, "class_not_in_filter_run")] += 1
-            continue
-        cfg = per_class.get(class_id, base)
-        ids.append(image_id)
-        items.append(item_id or 0)
-        classes.append(class_id if class_id is not None else -1)
-        priorities.append(_priority(cfg.order, image_id, similarity))
-        required.append(cfg.reviews_required)
-    report.eligible = len(ids)
-    prio = np.frombuffer(priorities, dtype=np.float64) if len(priorities) else np.zeros(0)
-    if base.group_classes and settings.REVIEW_CLASS_RUN > 0:  # a class's images in a row (pipelines.review_order)
-        prio = class_runs_arrays(np.frombuffer(ids, dtype=np.int64), np.frombuffer(classes, dtype=np.int64), prio, settings.REVIEW_CLASS_RUN)
-    if connection.vendor == "postgresql":
-        # in batches, each its own transaction: a rebuild stopped half-way keeps what it wrote, and a
-        # rerun changes only what is still out of line (every statement compares before it writes)
-        _queue_apply_sql(source, ids, items, classes, prio, required, every, report)
-        _finalize_reached_sql(source, report)  # images that already have the reviews now required
+                continue
+            cfg = per_class.get(class_id, base)
+            ids.append(image_id)
+            items.append(item_id or 0)
+            classes.append(class_id if class_id is not None else -1)
+            priorities.append(_priority(cfg.order, image_id, similarity))
+            required.append(cfg.reviews_required)
+        report.eligible = len(ids)
+        prio = np.frombuffer(priorities, dtype=np.float64) if len(priorities) else np.zeros(0)
+        if base.group_classes and settings.REVIEW_CLASS_RUN > 0:  # a class's images in a row (pipelines.review_order)
+            prio = class_runs_arrays(np.frombuffer(ids, dtype=np.int64), np.frombuffer(classes, dtype=np.int64), prio, settings.REVIEW_CLASS_RUN)
+        if connection.vendor == "postgresql":
+            # in batches, each its own transaction: a rebuild stopped half-way keeps what it wrote, and a
+            # rerun changes only what is still out of line (every statement compares before it writes)
+            _queue_apply_sql(source, ids, items, classes, prio, required, every, report)
+            _finalize_reached_sql(source, report)  # images that already have the reviews now required
     with transaction.atomic():
         if connection.vendor != "postgresql":
             _queue_apply_rows(source, ids, classes, prio, required, report)
@@ -245,6 +250,26 @@ QUEUE_BATCH = 50_000  # queue rows (or new images) per statement of the PostgreS
 # change 800 s, 19 batches of 500,000 317 s.
 QUEUE_BATCH_IN_TRANSACTION = 500_000
 _QUEUE_LOCK = 45_0001  # pg_advisory_lock's first key for "rebuilding a source's queue" (the second: the source's id)
+
+
+@contextmanager
+def _queue_rebuild_lock(source: Source) -> Iterator[None]:
+    """PostgreSQL's advisory lock on rebuilding ``source``'s queue, held across the rebuild's
+    batches' transactions: a session lock released at the end, or inside a caller's transaction
+    a transaction lock released with it. Nothing on SQLite (one writer at a time anyway)."""
+    if connection.vendor != "postgresql":
+        yield
+        return
+    held_by_caller = connection.in_atomic_block
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_advisory_xact_lock(%s, %s)" if held_by_caller else "SELECT pg_advisory_lock(%s, %s)",
+                    [_QUEUE_LOCK, source.pk])
+    try:
+        yield
+    finally:
+        if not held_by_caller:
+            with connection.cursor() as cur:
+                cur.execute("SELECT pg_advisory_unlock(%s, %s)", [_QUEUE_LOCK, source.pk])
 
 
 def queue_batches(keys: Sequence[int] | np.ndarray, size: int) -> list[tuple[int, int]]:
@@ -316,14 +341,10 @@ def _queue_apply_sql(source: Source, ids, items, classes, prio, required, every,
     queued = item_ids > 0
     old = np.flatnonzero(queued)[np.argsort(item_ids[queued], kind="stable")]  # in queue row order: the table's heap
     new = np.flatnonzero(~queued)  # the stream's image order
-    held_by_caller = connection.in_atomic_block  # then a transaction-scoped lock (released with the caller's transaction)
-    size = QUEUE_BATCH_IN_TRANSACTION if held_by_caller else QUEUE_BATCH
+    size = QUEUE_BATCH_IN_TRANSACTION if connection.in_atomic_block else QUEUE_BATCH
     update_batches = queue_batches(every, size)
     insert_batches = queue_batches(image_ids[new], size) if len(new) else []
     with connection.cursor() as cur:
-        # one rebuild of a source at a time, for the whole rebuild (across its batches' transactions)
-        cur.execute("SELECT pg_advisory_xact_lock(%s, %s)" if held_by_caller else "SELECT pg_advisory_lock(%s, %s)",
-                    [_QUEUE_LOCK, source.pk])
         try:
             cur.execute("DROP TABLE IF EXISTS oodc_queue_target")
             cur.execute("DROP TABLE IF EXISTS oodc_queue_new")
@@ -346,8 +367,6 @@ def _queue_apply_sql(source: Source, ids, items, classes, prio, required, every,
             if not (connection.in_atomic_block and connection.needs_rollback):  # else the caller's rollback drops them
                 cur.execute("DROP TABLE IF EXISTS oodc_queue_target")
                 cur.execute("DROP TABLE IF EXISTS oodc_queue_new")
-            if not held_by_caller:
-                cur.execute("SELECT pg_advisory_unlock(%s, %s)", [_QUEUE_LOCK, source.pk])
 
 
 def _queue_apply_batch(cur, source_id: int, lo: int, hi: int, S) -> tuple[int, int, int]:
