@@ -9,7 +9,6 @@ REDIS_PORT="${REDIS_PORT:-6379}"
 
 ver=$(ls /usr/lib/postgresql 2>/dev/null | sort -V | tail -n 1)
 [ -n "$ver" ] || { echo "PostgreSQL is not installed: run scripts/setup.sh --test" >&2; exit 1; }
-pg_lsclusters -h 2>/dev/null | awk '{print $1" "$2}' | grep -qx "$ver main" || pg_createcluster "$ver" main >/dev/null
 # The buffer pool: a quarter of the memory, at most 8 GB (PostgreSQL's own advice; Debian's
 # default, 128 MB, is for small installs). At ImageNet-21K's size the queue's indexes are larger
 # than 128 MB, and a rebuild's batches then read and write an index page per row from disk: 1.5x
@@ -30,6 +29,7 @@ fi
 want="# written by scripts/services.sh (OODC_PG_SHARED_BUFFERS overrides)
 shared_buffers = '$buffers'"
 [ "${1:-}" = "--print-pg-config" ] && { printf '%s\n' "$want"; exit 0; }
+pg_lsclusters -h 2>/dev/null | awk '{print $1" "$2}' | grep -qx "$ver main" || pg_createcluster "$ver" main >/dev/null
 conf_dir="/etc/postgresql/$ver/main/conf.d"
 mkdir -p "$conf_dir"
 if [ "$(cat "$conf_dir/50-oodc.conf" 2>/dev/null)" != "$want" ]; then
