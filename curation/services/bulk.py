@@ -8,8 +8,9 @@ from __future__ import annotations
 import csv
 import io
 import json
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
+import numpy as np
 from django.db import connection, transaction
 from django.db.models import Model
 
@@ -51,3 +52,23 @@ def insert_rows(model: type[Model], fields: Sequence[str], rows: Iterable[tuple]
         cur.cursor.copy_expert(f"COPY oodc_copy_{opts.model_name} ({cols}) FROM STDIN WITH (FORMAT csv{force_null})", buf)
         cur.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM oodc_copy_{opts.model_name} ON CONFLICT DO NOTHING")
 
+
+def copy_columns(cur: Any, table: str, names: Sequence[str], columns: Sequence[np.ndarray], chunk: int = 200_000) -> None:
+    """Columns of equal length (numpy arrays) into ``table`` on PostgreSQL (the queue rebuild's
+    temporary tables; ``cur``: a Django cursor), a chunk of rows per COPY, each chunk's values
+    made Python numbers only while it is written (13.2M images: the whole columns as lists held
+    about 0.7 GB more). A negative value in an integer column is SQL's NULL (a class id of
+    -1: no class); floats keep every digit (``repr``)."""
+    n = len(columns[0]) if columns else 0
+    for start in range(0, n, chunk):
+        parts = []
+        for col in columns:
+            values = col[start:start + chunk].tolist()
+            if col.dtype.kind == "f":
+                parts.append([repr(v) for v in values])
+            else:
+                parts.append(["\\N" if v < 0 else str(v) for v in values])
+        buf = io.StringIO()
+        buf.writelines("\t".join(row) + "\n" for row in zip(*parts))
+        buf.seek(0)
+        cur.cursor.copy_expert(f"COPY {table} ({', '.join(names)}) FROM STDIN", buf)

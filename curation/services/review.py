@@ -46,6 +46,7 @@ from curation.models import (
     SynsetText,
 )
 from curation.selectors import Scope, annotator_scope, class_policy, not_seen_by
+from curation.services.bulk import copy_columns
 from curation.services.certification import certification_lease_orders, certification_quiet, certification_tick
 from pipelines.review_order import class_runs_arrays
 
@@ -290,28 +291,6 @@ def queue_batches(keys: Sequence[int] | np.ndarray, size: int) -> list[tuple[int
     return list(zip(lows, highs))
 
 
-def _copy_columns(cur, table: str, names: Sequence[str], columns: Sequence[np.ndarray], chunk: int = 200_000) -> None:
-    """Columns of equal length into a temporary table, a chunk of rows per COPY, each chunk's
-    values made Python numbers only while it is written (13.2M images: the whole columns as lists
-    held about 0.7 GB more). A negative value in an integer column is SQL's NULL (a class id of
-    -1: no class); floats keep every digit (``repr``)."""
-    import io
-
-    n = len(columns[0]) if columns else 0
-    for start in range(0, n, chunk):
-        parts = []
-        for col in columns:
-            values = col[start:start + chunk].tolist()
-            if col.dtype.kind == "f":
-                parts.append([repr(v) for v in values])
-            else:
-                parts.append(["\\N" if v < 0 else str(v) for v in values])
-        buf = io.StringIO()
-        buf.writelines("\t".join(row) + "\n" for row in zip(*parts))
-        buf.seek(0)
-        cur.cursor.copy_expert(f"COPY {table} ({', '.join(names)}) FROM STDIN", buf)
-
-
 def _queue_apply_sql(source: Source, ids, items, classes, prio, required, every, report: QueueSync) -> None:
     """The same as ``_queue_apply_rows`` by set-wise statements against two temporary tables (COPY):
     the wanted priority and reviews of each reviewable image already queued, by its queue row's
@@ -351,8 +330,8 @@ def _queue_apply_sql(source: Source, ids, items, classes, prio, required, every,
             cur.execute("CREATE TEMP TABLE oodc_queue_target (item_id bigint PRIMARY KEY, priority double precision, required smallint)")
             cur.execute("CREATE TEMP TABLE oodc_queue_new (image_id bigint PRIMARY KEY, class_id bigint, "
                         "priority double precision, required smallint)")
-            _copy_columns(cur, "oodc_queue_target", ("item_id", "priority", "required"), (item_ids[old], prio[old], need[old]))
-            _copy_columns(cur, "oodc_queue_new", ("image_id", "class_id", "priority", "required"),
+            copy_columns(cur, "oodc_queue_target", ("item_id", "priority", "required"), (item_ids[old], prio[old], need[old]))
+            copy_columns(cur, "oodc_queue_new", ("image_id", "class_id", "priority", "required"),
                           (image_ids[new], class_ids[new], prio[new], need[new]))
             cur.execute("ANALYZE oodc_queue_target")
             cur.execute("ANALYZE oodc_queue_new")
