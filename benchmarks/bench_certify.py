@@ -1,5 +1,5 @@
 """Certifying a pool from a sample (issue 37): validity and efficiency of the betting bound in
-pipelines/certify.py (the plans' default method) on simulated pools, against simple random
+pipelines/review/certify.py (the plans' default method) on simulated pools, against simple random
 sampling monitored the same way, and its cost at 1M images.
 
     .venv/bin/python benchmarks/bench_certify.py [--pools 1000] [--size 100000] [--workers 2] [--minutes M]
@@ -18,7 +18,7 @@ stratum-0 order drawn by draw_order(seed, 0), which numpy makes the same random 
 
 Each pool: ``size`` images, a share of them ID (0.5%, 2%, 5%); scores normal with unit
 variance, the ID images shifted so the score's AUROC between ID and OOD images is 0.8, 0.9 or
-0.95. Stratified ("strat."): the plan's default strata (``pipelines.certify.tail_quantiles``), a
+0.95. Stratified ("strat."): the plan's default strata (``pipelines.review.certify.tail_quantiles``), a
 pilot of ``PILOT_PER_STRATUM`` draws per stratum with stratum probabilities in proportion to size
 (a simple random sample of the pool), then stages (``stage_ends``: each adds ``STAGE_GROWTH`` - 1
 times the draws made), with probabilities from ``bet_allocation`` on the rates fitted to every
@@ -31,7 +31,7 @@ point <= the true total T) to the first one >= 1.6T:
 - Validity: the bound held at every review up to the stop iff K_i(g(T)) never reached 1/alpha
   (the proof in docs/review.md needs nothing else). For the first ``--verify`` pools of every
   setting the bound is also recomputed at the stop on the whole grid by
-  ``pipelines.certify.betting_upper`` and must be >= T and give the same stop.
+  ``pipelines.review.certify.betting_upper`` and must be >= T and give the same stop.
 - Efficiency: the stop is the first review i with bound_i - A_i <= 1.5 (T - A_i) (the bound on
   the unreviewed remainder's ID count within 1.5x of the truth); grid points above 1.6T are
   taken as rejected once 1.6T is (checked on the verified pools). Median reviews to stop, strat. vs SRS,
@@ -57,7 +57,7 @@ from scipy import stats  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipelines import certify as C  # noqa: E402
+from pipelines.review import certify as C  # noqa: E402
 
 ALPHA = 0.05
 SHARES = (0.005, 0.02, 0.05)

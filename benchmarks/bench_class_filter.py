@@ -30,9 +30,9 @@ COLD = r"""
 import time, sys
 t0 = time.perf_counter()
 from pathlib import Path
-from pipelines.wordnet_graph import load_noun_graph
-from pipelines.class_filter import Candidate, load_policy, run_class_filter
-from pipelines.imagenet import named_list
+from pipelines.classes.wordnet_graph import load_noun_graph
+from pipelines.classes.filter import Candidate, load_policy, run_class_filter
+from pipelines.classes.imagenet import named_list
 g = load_noun_graph(Path(sys.argv[1]), build=False)
 t1 = time.perf_counter()
 r = run_class_filter(g, [Candidate(key=w, wnid=w) for w in named_list("imagenet-21k")], list(named_list("imagenet-1k")), load_policy("imagenet-ood"))
@@ -44,8 +44,8 @@ NLTK = r"""
 import time, sys
 t0 = time.perf_counter()
 from pathlib import Path
-from pipelines.wordnet import load_wordnet
-from pipelines.imagenet import named_list
+from pipelines.classes.wordnet import load_wordnet
+from pipelines.classes.imagenet import named_list
 wn = load_wordnet(Path(sys.argv[1]))
 t1 = time.perf_counter()
 syn = lambda w: wn.synset_from_pos_and_offset("n", int(w[1:]))
@@ -84,9 +84,9 @@ def main() -> None:
     from django.conf import settings
 
     nltk_data = Path(settings.NLTK_DATA)
-    from pipelines.class_filter import Candidate, load_policy, run_class_filter
-    from pipelines.imagenet import named_list
-    from pipelines.wordnet_graph import NounGraph, load_noun_graph
+    from pipelines.classes.filter import Candidate, load_policy, run_class_filter
+    from pipelines.classes.imagenet import named_list
+    from pipelines.classes.wordnet_graph import NounGraph, load_noun_graph
 
     graph = load_noun_graph(nltk_data, log_to=print)  # makes sure the cache exists
     cold, nltk = [], []
@@ -102,7 +102,7 @@ def main() -> None:
         warm.append(time.perf_counter() - t)
     build = None
     if not args.skip_build:
-        from pipelines.wordnet import load_wordnet
+        from pipelines.classes.wordnet import load_wordnet
 
         wn = load_wordnet(nltk_data)
         t = time.perf_counter()

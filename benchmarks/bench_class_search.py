@@ -1,5 +1,5 @@
 """The WordNet noun search a curator types into when mapping a folder (82,115 nouns): the class
-search's index (pipelines/class_search.py, what /api/wordnet-nouns answers with) against the
+search's index (pipelines/classes/search.py, what /api/wordnet-nouns answers with) against the
 noun search it replaced (a loop over every synset's folded lemmas, kept below as it was) as the
 baseline, in the same run. Prints per-query median and worst time in ms and the ratio.
 
@@ -24,9 +24,9 @@ QUERIES = ["a", "ca", "cat", "dog", "stripe", "espresso", "crossword", "sea anem
 
 
 def previous_search(graph, text: str, *, limit: int = 12) -> list[int]:
-    """The noun search before the class search's rule (pipelines/wordnet_graph.py until issue 31):
+    """The noun search before the class search's rule (pipelines/classes/wordnet_graph.py until issue 31):
     a wnid itself, then exact lemmas, then lemma prefixes, then lemmas containing it."""
-    from pipelines.wordnet_graph import lemma_key
+    from pipelines.classes.wordnet_graph import lemma_key
 
     q = lemma_key(text.strip())
     if not q:
@@ -57,8 +57,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeat", type=int, default=5, help="times each query is run (default 5)")
     args = parser.parse_args()
-    from pipelines.class_search import ClassIndex, SearchEntry
-    from pipelines.wordnet_graph import load_noun_graph
+    from pipelines.classes.search import ClassIndex, SearchEntry
+    from pipelines.classes.wordnet_graph import load_noun_graph
 
     g = load_noun_graph(Path(os.environ.get("NLTK_DATA", REPO / "var" / "nltk_data")), build=False)
     for i in range(len(g.names)):

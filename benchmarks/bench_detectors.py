@@ -43,8 +43,8 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(a.threads)
-    from pipelines.detectors import DETECTORS, Head, Outputs, detector_names, get_detector
-    from pipelines.metrics import ood_metrics
+    from pipelines.evaluation.detectors import DETECTORS, Head, Outputs, detector_names, get_detector
+    from pipelines.evaluation.metrics import ood_metrics
 
     rng = np.random.default_rng(0)
     C, d, n = a.classes, a.dim, a.n

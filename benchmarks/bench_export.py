@@ -81,8 +81,8 @@ def run(work: Path, args) -> None:
 
     from curation.models import CandidateClass, FeatureShard, Image, ImageEmbedding, ReviewItem, Source
     from curation.services.exports import export_create, export_path, export_run_inline
-    from pipelines.classifiers import imagenet_1k_classes
-    from pipelines.export import archive_members, iter_tar_gz, iter_zip, read_manifest
+    from pipelines.export.write import archive_members, iter_tar_gz, iter_zip, read_manifest
+    from pipelines.features.classifiers import imagenet_1k_classes
 
     wnids_1k, _labels = imagenet_1k_classes()
     # candidate classes: real WordNet nouns outside ImageNet-1K would need WordNet; any 9-char ids do for throughput

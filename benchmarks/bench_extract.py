@@ -10,15 +10,15 @@ so) cut from the real photos shipped in scikit-image / scikit-learn, written to 
          already-transformed tensors, same batch size:
            torch          eager, contiguous (what the CPU path was before issue 51)
            torch-cl       eager, channels_last (the fallback)
-           openvino       pipelines.cpu_runtime's graph (what extraction runs on the CPU)
+           openvino       pipelines.features.cpu_runtime's graph (what extraction runs on the CPU)
            onnxruntime    the same model exported by torch.onnx, CPU provider (only when
                           onnxruntime is installed; not a dependency of the project)
-  e2e  : pipelines.extract.extract over the files (decode with draft, EXIF, RGB, timm's
+  e2e  : pipelines.features.extract.extract over the files (decode with draft, EXIF, RGB, timm's
          transform in DataLoader workers, forward, softmax/top-k/energy, float16 features)
          plus writing the features shard with np.save: what an extraction chunk does
          besides its database rows; pil decoder (the CPU default) and torchvision decoder.
 Models: the registered offline ones with their real weights; ``resnet50`` has RANDOM weights
-(pipelines.sanity.random_weight_model), labelled so: they time the architecture only.
+(pipelines.evaluation.sanity.random_weight_model), labelled so: they time the architecture only.
 Alternated ``repeats`` times; medians, images/s, and e2e over the fastest runtime's bare rate
 (goal >= 0.8x). The graph conversion (once per model and weights, cached) is not timed.
 """
@@ -62,8 +62,8 @@ def make_images(folder: Path, n: int) -> list[str]:
 
 
 def _model(name: str):
-    from pipelines.classifiers import MODELS, load_model
-    from pipelines.sanity import random_weight_model
+    from pipelines.evaluation.sanity import random_weight_model
+    from pipelines.features.classifiers import MODELS, load_model
 
     if name in MODELS:
         return load_model(name, device="cpu"), "real weights"
@@ -80,7 +80,7 @@ def _onnxruntime(lm, size: list[int], folder: Path, threads: int):
 
     import torch
 
-    from pipelines.cpu_runtime import logits_and_features
+    from pipelines.features.cpu_runtime import logits_and_features
 
     path = folder / "model.onnx"
     with warnings.catch_warnings():
@@ -97,9 +97,9 @@ def bench_model(name: str, paths: list[str], args, workers: int, tmp: Path) -> d
 
     import torch
 
-    from pipelines.cpu_runtime import choose
-    from pipelines.extract import extract
-    from pipelines.images import load_rgb_for_model
+    from pipelines.features.cpu_runtime import choose
+    from pipelines.features.extract import extract
+    from pipelines.sources.images import load_rgb_for_model
 
     lm, label = _model(name)
     size = [int(v) for v in lm.data_config["input_size"]]
@@ -163,7 +163,7 @@ def main() -> None:
     args = parser.parse_args()
     import torch
 
-    from pipelines.extract import default_loader_workers
+    from pipelines.features.extract import default_loader_workers
 
     workers = default_loader_workers() if args.workers is None else args.workers
     print(f"{args.images} JPEGs (~500x375), batch {args.batch_size}, {torch.get_num_threads()} torch threads, {workers} DataLoader "

@@ -69,8 +69,8 @@ def precomputed(n: int, seed: int):
     """Outputs shaped like a real extraction of n images (1,280-d float16 features, top-5)."""
     import numpy as np
 
-    from pipelines.classifiers import imagenet_1k_classes
-    from pipelines.extract import Extraction
+    from pipelines.features.classifiers import imagenet_1k_classes
+    from pipelines.features.extract import Extraction
 
     rng = np.random.default_rng(seed)
     probs = np.sort(rng.dirichlet(np.ones(1000) * 0.05, size=n).astype(np.float32), axis=1)[:, ::-1][:, :5]

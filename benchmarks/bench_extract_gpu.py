@@ -7,11 +7,11 @@ size of a typical ImageNet photo):
 - bare forward: random input tensors already on the device, the model as extraction runs it
   (bfloat16 weights and channels_last on CUDA), batch --batch-size: the ceiling;
 - ``extract(..., decoder="torchvision")``: files read by a thread pool, nvJPEG batches, tensor
-  resize, overlapped with the forward pass (pipelines/decode.py);
+  resize, overlapped with the forward pass (pipelines/features/decode.py);
 - ``extract(..., decoder="pil")``: Pillow and timm's transform in DataLoader workers;
 - their ratios to the bare forward and to each other;
 - with --search N: exact self-kNN (k = 10) of N x 1,280 float16 features on the device
-  (pipelines/gpu_search.py), and faiss's exact search on the CPU on a sample when faiss is
+  (pipelines/features/gpu_search.py), and faiss's exact search on the CPU on a sample when faiss is
   installed (extrapolated, labelled so), plus recall@10 of the device search against an exact
   float64 reference on a sample of queries.
 
@@ -58,12 +58,12 @@ def make_jpegs(folder: Path, n: int, size=(500, 375), seed: int = 0) -> list[str
 
 def load(model: str, device: str, random_weights: bool):
     if not random_weights:
-        from pipelines.classifiers import load_model
+        from pipelines.features.classifiers import load_model
 
         return load_model(model, device=device)
     import timm
 
-    from pipelines.classifiers import LoadedModel
+    from pipelines.features.classifiers import LoadedModel
 
     net = timm.create_model(model, pretrained=False, num_classes=1000).eval().to(device)  # timing only, never predictions
     cfg = timm.data.resolve_data_config({}, model=net)
@@ -82,7 +82,7 @@ def sync(device: str) -> None:
 def bare_forward(lm, batch: int, seconds: float = 10.0) -> float:
     import torch
 
-    from pipelines.extract import fast_model
+    from pipelines.features.extract import fast_model
 
     model, dtype = fast_model(lm)
     _c, h, w = lm.data_config["input_size"]
@@ -103,7 +103,7 @@ def bare_forward(lm, batch: int, seconds: float = 10.0) -> float:
 
 
 def end_to_end(lm, paths: list[str], decoder: str, batch: int, workers: int | None) -> tuple[float, dict]:
-    from pipelines.extract import extract
+    from pipelines.features.extract import extract
 
     extract(lm, paths[: batch * 2], decoder=decoder, batch_size=batch, num_workers=workers)  # warm-up (cuDNN, threads, caches)
     sync(lm.device)
@@ -120,7 +120,7 @@ def end_to_end(lm, paths: list[str], decoder: str, batch: int, workers: int | No
 def search(n: int, device: str, seed: int = 0) -> None:
     import numpy as np
 
-    from pipelines.gpu_search import exact_topk
+    from pipelines.features.gpu_search import exact_topk
 
     rng = np.random.default_rng(seed)
     # clustered features (as real ones are), unit length, float16 as stored
@@ -167,7 +167,7 @@ def main() -> None:
     args = ap.parse_args()
     import torch
 
-    from pipelines.extract import default_batch_size
+    from pipelines.features.extract import default_batch_size
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     name = torch.cuda.get_device_name(0) if device.startswith("cuda") else f"CPU ({os.cpu_count()} cores)"

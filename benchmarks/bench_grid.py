@@ -12,7 +12,7 @@ request (/api/images/thumbs?ids=..., what the screen asks), beside one request p
 
 Part 2, find similar over 1,000,000 stored feature vectors (synthetic: 1,000 Gaussian clusters
 in 1,280 dimensions, the pipeline model's width; no real feature set of that size exists here):
-the index pipelines/similar.py builds (faiss inverted file above 50,000 vectors), one query at a
+the index pipelines/features/similar.py builds (faiss inverted file above 50,000 vectors), one query at a
 time on 2 threads, its latency and recall@20 against exact search (brute force, the baseline).
 
     bash scripts/services.sh
@@ -53,7 +53,7 @@ def populate(n: int, data_dir: Path) -> None:
 
     from curation.models import Source
     from curation.services.review import review_queue_sync
-    from pipelines.imagenet import named_list
+    from pipelines.classes.imagenet import named_list
 
     call_command("set_id_classes", "imagenet-1k", stdout=open(os.devnull, "w"))
     wnids = list(named_list("imagenet-1k"))
@@ -210,7 +210,7 @@ def part_similar(args) -> None:
     import faiss
     import numpy as np
 
-    from pipelines import similar
+    from pipelines.features import similar
 
     faiss.omp_set_num_threads(2)
     n, d, k = args.vectors, 1280, 20

@@ -67,7 +67,7 @@ def populate(n: int, n_classes: int, root: Path) -> set[int]:
     from curation.services.review import review_queue_sync, review_settings_save
     from curation.services.users import user_create_with_role
     from fixtures.images import jpeg_bytes, pattern_image, write
-    from pipelines.imagenet import named_list
+    from pipelines.classes.imagenet import named_list
 
     call_command("set_id_classes", "imagenet-1k", stdout=open(os.devnull, "w"))
     wnids = [w for w in named_list("imagenet-1k") if w != PLANTED_WNID]

@@ -37,7 +37,7 @@ def main() -> int:
     import torch
 
     from fixtures.real_photos import BACKGROUNDS, _Cache, check_installed, composite, stamp_table
-    from pipelines.classifiers import load_model, offline_model_installed
+    from pipelines.features.classifiers import load_model, offline_model_installed
 
     check_installed()
     model_name = "efficientnet_lite2" if offline_model_installed("efficientnet_lite2") else "efficientnet_lite0"

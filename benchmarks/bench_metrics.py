@@ -18,7 +18,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipelines.metrics import ood_metrics  # noqa: E402
+from pipelines.evaluation.metrics import ood_metrics  # noqa: E402
 
 
 def best(fn, repeats):

@@ -6,7 +6,7 @@ Data: ``n`` vectors with the structure of real features: 1,000 class centres (Ga
 vector its class centre plus Gaussian noise (within-class cosine about 0.5, like penultimate
 features of one class), L2-normalised; ``pairs`` planted near-duplicates (a vector plus small
 noise, cosine about 0.985), like a resized or recompressed copy. Then, as
-pipelines.near_dups.knn does it above its exact-search size: spherical faiss k-means into
+pipelines.features.near_dups.knn does it above its exact-search size: spherical faiss k-means into
 nlist = 4 sqrt(n) cells (trained on 40 points per cell, 10 iterations), every vector assigned,
 and every cell joined with the members of its ``nprobe`` nearest cells in one matrix product,
 keeping each vector's k=10 nearest neighbours. Measured: the total time (all of that);
@@ -53,7 +53,7 @@ def main() -> None:
     args = parser.parse_args()
     import faiss
 
-    from pipelines.near_dups import DEFAULT_THRESHOLD, knn
+    from pipelines.features.near_dups import DEFAULT_THRESHOLD, knn
 
     print(f"faiss {faiss.__version__}, {faiss.omp_get_max_threads()} threads, {os.cpu_count()} CPUs")
     t0 = time.perf_counter()

@@ -69,8 +69,8 @@ def main() -> None:
 
     from curation.models import ExportMember, Image, ImageEmbedding, Source
     from fixtures.real_photos import read_answer_key
-    from pipelines.classifiers import linear_head, load_model
-    from pipelines.detectors import DetectorError, Head, Outputs, detector_names, get_detector
+    from pipelines.evaluation.detectors import DetectorError, Head, Outputs, detector_names, get_detector
+    from pipelines.features.classifiers import linear_head, load_model
 
     demo = Path(settings.DATA_DIR) / "demo"
     if not (demo / "answer_key.csv").is_file() or not Source.objects.filter(name="demo-candidates").exists():

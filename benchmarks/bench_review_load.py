@@ -63,7 +63,7 @@ def populate(n_images: int, n_annotators: int, data_dir: Path) -> list[str]:
     from curation.roles import ANNOTATOR
     from curation.services.review import review_queue_sync
     from curation.services.users import user_create_with_role
-    from pipelines.imagenet import named_list
+    from pipelines.classes.imagenet import named_list
 
     call_command("set_id_classes", "imagenet-1k", stdout=open(os.devnull, "w"))
     id_wnids = list(named_list("imagenet-1k"))

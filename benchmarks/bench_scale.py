@@ -169,7 +169,7 @@ def generate(n: int, seed: int) -> dict:
     )
     from curation.roles import ANNOTATOR, CURATOR
     from curation.services.users import user_create_with_role
-    from pipelines.imagenet import named_list
+    from pipelines.classes.imagenet import named_list
 
     assert settings.DEFAULT_MODEL == MODEL
     rng = np.random.default_rng(seed)

@@ -108,7 +108,7 @@ def main() -> None:
     from curation.services.ingest import ingest_run_inline, ingest_start
     from curation.services.renditions import rendition
     from curation.services.sources import source_register
-    from pipelines.extract import _Files
+    from pipelines.features.extract import _Files
 
     t = time.perf_counter()
     images = make_jpegs(args.images, args.classes)

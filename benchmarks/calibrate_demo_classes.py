@@ -26,8 +26,8 @@ def main() -> None:
     parser.add_argument("--models", default="efficientnet_lite0,efficientnet_lite2")
     args = parser.parse_args()
     from fixtures.real_photos import CALIBRATION, MIN_ID_ACCURACY, calibration_key, check_installed, select_id_classes, stamp_table
-    from pipelines.classifiers import load_model, top1_wnids
-    from pipelines.imagenet import named_list
+    from pipelines.classes.imagenet import named_list
+    from pipelines.features.classifiers import load_model, top1_wnids
 
     check_installed()
     recorded = json.loads(CALIBRATION.read_text()) if CALIBRATION.is_file() else {}

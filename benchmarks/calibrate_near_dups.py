@@ -7,7 +7,7 @@ For each distinct real photo shipped in the scikit-image / scikit-learn wheels
 quality 25, centre crop 85%, mirror, and crop + mirror + half size + JPEG 50). Features come
 from the model; the script prints the cosine similarity of every copy to its original, per
 transform, and of every pair of distinct photos, with the recall/false-match trade-off by
-threshold; then the pixel check (pipelines.near_dups.pixel_difference) on the copies, and on
+threshold; then the pixel check (pipelines.features.near_dups.pixel_difference) on the copies, and on
 look-alikes: the demo's generated pictures (flat gradients, stripes, noise) against its
 generated ID pictures, which classifier features rate as similar as real copies.
 """
@@ -32,9 +32,9 @@ def main() -> None:
 
     from fixtures.demo import package_data_file
     from fixtures.images import DISTINCT_REAL_PHOTOS, transformed_copies
-    from pipelines.classifiers import load_model
-    from pipelines.extract import extract
-    from pipelines.near_dups import DEFAULT_THRESHOLD, normalise
+    from pipelines.features.classifiers import load_model
+    from pipelines.features.extract import extract
+    from pipelines.features.near_dups import DEFAULT_THRESHOLD, normalise
 
     lm = load_model(args.model)
     with tempfile.TemporaryDirectory() as tmp:
@@ -75,7 +75,7 @@ def main() -> None:
 
     # the pixel check
     from fixtures.demo import GENERATED_CLASSES, generate_demo
-    from pipelines.near_dups import DEFAULT_MAX_PIXEL_DIFF, pixel_difference, pixel_signature
+    from pipelines.features.near_dups import DEFAULT_MAX_PIXEL_DIFF, pixel_difference, pixel_signature
 
     sig_orig = [pixel_signature(p) for p in originals]
     with tempfile.TemporaryDirectory() as tmp:

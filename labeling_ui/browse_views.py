@@ -253,7 +253,7 @@ def duplicate_group_page(request, image_id: int):
 @require_GET
 @role_required(CURATOR, api=True)
 def api_wordnet_nouns(request):
-    from pipelines.wordnet_graph import WordNetUnavailable
+    from pipelines.classes.wordnet_graph import WordNetUnavailable
 
     try:
         nouns = noun_search(request.GET.get("q", "")[:100], limit=12)

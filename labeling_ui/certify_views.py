@@ -1,6 +1,6 @@
 """The certification page (issue 37): plan a certification of a source's unreviewed images,
 watch the bound fall with every review, and close the plan. The statistics are in
-pipelines/certify.py, the work in curation/services/certification.py."""
+pipelines/review/certify.py, the work in curation/services/certification.py."""
 from __future__ import annotations
 
 import math
@@ -27,7 +27,7 @@ from curation.services.certification import (
 from curation.services.review import review_release_leases
 from labeling_ui.http import decimal_number, whole_number
 from labeling_ui.review_views import request_roles, role_required
-from pipelines import certify as C
+from pipelines.review import certify as C
 
 
 def _ticks(top: float, most: int = 6) -> list[float]:

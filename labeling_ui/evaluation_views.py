@@ -13,8 +13,8 @@ from curation.models import EvaluationRun
 from curation.roles import CURATOR, RESEARCHER
 from labeling_ui.http import attachment
 from labeling_ui.review_views import role_required
-from pipelines import csv_cells
-from pipelines.evaluation import LEADERBOARD_CSV_COLUMNS, leaderboard, leaderboard_rows
+from pipelines.evaluation.run import LEADERBOARD_CSV_COLUMNS, leaderboard, leaderboard_rows
+from pipelines.export import csv_cells
 
 
 @require_GET
@@ -98,7 +98,7 @@ def evaluation(request, run_id: int):
 @require_GET
 @role_required(CURATOR, RESEARCHER)
 def evaluation_leaderboard_csv(request, run_id: int):
-    """The models ranked per detector (pipelines.evaluation.leaderboard), as CSV."""
+    """The models ranked per detector (pipelines.evaluation.run.leaderboard), as CSV."""
     run = get_object_or_404(selectors.evaluation_list(), pk=run_id)
     buf = io.StringIO()
     writer = csv_cells.DictWriter(buf, fieldnames=LEADERBOARD_CSV_COLUMNS, extrasaction="ignore")

@@ -15,7 +15,7 @@ from curation.roles import CURATOR, RESEARCHER
 from curation.services.exports import export_path
 from labeling_ui.http import attachment, whole_number
 from labeling_ui.review_views import role_required
-from pipelines.export import (
+from pipelines.export.write import (
     LAYOUTS,
     MANIFEST,
     SUMS_FILE,
@@ -28,7 +28,7 @@ from pipelines.export import (
     read_manifest,
     sha256sums,
 )
-from pipelines.images import sha256_file
+from pipelines.sources.images import sha256_file
 
 log = logging.getLogger("curation.downloads")
 FORMATS = {"tar.gz": ("application/gzip", iter_tar_gz), "zip": ("application/zip", iter_zip)}
@@ -82,7 +82,7 @@ def datasheet(request, export_id: int):
     """The export's datasheet (its README.md), as written and checked against its manifest."""
     from django.utils.safestring import mark_safe
 
-    from pipelines.datasheet import to_html
+    from pipelines.export.datasheet import to_html
 
     export = get_object_or_404(Export, pk=export_id)
     if export.status != Export.Status.DONE:
@@ -152,7 +152,7 @@ def diff(request, export_id: int):
     import csv
     import io
 
-    from pipelines.export_diff import DIFF_COLUMNS, meaning, summary_line
+    from pipelines.export.diff import DIFF_COLUMNS, meaning, summary_line
 
     export = get_object_or_404(Export, pk=export_id)
     if export.status != Export.Status.DONE:

@@ -15,7 +15,7 @@ from curation.services.browse import MAX_SELECTION
 from curation.services.embedding_map import MapError, embedding_map_points, embedding_map_start
 from labeling_ui.http import object_id
 from labeling_ui.review_views import request_roles, role_required
-from pipelines.embedding_map import METHODS
+from pipelines.features.embedding_map import METHODS
 from pipelines.names import class_label
 from pipelines.numbers import comma_list
 

@@ -291,7 +291,7 @@ def dashboard(request):
 
     d = selectors.review_dashboard(snap=review_stats_current(), after=(after_source, after_class) if after_source is not None else None)
     quality = {q.name: q for q in d["quality"]}
-    for row in d["annotators"]:  # pace against the team and the flags (pipelines/annotator_quality.py)
+    for row in d["annotators"]:  # pace against the team and the flags (pipelines/review/annotator_quality.py)
         row["q"] = quality.get(row["annotator__username"])
     sources = list(Source.objects.filter(role=Source.Role.CANDIDATE).order_by("name"))
     base = {s.source_id: s for s in d["settings"] if s.candidate_class_id is None}

@@ -12,7 +12,7 @@ from curation import selectors
 from curation.models import ClassFilterRun
 from curation.roles import CURATOR, RESEARCHER, user_roles
 from labeling_ui.http import attachment, whole_number
-from pipelines import csv_cells
+from pipelines.export import csv_cells
 
 
 @login_required

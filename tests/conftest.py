@@ -100,7 +100,7 @@ def isolated_roots(tmp_path, settings):
 
 @pytest.fixture(scope="session")
 def wn():
-    from pipelines.wordnet import load_wordnet
+    from pipelines.classes.wordnet import load_wordnet
 
     return load_wordnet(settings.NLTK_DATA)
 
@@ -143,7 +143,7 @@ def add_twenty_broken(root: Path, cls: str, seed: int = 1) -> dict[str, str]:
 @pytest.fixture(scope="session")
 def lite0():
     """The offline ImageNet-1K model with its real weights (loaded once per test session)."""
-    from pipelines.classifiers import load_model
+    from pipelines.features.classifiers import load_model
 
     return load_model("efficientnet_lite0", device="cpu")
 

@@ -76,7 +76,7 @@ def id_sets(tmp_path: Path, sizes: dict[str, tuple[int, int]]) -> None:
     classes each, distinct pictures across the sets (no duplicate from one set to another)."""
     from PIL import Image as PILImage
 
-    from pipelines.classifiers import imagenet_1k_classes
+    from pipelines.features.classifiers import imagenet_1k_classes
 
     wnids = imagenet_1k_classes()[0]
     for name, (n, width) in sizes.items():

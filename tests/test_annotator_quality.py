@@ -15,7 +15,7 @@ from curation.models import Review
 from curation.roles import ANNOTATOR, CURATOR
 from curation.services.review import review_cache_clear, review_next, review_settings_save, review_submit
 from curation.services.users import user_create_with_role
-from pipelines.annotator_quality import AnnotatorTimes, QualityRules, annotator_quality
+from pipelines.review.annotator_quality import AnnotatorTimes, QualityRules, annotator_quality
 from tests.conftest import SHOTS, browser_login
 from tests.review_data import queue_with_rows
 

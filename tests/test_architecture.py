@@ -50,7 +50,7 @@ def test_no_module_imports_another_modules_private_names():
 
 def test_starting_a_process_with_the_urls_admin_and_tasks_loaded_imports_nothing_heavy():
     """Every command, worker and web process loads the URLs, the admin or the tasks. scipy.stats
-    (pipelines.certify) and scipy.optimize (the OpenMax detector) added 1.2 s and 0.4 s to each
+    (pipelines.review.certify) and scipy.optimize (the OpenMax detector) added 1.2 s and 0.4 s to each
     start when imported at module level; the functions that need them import them. torch, timm,
     faiss, nltk and the rest load where a job or command uses them, not in every process."""
     import os

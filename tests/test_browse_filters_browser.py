@@ -17,7 +17,7 @@ from curation.roles import ANNOTATOR, CURATOR, RESEARCHER
 from curation.services.browse import images_label
 from curation.services.review import review_adjudicate, review_cache_clear, review_next, review_queue_sync, review_settings_save, review_submit
 from curation.services.users import user_create_with_role
-from pipelines.class_search import ClassIndex, SearchEntry
+from pipelines.classes.search import ClassIndex, SearchEntry
 from tests.conftest import SHOTS, browser_login, follow
 from tests.review_data import fake_predictions, ingest, write_candidates
 

@@ -21,7 +21,7 @@ from curation.services.certification import (
 )
 from curation.services.review import review_cache_clear, review_next, review_submit
 from curation.services.users import user_create_with_role
-from pipelines import certify as C
+from pipelines.review import certify as C
 from tests.review_data import FAKE_TOP5, queue_with_rows
 
 pytestmark = pytest.mark.django_db
@@ -78,9 +78,9 @@ def test_a_plan_begun_under_the_doubling_schedule_goes_on_under_the_current_one(
 
 
 def test_betting_plan_replays_its_draws_serves_them_first_and_stops_when_certified(tmp_path):
-    """The default method: strata at pipelines.certify.tail_quantiles, a pilot of pilot x strata
+    """The default method: strata at pipelines.review.certify.tail_quantiles, a pilot of pilot x strata
     draws with probabilities in proportion to size, stages queued as reviews come in, the bound
-    from pipelines.certify.betting_upper on the decided prefix, each draw under its stage's weights."""
+    from pipelines.review.certify.betting_upper on the decided prefix, each draw under its stage's weights."""
     source = queue_with_rows(tmp_path, n=60)
     plan = certification_plan_create(source=source, n_strata=3, pilot=4, target=0.3, confidence=0.9, seed=11)
     assert plan.prior == C.BETTING
@@ -134,7 +134,7 @@ def test_plan_draw_replays_and_the_sample_is_served_first_then_stops_when_certif
                                      method="wor-cs/shared")
     units = list(CertificationUnit.objects.filter(plan=plan).values_list("item_id", "stratum", "draw", "serve"))
     assert len(units) == 60 and [s["size"] for s in plan.strata] == [20, 20, 20]
-    # the draw replays from the seed: stratum h's order is pipelines.certify.draw_order(seed, h)
+    # the draw replays from the seed: stratum h's order is pipelines.review.certify.draw_order(seed, h)
     for h in range(3):
         members = sorted(i for i, s, _d, _v in units if s == h)
         by_draw = [i for i, s, d, _v in sorted(units, key=lambda u: u[2]) if s == h]

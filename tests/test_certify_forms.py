@@ -30,7 +30,7 @@ from curation.services.certification import (
 from curation.services.review import review_cache_clear, review_next, review_submit
 from curation.services.users import user_create_with_role
 from labeling_ui.http import decimal_number
-from pipelines import certify as C
+from pipelines.review import certify as C
 from tests.review_data import queue_with_rows
 
 PLAN = {"strata": "2", "pilot": "3", "target": "20", "confidence": "0.9"}

@@ -1,7 +1,7 @@
 """Issue 50: the certification sampler draws each stratum with the probability the betting bound
 assumes for that draw, also after a stratum runs out in the middle of a stage.
 
-The proof (docs/review.md, "Why the bound holds"; pipelines/certify.py) needs one fact of the
+The proof (docs/review.md, "Why the bound holds"; pipelines/review/certify.py) needs one fact of the
 sampler: given everything before draw i, stratum h is picked with probability
 
     pi_h = w_h [M_h > 0] / sum_g w_g [M_g > 0]
@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from pipelines import certify as C
+from pipelines.review import certify as C
 
 
 def stated_pi(base, left):
@@ -169,7 +169,7 @@ def test_the_importance_weighted_draw_has_mean_T_given_any_past_across_a_stratum
 
 
 def test_the_bound_uses_the_stated_probabilities_after_a_stratum_runs_out():
-    """The bound's Y (pipelines.certify.draw_path) on a sampled path that empties two strata is
+    """The bound's Y (pipelines.review.certify.draw_path) on a sampled path that empties two strata is
     A + x M_h / pi_h with the stated pi, draw by draw."""
     sizes, base = [6, 3, 1], np.array([0.2, 0.3, 0.5])
     lab = C.draw_strata(sizes=sizes, drawn=[0, 0, 0], base=base, n=10, seed=5, stream=0)

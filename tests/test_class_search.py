@@ -1,4 +1,4 @@
-"""The one ranking rule of class search (pipelines/class_search.py, issue 31): exact name, then
+"""The one ranking rule of class search (pipelines/classes/search.py, issue 31): exact name, then
 exact lemma, then prefixes, then any part of a name or lemma, then the gloss, then the wnid; ties
 in the order given. The expected lists are written out here from that rule, on the real ImageNet
 class list (timm's lemmas and definitions) and the real WordNet nouns."""
@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from django.conf import settings
 
-from pipelines.class_search import Ambiguous, ClassIndex, SearchEntry, fold, rank, resolve_one, tier_of
-from pipelines.imagenet import imagenet_lemmas, named_list, timm_info_dir
+from pipelines.classes.imagenet import imagenet_lemmas, named_list, timm_info_dir
+from pipelines.classes.search import Ambiguous, ClassIndex, SearchEntry, fold, rank, resolve_one, tier_of
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +26,7 @@ def imagenet():
 
 @pytest.fixture(scope="module")
 def nouns():
-    from pipelines.wordnet_graph import load_noun_graph
+    from pipelines.classes.wordnet_graph import load_noun_graph
 
     g = load_noun_graph(settings.NLTK_DATA)
     return ClassIndex(SearchEntry(g.label(i), tuple(x.replace("_", " ") for x in g.lemmas[i]), g.glosses[i], g.wnid(i), g.wnid(i))

@@ -8,7 +8,7 @@ import io
 import pytest
 from django.core.management import call_command
 
-from pipelines.detectors import DETECTORS, default_detectors, detector_names
+from pipelines.evaluation.detectors import DETECTORS, default_detectors, detector_names
 
 pytestmark = pytest.mark.django_db
 

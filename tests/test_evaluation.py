@@ -18,7 +18,7 @@ from PIL import Image as PILImage
 from curation.models import EvalFeatureSet, EvaluationRun, Export, Job
 from curation.selectors import evaluation_csv_rows
 from curation.services.evaluation import EvaluationError, cache_dir, evaluation_create, evaluation_run_inline, export_set, outputs_import
-from pipelines.classifiers import imagenet_1k_classes
+from pipelines.features.classifiers import imagenet_1k_classes
 from tests.review_data import ingest
 
 pytestmark = pytest.mark.django_db
@@ -266,7 +266,7 @@ def test_conventions_are_chosen_recorded_and_shown(tmp_path, role_groups):
     assert "conventions: FPR@95 ID+ ninco-interpolated; AUPR average-precision; mOAA code; severity c-ood" in out.getvalue()
     # the pooled FPR is NINCO's code's: np.quantile of the ID scores (written here, not our helper)
     from curation.services.evaluation import load_outputs
-    from pipelines.detectors import get_detector
+    from pipelines.evaluation.detectors import get_detector
 
     fit, _, _, _ = load_outputs(EvalFeatureSet.objects.get(dataset="import:fit"))
     test, _, _, _ = load_outputs(EvalFeatureSet.objects.get(dataset="import:test"))
@@ -294,7 +294,7 @@ def test_odin_scores_cached_under_the_old_rule_are_computed_again_not_mixed(tmp_
     """ODIN's step changed (epsilon now in pixel space): outputs cached with the old key must not be
     reused; the plan schedules ODIN afresh under the new key."""
     from curation.services.evaluation import evaluation_plan, resolve_set
-    from pipelines.detectors.odin import odin_key
+    from pipelines.evaluation.detectors.odin import odin_key
 
     src = _id_source(tmp_path, "idtest")
     _id_source(tmp_path, "idfit")
@@ -363,8 +363,8 @@ def test_results_per_difficulty_sub_split_of_the_export(tmp_path, role_groups):
 
 
 def test_restricting_logits_keeps_those_classes_and_renumbers_labels():
-    from pipelines.detectors import Head, Outputs
-    from pipelines.evaluation import restrict_classes
+    from pipelines.evaluation.detectors import Head, Outputs
+    from pipelines.evaluation.run import restrict_classes
 
     logits = np.arange(12, dtype=np.float32).reshape(2, 6)
     out = restrict_classes(Outputs(features=np.ones((2, 3)), logits=logits, labels=np.array([4, 1])), np.array([4, 0, 2]))
@@ -495,7 +495,7 @@ def test_export_page_warns_when_random_networks_separate_the_ood_set(tmp_path, r
     assert run.results["sanity"]["status"] == "skipped" and "imported outputs" in run.results["sanity"]["note"]
     researcher = _client("res", "researcher")
     assert "Random-weight sanity check" not in researcher.get("/exports/").content.decode()
-    # a later run whose random networks told the OOD set apart (the shape pipelines.sanity returns)
+    # a later run whose random networks told the OOD set apart (the shape pipelines.evaluation.sanity returns)
     det = {"aurocs": [0.81, 0.79], "mean": 0.8, "std": 0.01}
     run.results = {**run.results, "sanity": {
         "status": "done", "weights": "RANDOM WEIGHTS (sanity check only): resnet18, Kaiming normal, seeds 0..1", "threshold": 0.1,
@@ -539,7 +539,7 @@ def test_leaderboard_ranks_models_per_detector_on_the_page_and_in_its_csv(tmp_pa
     """Issue 32: many models at once; the run page ranks them per detector with AUROC against ID
     accuracy, and leaderboard.csv has the same ranks. (A second model's results are written here
     from the first's, AUROC lowered: the ranking is what is checked.)"""
-    from pipelines.evaluation import leaderboard
+    from pipelines.evaluation.run import leaderboard
 
     export = _world(tmp_path)
     call_command("evaluate", export=export.name, id_test="import:test", id_fit="import:fit", models="toy", methods="msp,energy",
@@ -569,11 +569,11 @@ def test_admin_choices_are_the_pipelines_constants():
     """The admin form offers exactly the conventions, protocols and decoders the pipelines define
     (as the evaluate command's choices), and each detector's named conventions (issue 32)."""
     from curation.admin.evaluation import EvaluationCreateForm
-    from pipelines.decode import DECODERS
-    from pipelines.detectors.ash import TIE_RULES
-    from pipelines.detectors.odin import GRADIENTS
-    from pipelines.metrics import AUPR_METHODS, FPR_METHODS, OAA_CONVENTIONS
-    from pipelines.severity import PROTOCOLS
+    from pipelines.evaluation.detectors.ash import TIE_RULES
+    from pipelines.evaluation.detectors.odin import GRADIENTS
+    from pipelines.evaluation.metrics import AUPR_METHODS, FPR_METHODS, OAA_CONVENTIONS
+    from pipelines.evaluation.severity import PROTOCOLS
+    from pipelines.features.decode import DECODERS
 
     form = EvaluationCreateForm()
     values = {name: [c for c, _ in form.fields[name].choices] for name in
@@ -583,13 +583,13 @@ def test_admin_choices_are_the_pipelines_constants():
                       "odin_gradient": list(GRADIENTS)}
     # the unit tests' conventions on the export form, as make_unit_tests --convention offers them
     from curation.admin.exports import ExportCreateForm
-    from pipelines.unit_tests import CONVENTIONS
+    from pipelines.export.unit_tests import CONVENTIONS
 
     field = ExportCreateForm().fields["convention"]
     assert [c for c, _ in field.choices] == list(CONVENTIONS) and field.initial == CONVENTIONS[0]
     # and the corruptions' severities on the covariate-shift form, as make_covariate_shift's
     from curation.admin.sources import CovariateShiftForm
-    from pipelines.corruptions import CORRUPTIONS, SEVERITIES
+    from pipelines.evaluation.corruptions import CORRUPTIONS, SEVERITIES
 
     form = CovariateShiftForm()
     assert [c for c, _ in form.fields["corruptions"].choices] == list(CORRUPTIONS)
@@ -600,7 +600,7 @@ def test_per_layer_outputs_are_planned_for_the_fit_set_too_and_loaded_with_their
     """The Mahalanobis ensemble needs its layers' pooled maps for the ID fit set as well (input_fit):
     the plan schedules them there, and cached per-layer rows come back with their widths."""
     from curation.services.evaluation import evaluation_plan, load_outputs, resolve_set
-    from pipelines.detectors.mds_ensemble import mds_key
+    from pipelines.evaluation.detectors.mds_ensemble import mds_key
 
     src = _id_source(tmp_path, "idtest")
     _id_source(tmp_path, "idfit")
@@ -681,7 +681,7 @@ def test_a_detector_failing_inside_a_run_fails_the_run_and_names_it(tmp_path, ro
     """A detector that raises inside a run marks the run failed as ``partial:`` naming the
     detector and its error; the other detectors' results stand and show; the command exits 1
     with that message. (Issue 47 row 6 was MSP failing on a negative window, the run "done".)"""
-    from pipelines.detectors import DETECTORS
+    from pipelines.evaluation.detectors import DETECTORS
 
     export = _world(tmp_path)
 

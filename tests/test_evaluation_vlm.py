@@ -15,8 +15,8 @@ from django.test import Client
 from PIL import Image as PILImage
 
 from curation.models import EvalFeatureSet, EvaluationRun, IdClassSet, Job
-from pipelines.classifiers import imagenet_1k_classes
-from pipelines.evaluation import leaderboard
+from pipelines.evaluation.run import leaderboard
+from pipelines.features.classifiers import imagenet_1k_classes
 from tests.review_data import ingest
 from tests.vlm_model import TINY_ARCH, tiny_clip_file
 
@@ -136,8 +136,8 @@ def test_imagenet_fs_x_preset_and_runs_without_weights_stop_in_one_line(tmp_path
         call_command("evaluate", preset="imagenet-x", id_test="source:val", id_fit="source:train", models=clip, methods="clip_mcm",
                      sanity_seeds=0, stdout=io.StringIO(), stderr=io.StringIO())
     # no weights: one line naming the model and how to supply the file, exit status 1, no run left
-    monkeypatch.setattr("pipelines.vlm.unreachable", lambda url: "OSError: network unreachable")
-    monkeypatch.setattr("pipelines.vlm._cached_tag_file", lambda cfg: None)
+    monkeypatch.setattr("pipelines.evaluation.vlm.unreachable", lambda url: "OSError: network unreachable")
+    monkeypatch.setattr("pipelines.evaluation.vlm._cached_tag_file", lambda cfg: None)
     for models, message in (("clip:ViT-B-16-quickgelu:openai", "pass clip:ViT-B-16-quickgelu:/path/to/open_clip_pytorch_model.bin"),
                             (f"clip:ViT-B-16-quickgelu:{tmp_path}/nothing.bin", "no weights file")):
         status, err = _evaluate_argv("--preset", "imagenet-x", "--id-test", "source:val", "--id-fit", "source:train",

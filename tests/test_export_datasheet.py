@@ -187,7 +187,7 @@ def test_the_datasheets_numbers_are_the_databases(reviewed, client):
 
 
 def test_the_datasheet_escapes_what_people_typed():
-    from pipelines.datasheet import to_html
+    from pipelines.export.datasheet import to_html
 
     text = "---\npretty_name: \"x\"\n---\n\n# a <b>\n\n| class | n |\n|---|---|\n| <img src=x onerror=alert(1)> \\| pipe | 1 |\n\n- `<script>` **<i>**\n"
     out = to_html(text)

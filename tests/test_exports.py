@@ -20,7 +20,7 @@ from django.core.management.base import CommandError
 
 from curation.models import Export, ExportMember, FeatureShard, Image, ImageEmbedding, ReviewItem, Source
 from curation.services.review import review_cache_clear, review_next, review_submit
-from pipelines.agreement import wilson_interval
+from pipelines.review.agreement import wilson_interval
 from tests.review_data import KEPT_CLASSES, ingest, queue_with_rows
 
 pytestmark = pytest.mark.django_db

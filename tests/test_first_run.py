@@ -45,7 +45,7 @@ def test_documented_defaults_are_the_codes(monkeypatch):
                          ("OODC_REVIEW_LEASE_SECONDS", "REVIEW_LEASE_SECONDS"), ("OODC_REVIEW_PREFETCH", "REVIEW_PREFETCH"),
                          ("OODC_EVAL_CHUNK_SIZE", "EVAL_CHUNK_SIZE"), ("OODC_NEAR_DUP_MAX_PIXEL_DIFF", "NEAR_DUP_MAX_PIXEL_DIFF")):
         assert float(table[env].replace(",", "")) == float(getattr(settings, setting)), env
-    from pipelines.classifiers import hub_timeout
+    from pipelines.features.classifiers import hub_timeout
 
     monkeypatch.delenv("OODC_HUB_TIMEOUT_S", raising=False)
     assert float(table["OODC_HUB_TIMEOUT_S"]) == hub_timeout()
@@ -53,7 +53,7 @@ def test_documented_defaults_are_the_codes(monkeypatch):
 
 def test_the_bomb_refusal_names_the_documented_limit():
     from fixtures.images import decompression_bomb_png
-    from pipelines.images import inspect_image_bytes
+    from pipelines.sources.images import inspect_image_bytes
 
     documented = re.search(r"\| `OODC_MAX_IMAGE_PIXELS` \| ([\d,]+) \|", (REPO / "README.md").read_text()).group(1)
     assert int(documented.replace(",", "")) == settings.MAX_IMAGE_PIXELS  # the README's default is the code's
@@ -222,7 +222,7 @@ def test_class_filter_report_lists_kept_classes_and_searches_all_rows(client, tm
 def test_plots_give_each_of_many_series_its_own_style_and_keep_the_legend_off_the_data():
     import numpy as np
 
-    from pipelines.eval_plots import fpr_cdf_figure, series_styles
+    from pipelines.evaluation.plots import fpr_cdf_figure, series_styles
 
     styles = series_styles(16)
     assert len({(s["color"], s["linestyle"], s["marker"]) for s in styles}) == 16

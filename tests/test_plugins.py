@@ -11,7 +11,7 @@ from django.core.management import call_command
 
 from curation.models import EvaluationRun
 from curation.services.evaluation import EvaluationError, evaluation_create, evaluation_run_inline
-from pipelines.detectors import DETECTORS, Detector, Param, register_detector, softmax
+from pipelines.evaluation.detectors import DETECTORS, Detector, Param, register_detector, softmax
 from tests.conftest import REPO
 from tests.test_evaluation import _client, _world
 
@@ -100,7 +100,7 @@ def test_an_evaluation_run_without_parameters_takes_the_declared_defaults(tmp_pa
 @pytest.fixture
 def flat_layout():
     """A layout that exists only for this test: every image in one folder, with a file list."""
-    from pipelines.layouts import LAYOUTS, Layout, register_layout, write_list
+    from pipelines.export.layouts import LAYOUTS, Layout, register_layout, write_list
 
     @register_layout
     class Flat(Layout):

@@ -404,7 +404,7 @@ def form_cases(ids: dict) -> list[tuple]:
     from curation.models import CertificationPlan, ReviewSettings
     from labeling_ui.browse_views import DUPLICATE_ACTIONS, IMAGE_ACTIONS, LABEL_DECISIONS
     from labeling_ui.review_views import CLASS_KINDS, CLASS_VERDICTS
-    from pipelines.embedding_map import METHODS
+    from pipelines.features.embedding_map import METHODS
 
     image, source, signal = ids["image_id"], ids["source_id"], ids["signal_id"]
     return [

@@ -301,7 +301,7 @@ def test_a_typed_class_name_is_resolved_among_the_classes_holding_its_words(pool
     every word of the name (one query), never the index of all 19,167 (about 1 s to make), and
     answers as the whole index does: the same classes, the same ambiguity and the same message."""
     from curation.selectors import browse
-    from pipelines.class_search import Ambiguous, resolve_one
+    from pipelines.classes.search import Ambiguous, resolve_one
 
     source, classes, _ann, _model = pool
     other = Source.objects.create(name="other", root="/nonexistent")

@@ -11,7 +11,7 @@ from django.test.utils import CaptureQueriesContext
 
 from curation.models import CandidateClass, Image, ImageEmbedding, ReviewItem, Source
 from curation.services.review import review_queue_sync, review_settings_save
-from pipelines.review_order import class_runs, class_runs_arrays
+from pipelines.review.order import class_runs, class_runs_arrays
 
 pytestmark = pytest.mark.django_db
 
@@ -92,7 +92,7 @@ def test_the_dashboards_agreement_is_summed_by_the_database_and_equals_the_per_i
     (1M images: 15 s, most of it the pairs looped over every image in Python)."""
     from curation import selectors
     from curation.models import Assignment, Review
-    from pipelines.agreement import cohen_kappa, fleiss_kappa
+    from pipelines.review.agreement import cohen_kappa, fleiss_kappa
 
     source = _pool(60)
     cls = CandidateClass.objects.filter(source=source).first()

@@ -119,7 +119,7 @@ def test_archive_entries_come_only_from_safe_relative_paths(tmp_path, client, ro
     with zipfile.ZipFile(io.BytesIO(b"".join(r.streaming_content))) as zf:
         assert all(_entry_is_safe(n, "arc-v1") for n in zf.namelist())
     # a manifest that lists escaping names (it is re-signed here, as an attacker with disk access could)
-    from pipelines.export import archive_members
+    from pipelines.export.write import archive_members
 
     manifest = json.loads((root / "manifest.json").read_text())
     manifest["files"].update({"../../etc/passwd": "0" * 64, "/etc/shadow": "0" * 64, "ninco/../../x": "0" * 64})
@@ -212,7 +212,7 @@ def _runnable(cell: str) -> bool:
 
 
 def test_csv_cells_a_spreadsheet_would_run_are_neutralised(tmp_path):
-    from pipelines.export import ExportItem, Placed, write_csv, write_layout_lists
+    from pipelines.export.write import ExportItem, Placed, write_csv, write_layout_lists
 
     hostile = ["=HYPERLINK(\"http://x\")", "+SUM(1,2)", "-2+3", "@cmd", "\tx", "=1"]
     rows = [[h, -0.5, "-0.5", "+3"] for h in hostile]
@@ -245,7 +245,7 @@ def test_class_folders_named_like_formulas_reach_no_csv_unneutralised(tmp_path, 
 
 
 def test_openood_lists_never_hold_whitespace_or_control_characters(tmp_path):
-    from pipelines.export import ExportItem, plan_paths
+    from pipelines.export.write import ExportItem, plan_paths
 
     items = [ExportItem(image_id=i, src="", sha256="0" * 64, wnid="n09999999", class_name="c", file_name=n)
              for i, n in enumerate(["a b.jpg", "tab\there.jpg", "new\nline.jpg", "plain.jpg"])]
@@ -349,8 +349,8 @@ def test_command_errors_are_one_line_naming_the_input(tmp_path):
 def test_dangling_symlinks_bad_png_crcs_and_empty_sources_are_named_for_what_they_are(tmp_path):
     from PIL import Image as PILImage
 
-    from pipelines.images import inspect_image
-    from pipelines.sources import scan_source
+    from pipelines.sources.images import inspect_image
+    from pipelines.sources.walk import scan_source
 
     root = tmp_path / "src"
     (root / "sky").mkdir(parents=True)

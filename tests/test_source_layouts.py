@@ -22,7 +22,7 @@ from curation.services.renditions import RenditionError, rendition
 from curation.services.review import review_queue_sync
 from fixtures.archives import write_class_tars, write_hf_parquet, write_wds_shards
 from fixtures.images import decompression_bomb_png, jpeg_bytes, pattern_image
-from pipelines.source_layouts import MemberChanged
+from pipelines.sources.layouts import MemberChanged
 from tests.review_data import KEPT_CLASSES, fake_predictions
 
 pytestmark = pytest.mark.django_db
@@ -127,7 +127,7 @@ def test_parquet_written_by_datasets_with_image_and_classlabel(tmp_path):
 
 
 def test_hostile_archives_are_refused_item_by_item_and_the_batch_goes_on(tmp_path, monkeypatch):
-    import pipelines.source_layouts as layouts
+    import pipelines.sources.layouts as layouts
 
     monkeypatch.setattr(layouts, "DEFAULT_MAX_BYTES", 200_000)
     root = tmp_path / "hostile"
@@ -365,9 +365,9 @@ def test_auditing_a_published_list_ends_in_a_certificate(tmp_path, settings):
 
 @pytest.mark.parametrize("fmt", [tarfile.GNU_FORMAT, tarfile.PAX_FORMAT, tarfile.USTAR_FORMAT])
 def test_the_fast_header_reader_reads_what_tarfile_reads(tmp_path, fmt):
-    """pipelines/source_layouts/_tar.py reads headers itself (tarfile's Python is 5x slower on
+    """pipelines/sources/layouts/_tar.py reads headers itself (tarfile's Python is 5x slower on
     webdataset's pax shards); every member, name, kind, offset and size must be tarfile's own."""
-    from pipelines.source_layouts._tar import _fast_headers, _tarfile_headers
+    from pipelines.sources.layouts._tar import _fast_headers, _tarfile_headers
 
     path = tmp_path / "a.tar"
     with tarfile.open(path, "w", format=fmt) as tf:
@@ -401,11 +401,11 @@ def test_the_fast_header_reader_reads_what_tarfile_reads(tmp_path, fmt):
 
 def test_neighbouring_archive_members_are_read_together_with_the_bytes_reading_each_gives(tmp_path, monkeypatch):
     """Ingest reads a chunk's members of a shard in one read per run of neighbours
-    (pipelines.source_layouts.prefetch_members): the same bytes as reading each alone, one open
+    (pipelines.sources.layouts.prefetch_members): the same bytes as reading each alone, one open
     per container, and a member the archive no longer holds gets the error reading it alone gives."""
     import builtins
 
-    from pipelines.source_layouts import MemberUnreadable, prefetch_members, read_member
+    from pipelines.sources.layouts import MemberUnreadable, prefetch_members, read_member
 
     root = tmp_path / "wds"
     samples = [(f"{WNIDS[i % 3]}_{i}", jpeg(i), WNIDS[i % 3], i % 3) for i in range(30)]

@@ -2,7 +2,7 @@
 
 It lets the tests run every vision-language path (image and text encoders, GL-MCM's local
 tokens, the zero-shot head, the detectors, the presets) where the real weights cannot be had.
-Its scores mean nothing; the product's paths never make random weights (pipelines.vlm loads a
+Its scores mean nothing; the product's paths never make random weights (pipelines.evaluation.vlm loads a
 file or refuses)."""
 from __future__ import annotations
 
@@ -53,8 +53,8 @@ def tiny_clip_file(folder: Path, seed: int = 0) -> Path:
 
 
 def tiny_clip_model(folder: Path, seed: int = 0):
-    """A pipelines.vlm.ClipModel around the tiny random model, its weights labelled as random."""
-    from pipelines.vlm import ClipModel
+    """A pipelines.evaluation.vlm.ClipModel around the tiny random model, its weights labelled as random."""
+    from pipelines.evaluation.vlm import ClipModel
 
     model, preprocess, tokenizer = tiny_clip_module(folder, seed)
     return ClipModel.wrap(f"clip:{TINY_ARCH}:random", model, preprocess, tokenizer,

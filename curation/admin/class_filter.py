@@ -160,7 +160,7 @@ class ClassOverrideAdmin(admin.ModelAdmin):
         class Checked(form):
             def clean_wnid(self):
 
-                from pipelines.wordnet_graph import is_noun_wnid
+                from pipelines.classes.wordnet_graph import is_noun_wnid
 
                 wnid = self.cleaned_data["wnid"].strip()
                 if not is_noun_wnid(settings.NLTK_DATA, wnid):

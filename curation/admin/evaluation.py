@@ -14,9 +14,9 @@ from curation.models import (
     Source,
 )
 from curation.services.evaluation import EvaluationError, evaluation_create
-from pipelines.decode import DECODERS
-from pipelines.metrics import AUPR_METHODS, FPR_METHODS, OAA_CONVENTIONS
-from pipelines.severity import PROTOCOLS
+from pipelines.evaluation.metrics import AUPR_METHODS, FPR_METHODS, OAA_CONVENTIONS
+from pipelines.evaluation.severity import PROTOCOLS
+from pipelines.features.decode import DECODERS
 
 # Words for the pipelines' named conventions; the choices themselves are the pipelines' constants
 # (as the evaluate command's), so a new one appears here without an edit
@@ -80,8 +80,8 @@ class EvaluationCreateForm(forms.Form):
     decoder = forms.ChoiceField(required=False, initial="", help_text="How images become model inputs, for every set of the run")
 
     def __init__(self, *args, **kwargs):
-        from pipelines.classifiers import MODELS
-        from pipelines.detectors import DETECTORS, default_detectors, detector_names, parameters
+        from pipelines.evaluation.detectors import DETECTORS, default_detectors, detector_names, parameters
+        from pipelines.features.classifiers import MODELS
 
         super().__init__(*args, **kwargs)
         for name, values in (("fpr_method", FPR_METHODS), ("aupr_method", AUPR_METHODS), ("oaa_convention", OAA_CONVENTIONS),
@@ -89,7 +89,7 @@ class EvaluationCreateForm(forms.Form):
             self.fields[name].choices = _choices(values)
         self.fields["decoder"].choices = [("", "the deployment's default (OODC_DECODER)")] + _choices(DECODERS)
         from curation.services.evaluation import PRESETS
-        from pipelines.vlm import DEFAULT_TEMPLATE, TEMPLATE_KEYS
+        from pipelines.evaluation.vlm import DEFAULT_TEMPLATE, TEMPLATE_KEYS
 
         self.fields["preset"].choices = [("", "none: evaluate on an export")] + _choices(PRESETS)
         self.fields["clip_template"].choices = [("", f"the default ({DEFAULT_TEMPLATE})")] + _choices(TEMPLATE_KEYS)
@@ -170,7 +170,7 @@ class EvaluationRunAdmin(NoDelete, NoChange, RecordAdmin):
         form = EvaluationCreateForm(request.POST or None)
         if request.method == "POST" and form.is_valid():
             d = form.cleaned_data
-            from pipelines.detectors import parameters
+            from pipelines.evaluation.detectors import parameters
 
             params = {k: d[k] for k in ("seed", "fpr_method", "aupr_method", "oaa_convention", "severity_protocol", "decoder",
                                         "sanity_seeds")}

@@ -14,11 +14,11 @@ from curation.models import (
 )
 from curation.services.exports import ExportRequestError, export_create, unit_tests_create
 from curation.validators import name_field
+from pipelines.classes.semantic import DIFFICULTY_HELP
+from pipelines.export.unit_tests import CONVENTIONS
 from pipelines.names import NAME_RULE
-from pipelines.semantic import DIFFICULTY_HELP
-from pipelines.unit_tests import CONVENTIONS
 
-# Words for the unit-test conventions; the choices themselves are pipelines.unit_tests.CONVENTIONS
+# Words for the unit-test conventions; the choices themselves are pipelines.export.unit_tests.CONVENTIONS
 # (as make_unit_tests --convention's), the first the default
 CONVENTION_WORDS = {"paper": "paper: recipes as appendix G states them (default)",
                     "ninco": "ninco: as NINCO's published generator computes them"}
@@ -34,7 +34,7 @@ class ExportCreateForm(forms.Form):
                               help_text="Clean set: wnids to export (comma or line separated); empty = every class")
     min_per_class = WholeNumberField(min_value=1, max_value=10**9, initial=1, help_text="Clean set: classes with fewer clean images are left out")
     layouts = forms.MultipleChoiceField(widget=forms.CheckboxSelectMultiple, required=False,
-                                        help_text="Folder conventions to write (pipelines/layouts/, one file each)")
+                                        help_text="Folder conventions to write (pipelines/export/layouts/, one file each)")
     split = name_field("split", max_length=40, initial="test",
                        help_text="Clean set: images may not be near-duplicates of another split's")
     copy_files = forms.BooleanField(required=False, help_text="Copy files instead of hard-linking them to the sources")
@@ -57,7 +57,7 @@ class ExportCreateForm(forms.Form):
                                    initial=CONVENTIONS[0], required=False, help_text="Unit tests: which convention (docs/exports.md)")
 
     def __init__(self, *args, **kwargs):
-        from pipelines.layouts import LAYOUTS
+        from pipelines.export.layouts import LAYOUTS
 
         super().__init__(*args, **kwargs)
         self.fields["layouts"].choices = [(name, layout.description) for name, layout in LAYOUTS.items()]

@@ -23,11 +23,11 @@ from curation.services.image_pipeline import JobAlreadyRunning, PipelineError, d
 from curation.services.ingest import IngestAlreadyRunning, ingest_start
 from curation.services.review import ReviewError, review_queue_sync
 from curation.validators import name_field
-from pipelines.class_filter import PolicyError
-from pipelines.class_filter.policy import DEFAULT_PRESET, PRESETS
-from pipelines.corruptions import CORRUPTIONS, SEVERITIES
+from pipelines.classes.filter import PolicyError
+from pipelines.classes.filter.policy import DEFAULT_PRESET, PRESETS
+from pipelines.classes.wordnet import WordNetUnavailable
+from pipelines.evaluation.corruptions import CORRUPTIONS, SEVERITIES
 from pipelines.numbers import whole_number
-from pipelines.wordnet import WordNetUnavailable
 
 
 class ClassFilterForm(forms.Form):

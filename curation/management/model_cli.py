@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from pipelines.classifiers import PRODUCTION_MODEL, ModelUnavailable
-from pipelines.decode import DECODERS
+from pipelines.features.classifiers import PRODUCTION_MODEL, ModelUnavailable
+from pipelines.features.decode import DECODERS
 
 
 def add_model_arguments(parser) -> None:
@@ -29,8 +29,8 @@ def files_and_model(command: BaseCommand, paths: list[str], *, model: str, weigh
                     decoder: str | None = None, batch_size: int | None = None):
     """(files, loaded model). Paths that are missing or unsafe are listed on stderr; no files
     at all, or a model whose weights cannot be had, is a CommandError."""
-    from pipelines.classifiers import load_model
-    from pipelines.sources import list_files
+    from pipelines.features.classifiers import load_model
+    from pipelines.sources.walk import list_files
 
     files, problems = list_files(paths)
     for p, why in problems:
@@ -44,7 +44,7 @@ def files_and_model(command: BaseCommand, paths: list[str], *, model: str, weigh
     except ModelUnavailable as exc:
         raise CommandError(str(exc)) from None
     if decoder == "torchvision":
-        from pipelines.decode import Preprocess
+        from pipelines.features.decode import Preprocess
 
         try:
             Preprocess.from_data_config(lm.data_config)

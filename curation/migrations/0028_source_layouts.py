@@ -2,7 +2,7 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-    """Sources in any registered layout (pipelines/source_layouts/): the source's layout and its
+    """Sources in any registered layout (pipelines/sources/layouts/): the source's layout and its
     options, and where each image's bytes lie in its archive."""
 
     dependencies = [("curation", "0027_grid_preference")]
@@ -11,7 +11,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name="source", name="layout",
             field=models.CharField(db_default="folder", default="folder", max_length=32,
-                                   help_text="How the root holds its images (pipelines/source_layouts/): folder, class-tars, wds, parquet"),
+                                   help_text="How the root holds its images (pipelines/sources/layouts/): folder, class-tars, wds, parquet"),
         ),
         migrations.AddField(
             model_name="source", name="layout_options",

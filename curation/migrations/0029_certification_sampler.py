@@ -1,5 +1,5 @@
 """Issue 50: a certification plan records the sampler that drew it. Plans stored before this
-migration were drawn by sampler 1 (pipelines.certify.SAMPLERS) and keep it, so their stored
+migration were drawn by sampler 1 (pipelines.review.certify.SAMPLERS) and keep it, so their stored
 order still replays from the seed; plans made from now on default to sampler 2."""
 
 from django.db import migrations, models
@@ -22,7 +22,7 @@ class Migration(migrations.Migration):
             name="sampler",
             field=models.PositiveSmallIntegerField(
                 default=2,
-                help_text="The sampler that drew the plan's stratum orders and pilot (pipelines.certify.SAMPLERS): 1 before issue 50, "
+                help_text="The sampler that drew the plan's stratum orders and pilot (pipelines.review.certify.SAMPLERS): 1 before issue 50, "
                           "2 since; each later stage records its own in allocation"),
         ),
     ]

@@ -40,10 +40,10 @@ class CertificationPlan(models.Model):
     allocation = models.JSONField(default=list, blank=True, help_text="Share of the reviews per stratum after the pilot")
     certificate = models.JSONField(default=dict, blank=True, help_text="The certificate when the target was met")
     code_version = models.CharField(max_length=64, blank=True)
-    # pipelines.certify.SAMPLER when the plan was made (a model may not import pipelines/): the
+    # pipelines.review.certify.SAMPLER when the plan was made (a model may not import pipelines/): the
     # migration that added it gave the plans stored before it 1, the sampler that drew them
     sampler = models.PositiveSmallIntegerField(
-        default=2, help_text="The sampler that drew the plan's stratum orders and pilot (pipelines.certify.SAMPLERS): 1 before issue 50, "
+        default=2, help_text="The sampler that drew the plan's stratum orders and pilot (pipelines.review.certify.SAMPLERS): 1 before issue 50, "
                              "2 since; each later stage records its own in allocation")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)

@@ -71,12 +71,12 @@ class ClassDecision(models.Model):
     resolved_at = models.DateTimeField(null=True, blank=True)
     resolution_from = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
                                         help_text="The earlier decision whose resolution this one carried over")
-    # semantic distance to the ID set (pipelines.semantic; docs/class_filter.md)
+    # semantic distance to the ID set (pipelines.classes.semantic; docs/class_filter.md)
     semantic_similarity = models.FloatField(null=True, blank=True, help_text="Lin similarity (intrinsic IC) to the closest ID class")
     closest_id_wnid = models.CharField(max_length=9, blank=True)
     closest_id_name = models.CharField(max_length=255, blank=True)
     path_distance = models.PositiveSmallIntegerField(null=True, blank=True, help_text="Fewest hypernym edges to any ID class")
-    # ranked flags (pipelines.class_filter.strength): set on rows the rules flagged
+    # ranked flags (pipelines.classes.filter.strength): set on rows the rules flagged
     flag_strength = models.FloatField(null=True, blank=True, db_index=True)
     flag_level = models.CharField(max_length=6, blank=True, db_index=True)
     evidence_wnids = models.JSONField(default=list, blank=True, help_text="ID wnids whose predictions count as image evidence")

@@ -73,7 +73,7 @@ class ImageEmbedding(models.Model):
 
 class DuplicateOverride(models.Model):
     """A curator's correction of the duplicate search for one image, kept across re-runs of the
-    search and applied after each (pipelines.near_dups.apply_overrides): ``not_duplicate`` takes
+    search and applied after each (pipelines.features.near_dups.apply_overrides): ``not_duplicate`` takes
     the image out of its group (and clears a match with an ID image); ``keep`` makes it the image
     its group keeps instead of the representative the search chose; ``confirm`` (recorded on the
     image a group keeps) says the search got the group right, which changes nothing but marks the

@@ -34,7 +34,7 @@ class Source(models.Model):
     role = models.CharField(max_length=16, choices=Role.choices, default=Role.CANDIDATE, db_index=True)
     root = models.CharField(max_length=1024, help_text="Absolute folder: ROOT/<class folder>/<image files>, or the archives' folder")
     layout = models.CharField(max_length=32, default="folder", db_default="folder",
-                              help_text="How the root holds its images (pipelines/source_layouts/): folder, class-tars, wds, parquet")
+                              help_text="How the root holds its images (pipelines/sources/layouts/): folder, class-tars, wds, parquet")
     layout_options = models.JSONField(default=dict, blank=True,
                                       help_text="The layout's options, and the published list a source was made from (path, format, sha256)")
     class_map = models.JSONField(default=dict, blank=True, help_text="folder -> wnid overrides")
@@ -49,7 +49,7 @@ class Source(models.Model):
 
     def member_ref(self, path: str, *, container: str = "", offset: int = -1, size: int = -1, sha256: str = ""):
         """What a reader needs to get one image's bytes through this source's layout."""
-        from pipelines.source_layouts import MemberRef
+        from pipelines.sources.layouts import MemberRef
 
         return MemberRef(layout=self.layout or "folder", root=self.root, path=path, container=container, offset=offset,
                          size=size, sha256=sha256, column=str((self.layout_options or {}).get("image_column") or ""))
@@ -140,11 +140,11 @@ class Image(models.Model):
         return self.relative_path[len(self.container) + 1:] if self.container else self.relative_path
 
     def ref(self, *, verify: bool = True, root_real: str | None = None):
-        """A ``pipelines.source_layouts.MemberRef`` for this image's bytes; reading it checks them
+        """A ``pipelines.sources.layouts.MemberRef`` for this image's bytes; reading it checks them
         against the SHA-256 recorded at ingest (``verify``). A plain file that now resolves outside
-        its source's root raises ``pipelines.sources.UnsafePath`` here, before anything reads it."""
+        its source's root raises ``pipelines.sources.walk.UnsafePath`` here, before anything reads it."""
         if not self.container:
-            from pipelines.sources import safe_join
+            from pipelines.sources.walk import safe_join
 
             safe_join(self.source.root, self.relative_path, root_real=root_real)
         return self.source.member_ref(self.relative_path, container=self.container, offset=self.offset,

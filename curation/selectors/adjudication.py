@@ -1,12 +1,12 @@
 """Reads for adjudication: the conflicts waiting, the adjudication screen (one conflict with its
 reviews, by class name), and annotator quality (pace and gold accuracy, flagged by
-``pipelines.annotator_quality``)."""
+``pipelines.review.annotator_quality``)."""
 from __future__ import annotations
 
 from django.conf import settings
 
 from curation.models import AuditLog, Review, ReviewItem, SynsetText
-from pipelines.annotator_quality import AnnotatorQuality, AnnotatorTimes, QualityRules, annotator_quality
+from pipelines.review.annotator_quality import AnnotatorQuality, AnnotatorTimes, QualityRules, annotator_quality
 
 ADJUDICATED = "review_adjudicated"
 UNDONE = "review_adjudication_undone"

@@ -496,7 +496,7 @@ def browse_neighbours(*, filters: BrowseFilters, image_id: int) -> tuple[int | N
     return prev, nxt
 
 
-# -- class search for the filters (pipelines/class_search.py) --------------------------------------
+# -- class search for the filters (pipelines/classes/search.py) --------------------------------------
 
 @dataclass(frozen=True)
 class _ClassRef:
@@ -548,7 +548,7 @@ def _class_index_for_name(name: str, source: str):
     hyphens): the classes left out cannot match, and the answer is the whole index's. A name
     without such a run is resolved against the whole index (kept per process). 19,167 classes'
     index took about 1 s to make; this one holds the few that share the name's words."""
-    from pipelines.class_search import fold
+    from pipelines.classes.search import fold
 
     words = _ASCII_WORD.findall(fold(name))
     return _index_of(_class_rows(source, words)) if words else cached_class_index(source)
@@ -560,7 +560,7 @@ def _candidate_class_index(source: str = ""):
 
 
 def _index_of(rows: list[tuple]):
-    from pipelines.class_search import ClassIndex, SearchEntry
+    from pipelines.classes.search import ClassIndex, SearchEntry
     from pipelines.names import class_label
 
     entries = []
@@ -623,7 +623,7 @@ def cached_class_index(source: str = ""):
 def class_ids_for_name(name: str, *, source: str = "") -> list[int]:
     """The candidate classes a typed name stands for (``resolve_one``: one class, or the classes
     of one wnid in several sources); BrowseError otherwise."""
-    from pipelines.class_search import Ambiguous, resolve_one
+    from pipelines.classes.search import Ambiguous, resolve_one
 
     try:
         found = resolve_one(name, _class_index_for_name(name, source), what="Class",
@@ -634,8 +634,8 @@ def class_ids_for_name(name: str, *, source: str = "") -> list[int]:
 
 
 def _top1_index():
-    from pipelines.class_search import imagenet_1k_index
-    from pipelines.imagenet import ClassListError
+    from pipelines.classes.imagenet import ClassListError
+    from pipelines.classes.search import imagenet_1k_index
 
     try:
         return imagenet_1k_index()
@@ -644,7 +644,7 @@ def _top1_index():
 
 
 def top1_wnid_for_name(name: str) -> str:
-    from pipelines.class_search import Ambiguous, resolve_one
+    from pipelines.classes.search import Ambiguous, resolve_one
 
     try:
         return resolve_one(name, _top1_index(), what="Top-1 class")[0].wnid
@@ -746,8 +746,8 @@ def noun_search(q: str, *, limit: int = 12) -> list[dict]:
     made once per process and WordNet copy). Raises WordNetUnavailable without WordNet."""
     from django.conf import settings
 
-    from pipelines.class_search import ClassIndex, SearchEntry
-    from pipelines.wordnet_graph import load_noun_graph
+    from pipelines.classes.search import ClassIndex, SearchEntry
+    from pipelines.classes.wordnet_graph import load_noun_graph
 
     graph = load_noun_graph(settings.NLTK_DATA, build=False)
     index = _NOUN_INDEX.get(graph.source_sha1)

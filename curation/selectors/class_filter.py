@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from django.db.models import Count, F, Q
 
 from curation.models import CandidateClass, ClassFilterRun, Source
-from pipelines.class_filter.engine import CSV_COLUMNS
-from pipelines.class_filter.rules import RULES
+from pipelines.classes.filter.engine import CSV_COLUMNS
+from pipelines.classes.filter.rules import RULES
 
 
 def latest_class_filter_run(*, source: Source) -> ClassFilterRun | None:

@@ -14,7 +14,7 @@ from django.conf import settings
 from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet
 
 from curation.models import CandidateClass, DuplicateOverride, ImageEmbedding, Source
-from pipelines.near_dups import normalise
+from pipelines.features.near_dups import normalise
 
 STATES = ("", "open", "decided")  # every group, those needing attention, those a curator decided
 MAX_MEMBERS_COMPARED = 48  # members whose features the list compares with the kept image

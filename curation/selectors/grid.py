@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from curation.models import AuditLog, Review
 from curation.models.review import GridPreference
-from pipelines.agreement import wilson_interval
+from pipelines.review.agreement import wilson_interval
 
 PAGE_ACTION = "review_grid_page"  # the audit entry of a grid page (curation.services.review_grid)
 

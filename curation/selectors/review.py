@@ -11,8 +11,8 @@ from django.db.models import Count, Exists, F, OuterRef, Q
 from curation.models import AnnotatorScope, Assignment, CandidateClass, Image, Source
 from curation.selectors.class_filter import latest_class_filter_run
 from curation.selectors.sources import default_id_class_set
-from pipelines.annotator_quality import AnnotatorQuality
 from pipelines.names import class_label
+from pipelines.review.annotator_quality import AnnotatorQuality
 
 _EXAMPLES_TTL = 300.0
 _examples_cache: dict[str, tuple[float, list[int]]] = {}
@@ -187,7 +187,7 @@ def review_dashboard(*, snap: Any, after: tuple[str, str] | None = None, limit: 
     from django.utils.dateparse import parse_datetime
 
     from curation.models import QueueClassCount, ReviewSettings
-    from pipelines.agreement import wilson_interval
+    from pipelines.review.agreement import wilson_interval
 
     queued = QueueClassCount.objects.filter(_queued())
     page = queued
@@ -250,7 +250,7 @@ def agreement_figures() -> tuple[float | None, int, list[dict]]:
     millions of reviews never come to Python one by one (issue 45)."""
     from django.db import connection
 
-    from pipelines.agreement import cohen_kappa_from_table, fleiss_kappa_from_sums
+    from pipelines.review.agreement import cohen_kappa_from_table, fleiss_kappa_from_sums
 
     multi = ("SELECT r.item_id, r.decision, count(*) AS c FROM curation_review r JOIN curation_reviewitem i ON i.id = r.item_id "
              "WHERE NOT r.is_gold AND i.done >= 2 GROUP BY r.item_id, r.decision")
@@ -351,7 +351,7 @@ def contamination_report(*, source: Source, sample: int = 400, seed: int = 0) ->
     from django.db.models.functions import RowNumber
 
     from curation.models import QueueClassCount, ReviewItem
-    from pipelines.agreement import wilson_interval
+    from pipelines.review.agreement import wilson_interval
 
     S = ReviewItem.Status
     # The sample is the one ``random.Random(seed).sample(pool, k)`` draws from the finally decided

@@ -1,6 +1,6 @@
 """Certification plans (issue 37; docs/review.md, "Review in full or certify"): make a plan over
 a source's undecided images, serve its sample in the review queue, compute the bound, and stop
-serving once the target is met. The statistics are in pipelines/certify.py.
+serving once the target is met. The statistics are in pipelines/review/certify.py.
 
 What counts against the pool: a final ``id`` decision, and ``unclear`` unless the plan says
 otherwise. The bound uses the longest prefix of the plan's serving order whose images all have
@@ -29,7 +29,7 @@ from curation.audit import audit_record
 from curation.models import CertificationPlan, CertificationUnit, ImageEmbedding, Review, ReviewItem, Source
 from curation.models.certification import CertificationStratumCount
 from curation.version import code_version
-from pipelines import certify as C
+from pipelines.review import certify as C
 
 SEED_MAX = 2**48 - 1  # the largest seed a plan draws for itself; a chosen one is held to the same range
 
@@ -52,14 +52,14 @@ def certification_plan_create(*, source: Source, score: str = CertificationPlan.
     """Split the source's undecided queue images into score strata, draw a seeded random order
     per stratum and queue the pilot, then the stratum reviewed in full, if any.
 
-    ``method`` ``betting`` (the default; pipelines/certify.py): strata finer towards the most
+    ``method`` ``betting`` (the default; pipelines/review/certify.py): strata finer towards the most
     ID-like scores; the pilot is ``pilot`` x strata draws, each picking a stratum with
     probability in proportion to its size (a simple random sample of the pool); later stages
     are queued as the reviews come in (``certification_refresh``). ``wor-cs/shared`` and
     ``wor-cs/product`` (kept for comparison): equal-count strata, the first ``pilot`` draws of
     every stratum, then Neyman proportions.
 
-    ``sampler``: pipelines.certify.SAMPLER; 1 only to redo a plan as it was drawn before issue 50
+    ``sampler``: pipelines.review.certify.SAMPLER; 1 only to redo a plan as it was drawn before issue 50
     (tests of the replay). The check that the source has no open plan and the insert run in one
     transaction holding the source's row, so curators planning at the same moment get one plan
     and a refusal each, never a database error."""
@@ -292,7 +292,7 @@ def _plan_insert(*, source: Source, model_name: str, score: str, n_strata: int, 
 
 
 def method_name(plan: CertificationPlan) -> str:
-    """The plan's method as ``pipelines.certify.METHODS`` names it."""
+    """The plan's method as ``pipelines.review.certify.METHODS`` names it."""
     return C.BETTING if plan.prior == C.BETTING else f"wor-cs/{plan.prior}"
 
 
@@ -452,7 +452,7 @@ def _betting_standing(*, plan: CertificationPlan, sizes: list[int], full: list[b
                       lab_s: np.ndarray, xv: np.ndarray, alpha: float, full_found: int, full_open: int, outside_reviewed: int,
                       outside_found: int, served: int, prefix: int, waiting: int, history_points: int,
                       against: tuple[str, ...]) -> Standing:
-    """The betting bound (pipelines.certify.betting_upper) on the decided prefix of the plan's
+    """The betting bound (pipelines.review.certify.betting_upper) on the decided prefix of the plan's
     draws, each under the base weights of the stage that drew it."""
     H = len(sizes)
     n = len(lab_s)
@@ -608,7 +608,7 @@ def _next_stage_due(plan: CertificationPlan, sd: Standing) -> bool:
 
 
 def _queue_stage(plan: CertificationPlan, sd: Standing) -> bool:
-    """Draw the next stage's strata (pipelines.certify.draw_strata, stream = stage number) with
+    """Draw the next stage's strata (pipelines.review.certify.draw_strata, stream = stage number) with
     base weights from every draw decided so far (all of them before the stage: predictable) and
     give its images serving positions after the last one."""
     samp = [h for h in range(len(sd.sizes)) if not sd.full[h]]

@@ -1,4 +1,4 @@
-"""Class filter: run the WordNet rules (pipelines.class_filter) as a recorded job, resolve
+"""Class filter: run the WordNet rules (pipelines.classes.filter) as a recorded job, resolve
 flags, pin overrides. Writes only; reads are in curation.selectors."""
 from __future__ import annotations
 
@@ -17,12 +17,12 @@ from curation.models import CandidateClass, ClassDecision, ClassFilterRun, Class
 from curation.services.id_classes import IdClassSetError, id_classes_resolve
 from curation.services.jobs import job_mark_running
 from curation.version import code_version
-from pipelines.class_filter import Candidate, Override, Policy, load_policy, policy_from_text, run_class_filter
-from pipelines.class_filter.engine import decide
-from pipelines.class_filter.strength import flag_level, flag_strength, image_evidence
-from pipelines.imagenet import ClassListError, imagenet_lemmas, resolve_class_list
-from pipelines.wordnet import is_wnid
-from pipelines.wordnet_graph import is_noun_wnid, load_noun_graph
+from pipelines.classes.filter import Candidate, Override, Policy, load_policy, policy_from_text, run_class_filter
+from pipelines.classes.filter.engine import decide
+from pipelines.classes.filter.strength import flag_level, flag_strength, image_evidence
+from pipelines.classes.imagenet import ClassListError, imagenet_lemmas, resolve_class_list
+from pipelines.classes.wordnet import is_wnid
+from pipelines.classes.wordnet_graph import is_noun_wnid, load_noun_graph
 
 if TYPE_CHECKING:
     from curation.services.review import RejectionImpact

@@ -1,4 +1,4 @@
-"""Covariate-shifted copies of an ID source: ImageNet-C's corruptions (pipelines.corruptions),
+"""Covariate-shifted copies of an ID source: ImageNet-C's corruptions (pipelines.evaluation.corruptions),
 written in ImageNet-C's layout and registered as ID sources with their provenance, ready to be an
 evaluation's ``--id-shifted`` sets."""
 from __future__ import annotations
@@ -22,10 +22,10 @@ from curation.services.ingest import ingest_run_inline, ingest_start
 from curation.services.jobs import job_mark_running
 from curation.services.sources import SourceError, id_source_named, source_register
 from curation.version import code_version
-from pipelines import csv_cells
-from pipelines.corruptions import CorruptionError, parse_corruptions, parse_severities, plan, run_task
+from pipelines.evaluation.corruptions import CorruptionError, parse_corruptions, parse_severities, plan, run_task
+from pipelines.export import csv_cells
 from pipelines.names import InvalidName, atomic_write, check_name
-from pipelines.sources import UnsafePath
+from pipelines.sources.walk import UnsafePath
 
 PROVENANCE_FILE = "provenance.csv"
 IMPLEMENTATION = "imagecorruptions-imaug 1.1.5 (Hendrycks & Dietterich 2019)"

@@ -21,7 +21,7 @@ def demo_preflight() -> str:
     from django.db import connection
     from django.db.migrations.executor import MigrationExecutor
 
-    from pipelines.wordnet import WordNetUnavailable, load_wordnet
+    from pipelines.classes.wordnet import WordNetUnavailable, load_wordnet
 
     executor = MigrationExecutor(connection)
     if executor.migration_plan(executor.loader.graph.leaf_nodes()):

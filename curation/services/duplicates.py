@@ -2,7 +2,7 @@
 kept across re-runs of the search, and what the duplicate-group page shows (docs/browse.md).
 
 The search writes what it found (``ImageEmbedding.search_group`` / ``search_drop``); the
-overrides are applied on top (pipelines.near_dups.apply_overrides) into ``dup_group`` /
+overrides are applied on top (pipelines.features.near_dups.apply_overrides) into ``dup_group`` /
 ``drop_reason``, which the review queue and every export read."""
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ from curation.models import DuplicateOverride, Image, ImageEmbedding, ReviewItem
 from curation.selectors.duplicates import duplicate_group_decided
 from curation.services.image_pipeline import duplicate_overrides_of, effective_memberships, load_features
 from curation.services.review import review_queue_refresh_if_built
-from pipelines.near_dups import CONFIRM, KEEP, NOT_DUPLICATE, normalise, pixel_difference, pixel_signature
-from pipelines.sources import UnsafePath
+from pipelines.features.near_dups import CONFIRM, KEEP, NOT_DUPLICATE, normalise, pixel_difference, pixel_signature
+from pipelines.sources.walk import UnsafePath
 
 MAX_GROUP_SHOWN = 48  # members shown side by side (the rest are counted)
 

@@ -1,5 +1,5 @@
 """The embedding map per source (docs/browse.md, "Embedding map"): a job projects the source's
-stored features to 2-D (``pipelines.embedding_map``) and keeps the result under
+stored features to 2-D (``pipelines.features.embedding_map``) and keeps the result under
 FEATURE_STORE/maps/, named by the feature set it was made from, so it is computed once per
 feature set and method; the page reads it with each point's final label, class and predicted ID
 class for colouring."""
@@ -19,7 +19,7 @@ from curation.jobs.runner import enqueue_on_commit
 from curation.models import Image, ImageEmbedding, Job, Source
 from curation.services.image_pipeline import PipelineError, load_features
 from curation.version import code_version
-from pipelines.embedding_map import METHODS, project
+from pipelines.features.embedding_map import METHODS, project
 from pipelines.names import atomic_write
 
 DISPLAY_MAX = 50_000  # points drawn on the page (a stable sample above this)

@@ -31,7 +31,7 @@ from curation.models import CandidateClass, EvalFeatureSet, EvaluationRun, Expor
 from curation.services.jobs import job_fail, job_mark_running
 from curation.version import code_version
 from pipelines.names import InvalidName, atomic_write, check_name, safe_component
-from pipelines.sources import UnsafePath
+from pipelines.sources.walk import UnsafePath
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff"}
 ROLES = ("id_test", "id_fit", "ood", "unit_tests")
@@ -154,7 +154,7 @@ def set_items(image_set: ImageSet) -> list[Item]:
                 items.append(Item(key=rel, path=str(root / rel) if rel else "", wnid=m.wnid, group=m.wnid,
                                   error="" if rel else "no file in the export"))
             return items
-        from pipelines.export import read_manifest
+        from pipelines.export.write import read_manifest
 
         files = sorted(f for f in read_manifest(root)["files"] if Path(f).suffix.lower() in IMAGE_SUFFIXES and "/" in f)
         return [Item(key=f, path=str(root / f), wnid="", group=f.split("/", 1)[0]) for f in files]
@@ -166,7 +166,7 @@ def set_items(image_set: ImageSet) -> list[Item]:
 
 def _method_params(params: dict) -> dict[str, dict]:
     """Per-detector parameters from the run's settings, checked against each detector's declaration."""
-    from pipelines.detectors import DetectorError, method_params
+    from pipelines.evaluation.detectors import DetectorError, method_params
 
     try:
         return method_params(params)
@@ -175,11 +175,11 @@ def _method_params(params: dict) -> dict[str, dict]:
 
 
 def _conventions(params: dict) -> dict:
-    """The figure conventions chosen for a run, checked by pipelines.evaluation.Conventions (unset
+    """The figure conventions chosen for a run, checked by pipelines.evaluation.run.Conventions (unset
     ones take its defaults)."""
     from dataclasses import asdict
 
-    from pipelines.evaluation import Conventions
+    from pipelines.evaluation.run import Conventions
 
     chosen = {k: params[k] for k in ("fpr_method", "aupr_method", "oaa_convention", "severity_protocol") if params.get(k)}
     try:
@@ -221,11 +221,11 @@ def _run_numbers(params: dict) -> dict[str, int]:
 
 
 def _check_clip_weights(models: Sequence[str]) -> None:
-    """Every vision-language model's weights can be had now (pipelines.vlm.resolve_weights: a
+    """Every vision-language model's weights can be had now (pipelines.evaluation.vlm.resolve_weights: a
     file, the local cache, or a hub that answers); EvaluationError in one line naming the model and
     the file to pass otherwise."""
-    from pipelines.classifiers import ModelUnavailable
-    from pipelines.vlm import is_clip, resolve_weights
+    from pipelines.evaluation.vlm import is_clip, resolve_weights
+    from pipelines.features.classifiers import ModelUnavailable
 
     for m in models:
         if is_clip(m.strip()):
@@ -240,8 +240,8 @@ def _check_models_resolvable(models: Sequence[str], imported: Sequence[ImageSet]
     set holds, one with outputs in the cache already, or a timm architecture. Checked before the
     run exists, so a typo is one line and no failed run is left behind (timm is imported only for
     a name none of the others know)."""
-    from pipelines.classifiers import MODELS
-    from pipelines.vlm import is_clip
+    from pipelines.evaluation.vlm import is_clip
+    from pipelines.features.classifiers import MODELS
 
     _check_clip_weights(models)
     models = [m for m in models if not is_clip(m)]
@@ -271,10 +271,10 @@ def evaluation_create(*, export: Export | None = None, id_test: str, id_fit: str
     the classifier decides among the ID half alone. ``id_shifted`` (``source:NAME`` or
     ``import:NAME`` each) are covariate-shifted images of ID classes (ImageNet-V2/-R/-C copies,
     or ``make_covariate_shift`` output): each is reported standard, full-spectrum and as a shift
-    (pipelines.metrics.full_spectrum_metrics), with the model's accuracy on it."""
+    (pipelines.evaluation.metrics.full_spectrum_metrics), with the model's accuracy on it."""
     from curation.services.loaded_models import ModelNameError, check_model_name
-    from pipelines.detectors import default_detectors, detector_names
-    from pipelines.vlm import DEFAULT_TEMPLATE, TEMPLATE_KEYS, is_clip
+    from pipelines.evaluation.detectors import default_detectors, detector_names
+    from pipelines.evaluation.vlm import DEFAULT_TEMPLATE, TEMPLATE_KEYS, is_clip
 
     params = dict(params or {})
     ood_shifted: dict[str, str] = {}
@@ -345,7 +345,7 @@ def evaluation_create(*, export: Export | None = None, id_test: str, id_fit: str
         if s.kind == "import" and models != [s.obj.model_name]:
             raise EvaluationError(f"{s.key} holds outputs of {s.obj.model_name}; a run that uses it can only evaluate that model "
                                   f"(asked for {', '.join(models)})")
-    from pipelines.decode import DECODERS
+    from pipelines.features.decode import DECODERS
 
     decoder = params.get("decoder") or settings.DECODER
     if decoder not in DECODERS:
@@ -430,7 +430,7 @@ def evaluation_create(*, export: Export | None = None, id_test: str, id_fit: str
 
 
 # ImageNet-X (Noda et al., sec. 2.1) and ImageNet-FS-X (sec. 2.2) as presets: the published split of
-# ImageNet-1K (pipelines.semantic_split reproduces it), registered under this name when first used
+# ImageNet-1K (pipelines.classes.semantic_split reproduces it), registered under this name when first used
 PRESETS = ("imagenet-x", "imagenet-fs-x")
 PRESET_SPLIT = "imagenet-x"
 PRESET_SPEC = "semantic split of imagenet-1k (ImageNet-X procedure)"
@@ -440,7 +440,7 @@ def _preset_split(preset: str, *, user: User | None = None) -> str:
     """The name of the registered ImageNet-X split (``<name>-id`` / ``<name>-ood``), made from
     ImageNet-1K by ImageNet-X's procedure the first time a preset needs it."""
     from curation.services.id_classes import IdClassSetError, semantic_split_create
-    from pipelines.wordnet import WordNetUnavailable
+    from pipelines.classes.wordnet import WordNetUnavailable
 
     if preset not in PRESETS:
         raise EvaluationError(f"--preset {preset!r}: choose one of {', '.join(PRESETS)}")
@@ -465,7 +465,7 @@ OOD_SHIFTED_PREFIX = "ood_shifted:"  # ImageNet-FS-X: the OOD-class images of a 
 def _restriction(set_name: str) -> dict:
     """The classes whose logits a run keeps: a registered ID class set, every class of it one of
     the models' ImageNet-1K classes."""
-    from pipelines.classifiers import imagenet_1k_classes
+    from pipelines.features.classifiers import imagenet_1k_classes
 
     found = IdClassSet.objects.filter(name=set_name).first()
     if found is None:
@@ -505,7 +505,7 @@ def _input_keys(run_config: dict, *, fit_only: bool = False) -> dict[str, str]:
     """Cache name -> detector, for the run's input-level detectors (ODIN): the scores they
     need computed from the images while extracting (Detector.input_level); with ``fit_only`` those
     the ID fit set needs too (Detector.input_fit)."""
-    from pipelines.detectors import DETECTORS, params_of
+    from pipelines.evaluation.detectors import DETECTORS, params_of
 
     keys = {}
     for name in run_config["methods"]:
@@ -536,7 +536,7 @@ def _set_of(role_entry: dict) -> ImageSet:
 
 def evaluation_plan(*, job_id: int) -> list[int]:
     """Chunks for every (model, set) output not cached yet, and for input-level scores (ODIN)."""
-    from pipelines.vlm import is_clip
+    from pipelines.evaluation.vlm import is_clip
 
     job = Job.objects.get(pk=job_id)
     planned = chunks_to_do(job)
@@ -580,7 +580,7 @@ def _write_head(lm) -> None:
     path = head_path(lm.name)
     if path.is_file():
         return
-    from pipelines.classifiers import linear_head
+    from pipelines.features.classifiers import linear_head
 
     head = linear_head(lm)
     if head is None:
@@ -593,13 +593,13 @@ _CLIP: dict[str, Any] = {}
 
 
 def clip_model(name: str) -> Any:
-    """``pipelines.vlm.load_clip(name)``, loaded once per process (one vision-language model at a
+    """``pipelines.evaluation.vlm.load_clip(name)``, loaded once per process (one vision-language model at a
     time in memory), on the torch threads the settings give."""
     if name not in _CLIP:
-        from pipelines.vlm import load_clip
+        from pipelines.evaluation.vlm import load_clip
 
         if settings.TORCH_THREADS:
-            from pipelines.classifiers import set_torch_threads
+            from pipelines.features.classifiers import set_torch_threads
 
             set_torch_threads(settings.TORCH_THREADS)
         _CLIP.clear()
@@ -613,7 +613,7 @@ CLIP_WEIGHTS_NOTE = "vision-language weights "
 def _check_clip_cache(model: str, row: EvalFeatureSet) -> None:
     """Cached outputs of a ``clip:ARCH:/path`` model are reused only while the file holds the
     weights they were computed from (the cache is keyed by the model's name, which names a path)."""
-    from pipelines.vlm import resolve_weights
+    from pipelines.evaluation.vlm import resolve_weights
 
     identity = resolve_weights(model).identity
     recorded = row.note.removeprefix(CLIP_WEIGHTS_NOTE) if row.note.startswith(CLIP_WEIGHTS_NOTE) else ""
@@ -628,8 +628,8 @@ def _clip_chunk(cm, items: list[Item], paths: list[str], cfg: dict, decoder: str
     and ID classes) and GL-MCM's local embeddings where the architecture has them (always: the
     cache is shared by later runs, whose detectors may read them; about 200 KB an image for
     ViT-B/16, read only by runs with GL-MCM)."""
-    from pipelines.classifiers import ModelUnavailable
-    from pipelines.vlm import check_local_path, encode_images
+    from pipelines.evaluation.vlm import check_local_path, encode_images
+    from pipelines.features.classifiers import ModelUnavailable
 
     try:
         check_local_path(cm)
@@ -665,7 +665,7 @@ def evaluation_process_chunk(*, job_id: int, index: int, progress: Callable[[int
     """Compute one chunk's outputs (features and logits, or an input-level method's scores) and write its part file.
     Returns True when it was the last unfinished chunk."""
     from curation.services.loaded_models import loaded_model
-    from pipelines.extract import extract
+    from pipelines.features.extract import extract
 
     chunk = chunk_start(job_id=job_id, index=index)
     if chunk is None:  # done already, or its job is finished
@@ -677,7 +677,7 @@ def evaluation_process_chunk(*, job_id: int, index: int, progress: Callable[[int
     part = _part_path(p["model"], entry, p["what"], p["start"], decoder)
     stats: dict = {}
     if not part.is_file():
-        from pipelines.vlm import is_clip
+        from pipelines.evaluation.vlm import is_clip
 
         clip = is_clip(p["model"])
         lm = clip_model(p["model"]) if clip else loaded_model(p["model"], cfg["weights"].get(p["model"], ""))
@@ -705,7 +705,7 @@ def evaluation_process_chunk(*, job_id: int, index: int, progress: Callable[[int
                       "keys": np.array([it.key for it in ok], dtype=str), "wnids": np.array([it.wnid for it in ok], dtype=str),
                       "groups": np.array([it.group for it in ok], dtype=str), "errors": np.array(errors, dtype=str)}
         else:  # an input-level detector's scores, under its cache name
-            from pipelines.detectors import DETECTORS, params_of
+            from pipelines.evaluation.detectors import DETECTORS, params_of
 
             name = _input_keys(cfg)[p["what"]]
             cls = DETECTORS[name]
@@ -768,8 +768,8 @@ def _assemble(model: str, entry: dict, what: str, user, decoder: str) -> EvalFea
 def load_outputs(row: EvalFeatureSet, *, extras: Sequence[str] = (), local: bool = False) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray]:
     """(Outputs, keys, wnids, groups) of a cached set; with ``local``, a vision-language model's
     local embeddings too (float16 [n, P, D]: about 200 KB an image for ViT-B/16)."""
-    from pipelines.classifiers import imagenet_1k_classes
-    from pipelines.detectors import Outputs
+    from pipelines.evaluation.detectors import Outputs
+    from pipelines.features.classifiers import imagenet_1k_classes
 
     data = np.load(Path(settings.EVAL_ROOT) / row.path, allow_pickle=False)
     keys = data["keys"]
@@ -797,7 +797,7 @@ def load_outputs(row: EvalFeatureSet, *, extras: Sequence[str] = (), local: bool
 
 
 def _head(model: str, fit_row: EvalFeatureSet):
-    from pipelines.detectors import Head
+    from pipelines.evaluation.detectors import Head
 
     if fit_row.has_head:
         d = np.load(Path(settings.EVAL_ROOT) / fit_row.path, allow_pickle=False)
@@ -819,7 +819,7 @@ def _head(model: str, fit_row: EvalFeatureSet):
 def _names(wnids) -> dict[str, str]:
     """wnid -> the class's name as every page, CSV and plot gives it (pipelines.names.class_label):
     the lemma from the synset texts, else from the candidate class folders, else ImageNet's."""
-    from pipelines.imagenet import imagenet_lemmas
+    from pipelines.classes.imagenet import imagenet_lemmas
     from pipelines.names import class_label
 
     wnids = list(wnids)
@@ -835,7 +835,7 @@ def _names(wnids) -> dict[str, str]:
 
 def evaluation_finalize(*, job_id: int, progress: Callable[[str], None] | None = None) -> EvaluationRun:
     """Assemble the cache, fit and score every detector for every model, write results and plots."""
-    from pipelines.evaluation import Conventions, EvalInputs, detector_info, evaluate_model, restrict_to_classes
+    from pipelines.evaluation.run import Conventions, EvalInputs, detector_info, evaluate_model, restrict_to_classes
 
     job = Job.objects.get(pk=job_id)
     run = EvaluationRun.objects.get(job=job)
@@ -852,8 +852,8 @@ def evaluation_finalize(*, job_id: int, progress: Callable[[str], None] | None =
     sets = {role: _set_of(entry) for role, entry in cfg["sets"].items()}
     decoder = _decoder(cfg)
     results["decoder"] = decoder
-    from pipelines.detectors import DETECTORS
-    from pipelines.vlm import is_clip
+    from pipelines.evaluation.detectors import DETECTORS
+    from pipelines.evaluation.vlm import is_clip
 
     local = any(getattr(DETECTORS.get(m), "needs_local", False) for m in cfg["methods"])
     all_extras, all_fit_extras = extras, fit_extras
@@ -924,11 +924,11 @@ def evaluation_finalize(*, job_id: int, progress: Callable[[str], None] | None =
 
 def _zero_shot(model: str, cfg: dict, inputs: Any) -> tuple[Any, str]:
     """A vision-language model's inputs with its zero-shot head over ImageNet-1K's classes (the
-    run's template; pipelines.vlm.zero_shot_head, text embeddings cached under the data folder)
+    run's template; pipelines.evaluation.vlm.zero_shot_head, text embeddings cached under the data folder)
     and every set's logits from it (logit_scale x cosine); a restriction to an ID class set then
     keeps those classes' prompts only. Returns (inputs, where the weights came from)."""
-    from pipelines.classifiers import imagenet_1k_classes
-    from pipelines.vlm import DEFAULT_TEMPLATE, zero_shot_head
+    from pipelines.evaluation.vlm import DEFAULT_TEMPLATE, zero_shot_head
+    from pipelines.features.classifiers import imagenet_1k_classes
 
     cm = clip_model(model)
     text = zero_shot_head(cm, imagenet_1k_classes()[0], template=cfg.get("clip_template") or DEFAULT_TEMPLATE,
@@ -989,10 +989,10 @@ def run_outcome(results: dict, *, n_models: int, n_methods: int) -> tuple[str, s
 
 
 def _sanity(cfg: dict, sets: dict[str, ImageSet], progress) -> dict:
-    """ImageNet-OOD's random-weight sanity check (pipelines.sanity) on samples of the run's sets,
+    """ImageNet-OOD's random-weight sanity check (pipelines.evaluation.sanity) on samples of the run's sets,
     with the low-level statistics of each set beside it. RANDOM WEIGHTS: labelled as such."""
-    from pipelines.classifiers import ModelUnavailable, imagenet_1k_classes
-    from pipelines.sanity import SanitySets, random_weight_check, sample
+    from pipelines.evaluation.sanity import SanitySets, random_weight_check, sample
+    from pipelines.features.classifiers import ModelUnavailable, imagenet_1k_classes
 
     sc = cfg["sanity"]
     skipped = [role for role, s in sets.items() if s.kind == "import"]
@@ -1013,7 +1013,7 @@ def _sanity(cfg: dict, sets: dict[str, ImageSet], progress) -> dict:
     except (ModelUnavailable, OSError, RuntimeError) as exc:
         return {"status": "failed", "note": f"{type(exc).__name__}: {exc}"}
     result["status"] = "done"
-    from pipelines.low_level import low_level_report
+    from pipelines.evaluation.low_level import low_level_report
 
     result["low_level"], result["differs"] = low_level_report({role: [it.path for it in items] for role, items in paths.items()})
     if skipped:
@@ -1045,7 +1045,7 @@ def check_one_decoder(rows: dict[str, EvalFeatureSet], decoder: str) -> None:
 
 def _plot_drawers(run: EvaluationRun, model: str, r: dict, info: dict) -> dict[str, Callable[[], str]]:
     """Plot name -> a function drawing it as SVG text, for one model of a run; nothing is drawn here."""
-    from pipelines import eval_plots
+    from pipelines.evaluation import plots as eval_plots
 
     ok = {d: e for d, e in r["detectors"].items() if e["status"] == "ok"}
     label = lambda d: info.get(d, {}).get("label", d)  # noqa: E731
@@ -1065,7 +1065,7 @@ def _plot_drawers(run: EvaluationRun, model: str, r: dict, info: dict) -> dict[s
             title=f"{model} / {label(d)}: FPR@95 per OOD class"))
     fs = {d: e["full_spectrum"] for d, e in ok.items() if e.get("full_spectrum")}
     if fs:
-        from pipelines.evaluation import ALL_SHIFTED
+        from pipelines.evaluation.run import ALL_SHIFTED
 
         pick = ALL_SHIFTED if ALL_SHIFTED in next(iter(fs.values())) else next(iter(next(iter(fs.values()))))
         drawers["full_spectrum"] = lambda: eval_plots.full_spectrum_svg(
@@ -1149,8 +1149,8 @@ def outputs_import(*, name: str, path: Path, model_name: str, user: User | None 
     """Import precomputed outputs (.npz with ``features`` [n, d] and ``logits`` [n, C]; optional
     ``labels`` (class indices or wnids), ``keys``, ``weight`` [C, d] and ``bias`` [C]) as an ID
     set named ``import:NAME`` for ``model_name``."""
-    from pipelines.classifiers import imagenet_1k_classes
-    from pipelines.decode import DECODERS
+    from pipelines.features.classifiers import imagenet_1k_classes
+    from pipelines.features.decode import DECODERS
 
     if decoder not in (*DECODERS, "unknown"):
         raise EvaluationError(f"decoder {decoder!r}: choose one of {', '.join(DECODERS)} or unknown")
@@ -1158,7 +1158,7 @@ def outputs_import(*, name: str, path: Path, model_name: str, user: User | None 
         check_name(name, what="import name")
     except InvalidName as exc:
         raise EvaluationError(str(exc)) from None
-    from pipelines.evaluation import OutputsFileError, read_outputs_file
+    from pipelines.evaluation.run import OutputsFileError, read_outputs_file
 
     path = Path(path)
     try:

@@ -1,4 +1,4 @@
-"""The facts an export's datasheet states (pipelines.datasheet renders them as README.md).
+"""The facts an export's datasheet states (pipelines.export.datasheet renders them as README.md).
 
 Everything here is read from the database while the export is written: the sources and what
 their review decided, the class filter's decisions per rule and the curators' overrides, the
@@ -23,8 +23,8 @@ from curation.models import (
     ReviewItem,
     Source,
 )
-from pipelines.agreement import fleiss_kappa
-from pipelines.images import sha256_file
+from pipelines.review.agreement import fleiss_kappa
+from pipelines.sources.images import sha256_file
 
 
 def _sources(names: list[str], exported: Counter) -> list[dict]:
@@ -86,7 +86,7 @@ def _review(names: list[str], review_policy: dict) -> dict:
 def _weights(model_name: str, extract_jobs: list[dict]) -> list[dict]:
     """The weights each feature extraction used, with the sha256 of the file where it is a file
     (the registry's default resolves to one; read when the export is written)."""
-    from pipelines.classifiers import MODELS, ModelUnavailable
+    from pipelines.features.classifiers import MODELS, ModelUnavailable
 
     out = []
     for given in sorted({str(j["weights"]) for j in extract_jobs}):
@@ -119,7 +119,7 @@ def _image_pipeline(names: list[str], model: dict, cfg: dict, leak: dict) -> dic
 
 
 def _diff(diff: dict | None) -> dict | None:
-    """The datasheet's part of the difference from the previous version (pipelines.export_diff)."""
+    """The datasheet's part of the difference from the previous version (pipelines.export.diff)."""
     if diff is None:
         return None
     return {"previous": diff["previous"]["version"], **diff["images"],

@@ -2,7 +2,7 @@
 
 export_create / unit_tests_create record the request (Export + Job, config fixed before any
 work) and queue it; export_execute / unit_tests_execute do the work (Celery task or inline):
-select the images, check leakage, write the folder (pipelines.export), record the members.
+select the images, check leakage, write the folder (pipelines.export.write), record the members.
 A finished or blocked export is never touched again; re-running an unfinished one starts its
 folder from scratch, so a redelivered task cannot leave a half-written export behind.
 """
@@ -42,13 +42,13 @@ from curation.services.export_datasheet import datasheet_facts
 from curation.services.id_classes import id_classes_resolve
 from curation.services.jobs import job_fail, job_mark_running
 from curation.version import code_version
-from pipelines.export import LAYOUTS, MANIFEST_FORMAT
-from pipelines.export_diff import PreviousMember, PreviousVersion
-from pipelines.layouts import default_layouts
+from pipelines.classes.semantic import EASY, HARD, DifficultyError, SemanticIndex, difficulty_split, parse_difficulty
+from pipelines.classes.wordnet_graph import load_noun_graph
+from pipelines.export.diff import PreviousMember, PreviousVersion
+from pipelines.export.layouts import default_layouts
+from pipelines.export.write import LAYOUTS, MANIFEST_FORMAT
 from pipelines.names import InvalidName, check_name, inside
-from pipelines.semantic import EASY, HARD, DifficultyError, SemanticIndex, difficulty_split, parse_difficulty
-from pipelines.sources import UnsafePath
-from pipelines.wordnet_graph import load_noun_graph
+from pipelines.sources.walk import UnsafePath
 
 Progress = Callable[[int], None]
 
@@ -100,7 +100,7 @@ def export_create(*, name: str, sources: list[Source], wnids: list[str] | None =
                   include_certified: bool = False, warn_loss: float | None = None) -> Export:
     """Ask for a clean-set export of ``sources`` (all their classes, or those in ``wnids``).
     ``difficulty`` (``median``, ``quantile:Q`` or a threshold) also writes easy/hard sub-splits
-    by semantic similarity to the closest ID class (pipelines.semantic). ``warn_loss``: the
+    by semantic similarity to the closest ID class (pipelines.classes.semantic). ``warn_loss``: the
     share of the previous version's images whose loss the export warns about (default
     settings.EXPORT_WARN_LOSS)."""
     check_export_names(name, split)
@@ -156,7 +156,7 @@ def unit_tests_create(*, name: str, per_test: int = 400, seed: int = 0, id_sourc
                                  "(`python manage.py add_source NAME PATH --role id`)")
     if per_test < 1:
         raise ExportRequestError(f"images per test must be at least 1 (got {per_test})")
-    from pipelines.unit_tests import CONVENTIONS
+    from pipelines.export.unit_tests import CONVENTIONS
 
     if convention not in CONVENTIONS:
         raise ExportRequestError(f"unit-test convention {convention!r}: use one of {', '.join(CONVENTIONS)}")
@@ -461,13 +461,13 @@ def _class_name(cc: CandidateClass) -> str:
 
 
 def export_leakage(*, items: Sequence[Chosen], split: str, model_name: str, threshold: float, max_pixel_diff: float) -> dict:
-    """What an export would leak (pipelines.leakage.find_leaks): images identical to, or
+    """What an export would leak (pipelines.export.leakage.find_leaks): images identical to, or
     near-duplicates of (feature cosine >= ``threshold`` and the pixel check, as in the duplicate
     search), an ID reference image or an image in a finished export of a different split; images
     that cannot be checked (no features) are listed too. Returns {"violations": [...], "checked": n, ...}."""
     from curation.services.image_pipeline import load_features
-    from pipelines.leakage import Entry, find_leaks
-    from pipelines.near_dups import PixelCheck
+    from pipelines.export.leakage import Entry, find_leaks
+    from pipelines.features.near_dups import PixelCheck
 
     ref_rows = list(Image.objects.filter(source__role=Source.Role.ID, status=Image.Status.OK).select_related("source"))
     other = list(ExportMember.objects.filter(export__kind=Export.Kind.DATASET, export__status=Export.Status.DONE)
@@ -545,7 +545,7 @@ def _reclaim_orphan(final: Path, export: Export) -> bool:
     """A folder this very export wrote before its worker died, between moving it into place and
     recording it (so it was never listed or downloadable): removed, to be written again.
     Anything else at that path is left alone."""
-    from pipelines.export import ExportError, clear_partial, read_manifest
+    from pipelines.export.write import ExportError, clear_partial, read_manifest
 
     try:
         manifest = read_manifest(final)
@@ -591,7 +591,7 @@ def export_fail(*, export_id: int, error: BaseException | str) -> None:
     export = Export.objects.filter(pk=export_id).first()
     if export is None or export.status in (Export.Status.DONE, Export.Status.BLOCKED):
         return
-    from pipelines.export import clear_partial
+    from pipelines.export.write import clear_partial
 
     job_fail(job_id=export.job_id, error=error)
     tmp = _export_dir(export)[1]
@@ -605,7 +605,7 @@ def export_fail(*, export_id: int, error: BaseException | str) -> None:
 
 
 def _model_provenance(sources: list[str], model_name: str) -> dict:
-    from pipelines.classifiers import MODELS
+    from pipelines.features.classifiers import MODELS
 
     spec = MODELS.get(model_name)
     jobs = Job.objects.filter(kind=Job.Kind.EXTRACT, status=Job.Status.DONE, source__name__in=sources, config__model=model_name).order_by("pk")
@@ -671,7 +671,7 @@ def _decisions_rows(sel: Selection, placed_by_image: Mapping[int, Any], model_na
         raise RuntimeError(f"decisions.csv: the reviews of review item {head[0]} came out of the items' order; nothing was written")
 
 
-# decisions.csv: these, then one column per layout written (pipelines.layouts: Layout.decisions_column)
+# decisions.csv: these, then one column per layout written (pipelines.export.layouts: Layout.decisions_column)
 DECISION_COLUMNS = [
     "image_id", "source", "source_path", "sha256", "ood_wnid", "ood_class", "final_label", "final_id_wnids", "review_status",
     "adjudicated_by", "final_note", "reviews", "top5", "duplicate_group", "duplicate_drop_reason", "nearest_id_image",
@@ -696,7 +696,7 @@ def previous_version(export: Export) -> PreviousVersion | None:
 
 
 class _DatasetExport:
-    """The database's part of a dataset export (pipelines.export.ExportHooks)."""
+    """The database's part of a dataset export (pipelines.export.write.ExportHooks)."""
 
     def __init__(self, export: Export, sel: Selection, leak: dict, previous: PreviousVersion | None):
         self.export, self.sel, self.leak, self.previous = export, sel, leak, previous
@@ -750,9 +750,9 @@ class _DatasetExport:
 
 
 def export_execute(*, export_id: int, progress: Progress | None = None, on_total: Callable[[int], None] | None = None) -> Export:
-    """Select, check for leakage, write (pipelines.export.write_export), record. Idempotent: a
+    """Select, check for leakage, write (pipelines.export.write.write_export), record. Idempotent: a
     finished export is returned as it is."""
-    from pipelines import export as px
+    from pipelines.export import write as px
 
     export = _begin(export_id)
     if export is None:
@@ -816,7 +816,7 @@ def _why_not(sel: Selection, export: Export, previous: PreviousVersion | None) -
 def _export_items(sel: Selection) -> tuple[list, list]:
     """The selected images as the writer's items (their files resolved inside their source's
     root), and those refused because the file is now a link out of its source."""
-    from pipelines import export as px
+    from pipelines.export import write as px
 
     roots = {s.pk: str(Path(s.root).resolve()) for s in sel.sources}
     items, refused = [], []
@@ -848,7 +848,7 @@ def _difficulty(sel: Selection, good: list, spec_text: str | None, *, export_nam
                 layouts: list[str]) -> tuple[dict | None, dict | None]:
     """wnid -> ClassDifficulty for the exported classes, and what the manifest says of the split:
     the measure, the ID classes it was measured against, the cut and the counts per sub-split."""
-    from pipelines import export as px
+    from pipelines.export import write as px
 
     if spec_text is None or not good:
         return None, None
@@ -888,8 +888,8 @@ def _contamination_summary(source_name: str) -> dict:
 
 def unit_tests_execute(*, export_id: int, progress: Progress | None = None, on_total: Callable[[int], None] | None = None) -> Export:
     """Write the 17 NINCO unit tests mirroring the export's ID source; idempotent like exports."""
-    from pipelines import export as px
-    from pipelines.unit_tests import UNIT_TESTS, write_unit_tests
+    from pipelines.export import write as px
+    from pipelines.export.unit_tests import UNIT_TESTS, write_unit_tests
 
     export = _begin(export_id)
     if export is None:
@@ -932,7 +932,7 @@ def unit_tests_recipe_text(convention: str) -> str:
 
 def id_samples_of_source(source: Source) -> tuple[list, list[tuple[str, str]]]:
     """The ID source's good images as unit-test samples (sorted by path), and the refused ones."""
-    from pipelines.unit_tests import IdSample
+    from pipelines.export.unit_tests import IdSample
 
     samples, skipped = [], []
     root_real = str(Path(source.root).resolve())
@@ -953,10 +953,10 @@ def export_run_inline(*, export: Export, progress: Progress | None = None, on_to
 
 
 def export_verify(*, path: Path, progress: Progress | None = None) -> Any:
-    """Verify an export folder (pipelines.export.verify_export) and, when this database knows
+    """Verify an export folder (pipelines.export.write.verify_export) and, when this database knows
     the export, that its manifest is the one written (a rewritten manifest is caught too)."""
-    from pipelines.export import MANIFEST, verify_export
-    from pipelines.images import sha256_file
+    from pipelines.export.write import MANIFEST, verify_export
+    from pipelines.sources.images import sha256_file
 
     v = verify_export(path, progress=progress)
     if v.manifest is not None:

@@ -9,11 +9,11 @@ from django.db import transaction
 from curation.audit import audit_record
 from curation.models import IdClassSet, Image, Source
 from curation.services.sources import SourceError, id_source_named
-from pipelines.imagenet import NAMED_LISTS, ClassListError, imagenet_lemmas, read_wnid_file, resolve_class_list
+from pipelines.classes.imagenet import NAMED_LISTS, ClassListError, imagenet_lemmas, read_wnid_file, resolve_class_list
+from pipelines.classes.semantic_split import SemanticSplit, SplitError, semantic_split, write_split
+from pipelines.classes.wordnet import load_wordnet, synset_for_wnid
+from pipelines.classes.wordnet_graph import load_noun_graph
 from pipelines.names import InvalidName, atomic_write, check_name
-from pipelines.semantic_split import SemanticSplit, SplitError, semantic_split, write_split
-from pipelines.wordnet import load_wordnet, synset_for_wnid
-from pipelines.wordnet_graph import load_noun_graph
 
 
 class IdClassSetError(ValueError):
@@ -71,7 +71,7 @@ def semantic_split_create(*, id_spec: str | None = "imagenet-1k", out_dir: Path 
                           register: str | None = None, images: str | None = None,
                           user: User | None = None) -> tuple[SemanticSplit, list[Path], list[IdClassSet]]:
     """Split an ID class set into ID and OOD halves by WordNet parent (ImageNet-X's procedure,
-    or its seeded variant; pipelines.semantic_split), write the lists to ``out_dir`` and, with
+    or its seeded variant; pipelines.classes.semantic_split), write the lists to ``out_dir`` and, with
     ``register``, store the halves as ID class sets ``<register>-id`` and ``<register>-ood``.
     ``images`` (an ID source's name) also writes the image lists of both halves."""
     if register is not None:

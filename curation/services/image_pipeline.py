@@ -29,9 +29,9 @@ from curation.services.class_filter import class_filter_refresh_source
 from curation.services.jobs import job_mark_running
 from curation.services.loaded_models import ModelNameError, check_model_name, loaded_model
 from curation.version import code_version
+from pipelines.features.near_dups import Membership, apply_overrides
 from pipelines.names import atomic_write, safe_component
-from pipelines.near_dups import Membership, apply_overrides
-from pipelines.sources import SafeJoiner, UnsafePath
+from pipelines.sources.walk import SafeJoiner, UnsafePath
 
 
 class PipelineError(ValueError):
@@ -57,7 +57,7 @@ def extract_start(*, source: Source, model_name: str | None = None, weights: str
     """Queue the extraction of a source's images that lack the model's outputs. With
     ``skip_removed_classes``, images of classes the latest class filter run removed are left out
     (an ImageNet-21K-sized pool loses most of its classes there: no reason to run the model on them)."""
-    from pipelines.decode import DECODERS
+    from pipelines.features.decode import DECODERS
 
     model_name = model_name or settings.DEFAULT_MODEL
     _checked_model_name(model_name)
@@ -142,7 +142,7 @@ def extract_process_chunk(*, job_id: int, index: int, progress: Callable[[int], 
     if run_model is not None:
         ex = run_model(todo, job)
     else:
-        from pipelines.extract import extract
+        from pipelines.features.extract import extract
 
         lm = loaded_model(model_name, job.config.get("weights", ""))
         ex = extract(lm, todo, batch_size=int(job.config.get("batch_size") or 0) or None,
@@ -289,9 +289,9 @@ def duplicate_overrides_of(images: Iterable[int], model_name: str) -> list[tuple
 
 def dedup_execute(*, job_id: int) -> Job:
     """The duplicate search over every extracted source (the computation is
-    pipelines.near_dups.find_duplicates); writes each candidate's group, drop reason and nearest
+    pipelines.features.near_dups.find_duplicates); writes each candidate's group, drop reason and nearest
     ID image, and the class-level visual signals."""
-    from pipelines.near_dups import PixelCheck, find_duplicates
+    from pipelines.features.near_dups import PixelCheck, find_duplicates
 
     job = Job.objects.get(pk=job_id)
     if job.status in (Job.Status.DONE, Job.Status.FAILED):
@@ -369,7 +369,7 @@ def dedup_execute(*, job_id: int) -> Job:
 
 
 def _visual_signals(cands: list[ImageEmbedding], cfg: dict, model_name: str) -> list[ClassVisualSignal]:
-    from pipelines.classifiers import imagenet_1k_classes
+    from pipelines.features.classifiers import imagenet_1k_classes
 
     wnids, labels = imagenet_1k_classes()
     label = dict(zip(wnids, labels))

@@ -24,10 +24,10 @@ from curation.models import CandidateClass, Image, ImageEmbedding, Job, JobChunk
 from curation.services.jobs import job_mark_running
 from curation.services.sources import source_sync_classes
 from curation.version import code_version
-from pipelines.images import EMPTY_FILE, FILE_TOO_LARGE, UNREADABLE, inspect_image_bytes
-from pipelines.source_layouts import DEFAULT_MAX_BYTES, MemberOutsideRoot, MemberRef, prefetch_members, read_member
-from pipelines.source_layouts.lists import scan_layout
-from pipelines.sources import PATH_ESCAPES_ROOT
+from pipelines.sources.images import EMPTY_FILE, FILE_TOO_LARGE, UNREADABLE, inspect_image_bytes
+from pipelines.sources.layouts import DEFAULT_MAX_BYTES, MemberOutsideRoot, MemberRef, prefetch_members, read_member
+from pipelines.sources.layouts.lists import scan_layout
+from pipelines.sources.walk import PATH_ESCAPES_ROOT
 
 ProgressCallback = Callable[[int], None]
 

@@ -15,7 +15,7 @@ class ModelNameError(ValueError):
 
 
 def check_model_name(model_name: str) -> None:
-    from pipelines.classifiers import MODELS
+    from pipelines.features.classifiers import MODELS
 
     if not model_name or len(model_name) > 200:
         raise ModelNameError("a model name is required")
@@ -24,19 +24,19 @@ def check_model_name(model_name: str) -> None:
 
 
 def loaded_model(name: str, weights: str = "") -> Any:
-    """``pipelines.classifiers.load_model(name, weights)``, loaded once per process (one model at a
+    """``pipelines.features.classifiers.load_model(name, weights)``, loaded once per process (one model at a
     time in memory)."""
-    from pipelines.classifiers import load_model
+    from pipelines.features.classifiers import load_model
 
     key = (name, weights or "")
     if key not in _CACHE:
         if settings.TORCH_THREADS:
-            from pipelines.classifiers import set_torch_threads
+            from pipelines.features.classifiers import set_torch_threads
 
             set_torch_threads(settings.TORCH_THREADS)  # several workers on one machine share its cores
         _CACHE.clear()
         lm = load_model(name, weights=weights or None)
-        # on the CPU the forward pass runs through OpenVINO (pipelines.cpu_runtime), its graph
+        # on the CPU the forward pass runs through OpenVINO (pipelines.features.cpu_runtime), its graph
         # converted once per model and weights and kept under the data folder
         lm.extra["cpu_graph_dir"] = str(settings.DATA_DIR / "cpu_graphs")
         _CACHE[key] = lm

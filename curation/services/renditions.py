@@ -15,9 +15,9 @@ from PIL import Image as PILImage
 from PIL import ImageOps
 
 from curation.models import Image
-from pipelines.images import to_rgb
-from pipelines.source_layouts import MemberRef
-from pipelines.sources import UnsafePath
+from pipelines.sources.images import to_rgb
+from pipelines.sources.layouts import MemberRef
+from pipelines.sources.walk import UnsafePath
 
 SIZES = {"thumb": 224, "view": 1400}
 VARIANTS = (*SIZES, "full")

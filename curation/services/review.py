@@ -48,7 +48,7 @@ from curation.models import (
 from curation.selectors import Scope, annotator_scope, class_policy, not_seen_by
 from curation.services.bulk import copy_columns
 from curation.services.certification import certification_lease_orders, certification_quiet, certification_tick
-from pipelines.review_order import class_runs_arrays
+from pipelines.review.order import class_runs_arrays
 
 SECONDS_CAP = 300.0  # a longer gap is a break, not work on the image
 
@@ -82,7 +82,7 @@ def synset_texts_sync(wnids: Iterable[str]) -> int:
     wanted = set(wnids) - set(SynsetText.objects.filter(wnid__in=list(wnids)).values_list("wnid", flat=True))
     if not wanted:
         return 0
-    from pipelines.wordnet_graph import load_noun_graph
+    from pipelines.classes.wordnet_graph import load_noun_graph
 
     graph = load_noun_graph(settings.NLTK_DATA)
     rows = []
@@ -181,7 +181,7 @@ def review_queue_sync(*, source: Source, model_name: str | None = None, user: Us
             required.append(cfg.reviews_required)
         report.eligible = len(ids)
         prio = np.frombuffer(priorities, dtype=np.float64) if len(priorities) else np.zeros(0)
-        if base.group_classes and settings.REVIEW_CLASS_RUN > 0:  # a class's images in a row (pipelines.review_order)
+        if base.group_classes and settings.REVIEW_CLASS_RUN > 0:  # a class's images in a row (pipelines.review.order)
             prio = class_runs_arrays(np.frombuffer(ids, dtype=np.int64), np.frombuffer(classes, dtype=np.int64), prio, settings.REVIEW_CLASS_RUN)
         if connection.vendor == "postgresql":
             # in batches, each its own transaction: a rebuild stopped half-way keeps what it wrote, and a

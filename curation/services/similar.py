@@ -1,6 +1,6 @@
 """Find similar (docs/browse.md, "Find similar"): an image's nearest neighbours among the
 candidates and among the ID reference images, from the stored features (the image pipeline's
-shards), with a faiss index per feature set (``pipelines.similar``); and what a finding does to
+shards), with a faiss index per feature set (``pipelines.features.similar``); and what a finding does to
 the queue: a curator sends neighbours to the front of the review queue (or gives them one more
 review, ``images_requeue``), and an annotator who sees an ID object sends the image's 20 nearest
 open candidates to the front. Moves are audited."""
@@ -22,7 +22,7 @@ from curation.audit import audit_record
 from curation.models import Assignment, Image, ImageEmbedding, ReviewItem, Source
 from curation.selectors import annotator_scope
 from curation.services.image_pipeline import PipelineError, load_features
-from pipelines import similar as sim
+from pipelines.features import similar as sim
 
 INLINE_BUILD_MAX = 200_000  # above this many vectors the index is built by the command, not in a request
 FRONT_DEFAULT = 20

@@ -10,11 +10,11 @@ from django.db import transaction
 
 from curation.audit import audit_record
 from curation.models import CandidateClass, Source
+from pipelines.classes.wordnet import load_wordnet
 from pipelines.names import InvalidName, check_name
-from pipelines.source_layouts import DEFAULT_LAYOUT, LayoutError, source_layout
-from pipelines.source_layouts.lists import read_path_list
-from pipelines.sources import ClassMapping, map_class_folders, read_class_map, scan_class_folders
-from pipelines.wordnet import load_wordnet
+from pipelines.sources.layouts import DEFAULT_LAYOUT, LayoutError, source_layout
+from pipelines.sources.layouts.lists import read_path_list
+from pipelines.sources.walk import ClassMapping, map_class_folders, read_class_map, scan_class_folders
 
 
 class SourceError(ValueError):
@@ -39,7 +39,7 @@ def source_register(
 ) -> SourceRegistration:
     """Create or update a source and map its class folders to WordNet.
 
-    ``layout`` names how the root holds its images (pipelines/source_layouts/), with its
+    ``layout`` names how the root holds its images (pipelines/sources/layouts/), with its
     ``layout_options``; ``list_path`` (a published list in ``list_format``) makes the source just
     the members that list names. Classes of a folder source are mapped here; an archive's classes
     are only known once its members are read, so ingest maps them.

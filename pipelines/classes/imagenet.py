@@ -9,7 +9,7 @@ import importlib.util
 from functools import lru_cache
 from pathlib import Path
 
-from .wordnet import is_wnid
+from pipelines.classes.wordnet import is_wnid
 
 NAMED_LISTS = {
     "imagenet-1k": "imagenet_synsets.txt",

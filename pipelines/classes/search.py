@@ -234,7 +234,7 @@ def imagenet_1k_index() -> ClassIndex[str]:
     """The 1,000 classes an ImageNet-1K classifier predicts (the browser's top-1 filter), named
     as ImageNet names them (timm's lemma and definition lists; no WordNet needed); ``ref`` is
     the wnid. Raises ClassListError where timm's lists are missing."""
-    from pipelines.imagenet import imagenet_lemmas, named_list, timm_info_dir
+    from pipelines.classes.imagenet import imagenet_lemmas, named_list, timm_info_dir
 
     lemmas = imagenet_lemmas()
     glosses: dict[str, str] = {}

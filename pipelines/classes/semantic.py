@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .wordnet_graph import NounGraph
+from pipelines.classes.wordnet_graph import NounGraph
 
 _IC_CACHE: dict[tuple[int, str], np.ndarray] = {}
 

@@ -32,9 +32,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Callable
 
-from . import csv_cells
-from .names import atomic_write
-from .wordnet_graph import NounGraph
+from pipelines.classes.wordnet_graph import NounGraph
+from pipelines.export import csv_cells
+from pipelines.names import atomic_write
 
 # Parent overrides that reproduce ImageNet-X (REFERENCE-2.md 1.1, table): child wnid -> parent wnid.
 IMAGENET_PARENTS: dict[str, str] = {

@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .wordnet import WordNetUnavailable, corpus_dir, load_wordnet
+from pipelines.classes.wordnet import WordNetUnavailable, corpus_dir, load_wordnet
 
 log = logging.getLogger(__name__)
 
@@ -224,7 +224,7 @@ def _data_noun_sha1(nltk_data: Path) -> str:
     try:
         st = path.stat()
     except OSError:
-        from .wordnet import FIX_HINT
+        from pipelines.classes.wordnet import FIX_HINT
 
         raise WordNetUnavailable(f"WordNet 3.0 is not provisioned: {path} is missing. {FIX_HINT}") from None
     key = (str(path), st.st_size, st.st_mtime_ns)

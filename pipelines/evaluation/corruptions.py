@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from .names import atomic_write
-from .numbers import comma_list, whole_number
+from pipelines.names import atomic_write
+from pipelines.numbers import comma_list, whole_number
 
 # Hendrycks & Dietterich (2019): the 15 benchmark corruptions, in the paper's order, then the 4
 # held-out ones.
@@ -100,7 +100,7 @@ def corrupt_array(rgb: np.ndarray, corruption: str, severity: int, seed: int) ->
 class CorruptionTask:
     """One output file: which original, which corruption and severity, where it goes."""
 
-    src: Any  # the original: a path, or a pipelines.source_layouts.MemberRef
+    src: Any  # the original: a path, or a pipelines.sources.layouts.MemberRef
     key: str  # the original's path inside its source ("<class folder>/<file>")
     rel_out: str  # "<corruption>/<severity>/<class folder>/<stem>.<ext>"
     corruption: str
@@ -128,7 +128,7 @@ def run_task(job: CorruptionTask, out_root: Path, *, imagenet_c_crop: bool = Tru
     """Corrupt one original into ``out_root / job.rel_out`` (atomically, inside ``out_root``)."""
     from PIL import Image
 
-    from .source_layouts import MemberRef
+    from pipelines.sources.layouts import MemberRef
 
     # a source member is read through its layout (checked against its ingest hash), a path opened
     with Image.open(io.BytesIO(job.src.read()) if isinstance(job.src, MemberRef) else job.src) as im:

@@ -8,7 +8,7 @@ import os
 
 import numpy as np
 
-from .source_layouts import MemberRef, openable
+from pipelines.sources.layouts import MemberRef, openable
 
 LOW_LEVEL = {"megapixels": "resolution (megapixels)", "jpeg_share": "share of JPEG files",
              "jpeg_quality": "JPEG quality (estimated from the quantisation tables)",
@@ -19,7 +19,7 @@ def low_level_statistics(paths: list[str]) -> dict:
     """Cheap statistics of a set's sampled files: header size and format, file size, colourfulness."""
     from PIL import Image as PILImage
 
-    from .sanity import colourfulness_of, jpeg_quality
+    from pipelines.evaluation.sanity import colourfulness_of, jpeg_quality
 
     mp, jpeg, quality, bpp, colour = [], [], [], [], []
     for p in paths:

@@ -8,7 +8,7 @@ What is reported per detector (REFERENCE.md, Metrics):
 - per unit test NINCO's FPR and whether it is above 10% (failed);
 - failure-detection AUROC (ImageNet-OOD) and mean outlier-aware accuracy (Wang et al.),
   both from the ID test set's labels;
-- C-OOD severity levels when the OOD set has enough classes (pipelines.severity).
+- C-OOD severity levels when the OOD set has enough classes (pipelines.evaluation.severity).
 
 Which convention each figure follows (``Conventions``; docs/evaluation.md lists them with
 their sources) is stored with the results and shown on the result page.
@@ -23,8 +23,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .detectors import DETECTORS, Detector, DetectorError, Head, Outputs, TextHead, get_detector, params_of
-from .metrics import (
+from pipelines.evaluation.detectors import DETECTORS, Detector, DetectorError, Head, Outputs, TextHead, get_detector, params_of
+from pipelines.evaluation.metrics import (
     AUPR_METHODS,
     FPR_METHODS,
     OAA_CONVENTIONS,
@@ -35,7 +35,7 @@ from .metrics import (
     mean_outlier_aware_accuracy,
     ood_metrics,
 )
-from .severity import ESTIMATION, GROUP_RULE, PER_CLASS, check_protocol, severity_levels, severity_requirements
+from pipelines.evaluation.severity import ESTIMATION, GROUP_RULE, PER_CLASS, check_protocol, severity_levels, severity_requirements
 
 UNIT_TEST_FPR_LIMIT = 0.10  # NINCO: a detector fails a unit test when its FPR there is above 10%
 
@@ -161,7 +161,7 @@ def restrict_to_classes(inputs: EvalInputs, wnids: Sequence[str], *, set_name: s
     for the ImageNet-1K classes ``wnids`` (the ID half, ``restrict_inputs``), and the record the
     results carry of it, saying what the figures then measure. ``input_level``: the run has
     input-level scores (ODIN), which come from the full model."""
-    from .classifiers import imagenet_1k_classes
+    from pipelines.features.classifiers import imagenet_1k_classes
 
     index = {w: i for i, w in enumerate(imagenet_1k_classes()[0])}
     outside = [w for w in wnids if w not in index]
@@ -336,7 +336,7 @@ def leaderboard(results: dict) -> dict:
             x["x"] = None if x["accuracy"] is None else round(100 * x["accuracy"], 2)
             x["y"] = round(100 - 100 * x["auroc"], 2)  # SVG's y grows downwards
         detectors.append({"det": det, "label": info.get(det, {}).get("label", det), "rows": rows})
-    from .detectors import detector_names
+    from pipelines.evaluation.detectors import detector_names
 
     order = {n: i for i, n in enumerate(detector_names())}
     detectors.sort(key=lambda d: (order.get(d["det"], len(order)), d["det"]))  # the tables' order, not the stored dict's

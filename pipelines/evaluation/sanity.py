@@ -26,9 +26,9 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .detectors import DETECTORS, DetectorError, Head, Outputs, get_detector
-from .metrics import ood_metrics
-from .source_layouts import openable
+from pipelines.evaluation.detectors import DETECTORS, DetectorError, Head, Outputs, get_detector
+from pipelines.evaluation.metrics import ood_metrics
+from pipelines.sources.layouts import openable
 
 THRESHOLD = 0.10
 DEFAULT_ARCH = "resnet18"
@@ -44,7 +44,7 @@ def random_weight_model(arch: str = DEFAULT_ARCH, seed: int = 0, device: str = "
     import torch
     from torch import nn
 
-    from .classifiers import LoadedModel, ModelUnavailable, imagenet_1k_classes
+    from pipelines.features.classifiers import LoadedModel, ModelUnavailable, imagenet_1k_classes
 
     if not timm.is_model(arch):
         raise ModelUnavailable(f"sanity check: {arch!r} is not a timm architecture")
@@ -90,7 +90,7 @@ def random_weight_check(sets: SanitySets, detectors: list[tuple[str, dict]], *, 
                         cpu_graph_dir: str | None = None) -> dict:
     """AUROC of every detector, ID test vs each other set, under ``seeds`` random networks: the
     per-seed values, their mean and standard deviation, and the verdict per set."""
-    from .extract import decoded, extract
+    from pipelines.features.extract import decoded, extract
 
     runs: dict[str, dict[str, list[float]]] = {}
     notes: list[str] = [f"{name}: skipped, {why}" for name, _ in detectors if name in SKIP for why in [SKIP[name]]]
@@ -100,11 +100,11 @@ def random_weight_check(sets: SanitySets, detectors: list[tuple[str, dict]], *, 
     usable = [(n, p) for n, p in detectors if n not in SKIP and not (n in DETECTORS and DETECTORS[n].input_level)]
     errors: dict[str, str] = {}
     # The images are decoded once for all the networks (one architecture, one preprocessing); on the
-    # CPU each network runs through OpenVINO (pipelines.cpu_runtime; converting one takes a few seconds).
+    # CPU each network runs through OpenVINO (pipelines.features.cpu_runtime; converting one takes a few seconds).
     inputs: dict[str, list] = {}
     for seed in range(seeds):
         lm = random_weight_model(arch, seed, device)
-        if cpu_graph_dir:  # where pipelines.cpu_runtime keeps its converted graphs
+        if cpu_graph_dir:  # where pipelines.features.cpu_runtime keeps its converted graphs
             lm.extra["cpu_graph_dir"] = cpu_graph_dir
         outs = {}
         for role, paths in (("id_test", sets.id_test), ("fit", sets.fit), *sets.others.items()):

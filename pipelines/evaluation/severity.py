@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .metrics import ood_metrics
+from pipelines.evaluation.metrics import ood_metrics
 
 LEVELS = 11
 PROTOCOLS = ("c-ood", "small-data")

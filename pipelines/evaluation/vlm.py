@@ -36,7 +36,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .classifiers import ModelUnavailable, hub_timeout, unreachable
+from pipelines.features.classifiers import ModelUnavailable, hub_timeout, unreachable
 
 CLIP_PREFIX = "clip:"
 
@@ -191,7 +191,7 @@ def resolve_weights(name: str) -> ClipWeights:
 @dataclass
 class ClipModel:
     """A loaded open_clip model with what the evaluation's image loading needs (the fields of
-    pipelines.classifiers.LoadedModel that ``pipelines.extract.batches`` reads)."""
+    pipelines.features.classifiers.LoadedModel that ``pipelines.features.extract.batches`` reads)."""
 
     name: str
     model: Any  # open_clip CLIP in eval mode on ``device``
@@ -292,8 +292,8 @@ def encode_images(cm: ClipModel, paths: Sequence[Any], *, batch_size: int = 32, 
     cannot be decoded are reported in ``errors``)."""
     import torch
 
-    from .extract import batches
-    from .images import DEFAULT_MAX_PIXELS
+    from pipelines.features.extract import batches
+    from pipelines.sources.images import DEFAULT_MAX_PIXELS
 
     if local:
         check_local_path(cm)
@@ -346,7 +346,7 @@ def imagenet_1k_names() -> dict[str, str]:
     """wnid -> open_clip's curated ImageNet-1K class name (its list follows the sorted wnids)."""
     from open_clip import IMAGENET_CLASSNAMES
 
-    from .classifiers import imagenet_1k_classes
+    from pipelines.features.classifiers import imagenet_1k_classes
 
     wnids = imagenet_1k_classes()[0]
     if len(wnids) != len(IMAGENET_CLASSNAMES):
@@ -366,7 +366,7 @@ def class_names(wnids: Sequence[str]) -> tuple[list[str], str]:
             out.append(curated[w])
             continue
         if lemmas is None:
-            from .imagenet import imagenet_lemmas
+            from pipelines.classes.imagenet import imagenet_lemmas
 
             lemmas = imagenet_lemmas()
         lemma = (lemmas.get(w) or "").split(",")[0].strip()
@@ -412,7 +412,7 @@ class TextEncoder:
         else:
             emb = self._encode(texts)
             if path is not None:
-                from .names import atomic_write
+                from pipelines.names import atomic_write
 
                 path.parent.mkdir(parents=True, exist_ok=True)
                 atomic_write(path, lambda fh: np.save(fh, emb), root=path.parent)
@@ -472,8 +472,8 @@ def class_embeddings(encode: Callable[[Sequence[str]], np.ndarray], names: Seque
 
 def zero_shot_head(cm: ClipModel, wnids: Sequence[str], *, template: str = DEFAULT_TEMPLATE, cache_dir: Path | None = None,
                    encoder: TextEncoder | None = None) -> Any:
-    """The zero-shot head of ``cm`` over the classes ``wnids`` (pipelines.detectors.TextHead)."""
-    from .detectors import TextHead
+    """The zero-shot head of ``cm`` over the classes ``wnids`` (pipelines.evaluation.detectors.TextHead)."""
+    from pipelines.evaluation.detectors import TextHead
 
     names, source = class_names(wnids)
     encode = encoder or TextEncoder(cm, cache_dir)

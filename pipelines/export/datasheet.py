@@ -16,7 +16,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from pipelines.layouts import LAYOUTS
+from pipelines.export.layouts import LAYOUTS
 
 # Hugging Face dataset cards' size buckets
 _SIZES = ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M"), (10_000_000, "1M<n<10M"))

@@ -20,7 +20,7 @@ DIFF_COLUMNS = ["change", "image_id", "wnid", "class_name", "source", "source_pa
 NOT_SELECTED = "not_selected"  # the image's source or class is not in this export's selection
 SAMPLE = 50  # images of each change that the export's page lists (diff.csv has them all)
 
-Placed = Any  # pipelines.export.Placed (typed loosely: that module imports this one)
+Placed = Any  # pipelines.export.write.Placed (typed loosely: that module imports this one)
 
 # What the reasons' prefixes mean, for people reading a difference (the exact codes are those of
 # decisions.csv's excluded_reason and of the placement checks)

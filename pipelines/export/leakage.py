@@ -9,7 +9,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .near_dups import nearest, normalise
+from pipelines.features.near_dups import nearest, normalise
 
 
 @dataclass(frozen=True)

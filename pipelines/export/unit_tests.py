@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 from PIL import Image as PILImage
 
-from pipelines import csv_cells
+from pipelines.export import csv_cells
 
 GAUSSIAN_SIGMAS = (0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5)
 SMOOTH_SIGMAS = (10, 15, 25, 40, 60, 85)
@@ -261,7 +261,7 @@ def rng_for(seed: int, test: str, index: int) -> np.random.Generator:
 
 def id_pixels_of(path: str) -> np.ndarray:
     """An ID image as a float RGB array in [0, 1] (EXIF orientation applied)."""
-    from pipelines.images import load_rgb
+    from pipelines.sources.images import load_rgb
 
     return np.asarray(load_rgb(path), dtype=np.float64) / 255.0
 
@@ -420,8 +420,8 @@ def write_ninco_lists(out: Path, rows: Sequence[UnitTestRow]) -> None:
 def id_samples_from_folder(root: Path, *, max_pixels: int | None = None) -> tuple[list[IdSample], list[tuple[str, str]]]:
     """Every readable image under ``root`` (recursively, symlinks escaping it refused) as ID
     samples, sorted by path; plus (file, problem) for the files that were refused."""
-    from pipelines.images import DEFAULT_MAX_PIXELS, inspect_image
-    from pipelines.sources import UnsafePath, safe_join
+    from pipelines.sources.images import DEFAULT_MAX_PIXELS, inspect_image
+    from pipelines.sources.walk import UnsafePath, safe_join
 
     root = Path(root).resolve()
     if not root.is_dir():

@@ -2,7 +2,7 @@
 
 An export is a folder: ``manifest.json`` (provenance, counts, and the sha256 of every other
 file), ``decisions.csv`` and one sub-folder per layout, each layout one file in
-``pipelines/layouts/`` (NINCO's readable class folders with metadata.csv, ImageNet-OOD's wnid
+``pipelines/export/layouts/`` (NINCO's readable class folders with metadata.csv, ImageNet-OOD's wnid
 folders with file_list.txt, OpenOOD's images/<wnid> with an imglist.txt of ``path -1`` lines).
 
 Image files are hard links to the source files where the filesystem allows (same device, links
@@ -28,14 +28,14 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import IO, Any, Protocol, cast
 
-from pipelines.export_diff import DIFF_COLUMNS, DIFF_FILE, PreviousVersion, export_diff, reason_kind
-from pipelines.images import sha256_bytes, sha256_file
-from pipelines.layouts import LAYOUTS, PlanContext, write_csv
-from pipelines.layouts.ninco import readable_folder
+from pipelines.export.diff import DIFF_COLUMNS, DIFF_FILE, PreviousVersion, export_diff, reason_kind
+from pipelines.export.layouts import LAYOUTS, PlanContext, write_csv
+from pipelines.export.layouts.ninco import readable_folder
 from pipelines.names import PathOutsideRoot, inside
-from pipelines.source_layouts import MemberRef, read_member
+from pipelines.sources.images import sha256_bytes, sha256_file
+from pipelines.sources.layouts import MemberRef, read_member
 
-__all__ = ["LAYOUTS", "readable_folder", "write_csv"]  # re-exported: the layouts live in pipelines/layouts/
+__all__ = ["LAYOUTS", "readable_folder", "write_csv"]  # re-exported: the layouts live in pipelines/export/layouts/
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = "oodc-export/1"
 BLOCK = 1 << 20
@@ -48,7 +48,7 @@ class ExportError(RuntimeError):
 @dataclass(frozen=True)
 class ExportItem:
     image_id: int
-    src: Any  # the source file's absolute path, or a pipelines.source_layouts.MemberRef for an archive member
+    src: Any  # the source file's absolute path, or a pipelines.sources.layouts.MemberRef for an archive member
     sha256: str  # as recorded at ingest
     wnid: str
     class_name: str  # readable class name (NINCO folder)
@@ -176,7 +176,7 @@ def place_items(root: Path, items: Sequence[ExportItem], paths: dict[int, dict[s
 
 @dataclass(frozen=True)
 class ClassDifficulty:
-    """An OOD class's place in an easy/hard sub-split (pipelines.semantic.difficulty_split)."""
+    """An OOD class's place in an easy/hard sub-split (pipelines.classes.semantic.difficulty_split)."""
 
     similarity: float
     closest_id_wnid: str
@@ -232,8 +232,8 @@ def write_readme(root: Path, lines: Sequence[str]) -> None:
 
 def write_datasheet(root: Path, facts: dict) -> None:
     """``README.md``: the export's datasheet with a Hugging Face dataset-card header
-    (pipelines.datasheet), rendered from the recorded ``facts``."""
-    from pipelines.datasheet import render
+    (pipelines.export.datasheet), rendered from the recorded ``facts``."""
+    from pipelines.export.datasheet import render
 
     with open(root / "README.md", "x", encoding="utf-8") as fh:
         fh.write(render(facts))

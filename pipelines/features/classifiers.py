@@ -171,7 +171,7 @@ class LoadedModel:
 
 
 def imagenet_1k_classes() -> tuple[tuple[str, ...], tuple[str, ...]]:
-    from .imagenet import imagenet_lemmas, named_list
+    from pipelines.classes.imagenet import imagenet_lemmas, named_list
 
     wnids = named_list("imagenet-1k")
     lemmas = imagenet_lemmas()
@@ -282,7 +282,7 @@ def load_model(name: str, *, weights: str | Path | None = None, device: str | No
     import timm
     import torch
 
-    if name.startswith("clip:"):  # pipelines.vlm.load_clip loads these, for the evaluation
+    if name.startswith("clip:"):  # pipelines.evaluation.vlm.load_clip loads these, for the evaluation
         raise ModelUnavailable(f"model {name!r} is a vision-language model: it has no ImageNet-1K classifier head for "
                                "predictions and features; use it in evaluations (python manage.py evaluate --models ...)")
     weights = Path(weights) if weights else None
@@ -325,12 +325,12 @@ def set_torch_threads(n: int) -> None:
 
 def top1_wnids(lm: LoadedModel, images: list, *, batch_size: int = 32) -> list[str]:
     """The top-1 ImageNet-1K wnid of each PIL image, through the model's own eval transform (on the
-    CPU through pipelines.cpu_runtime's graph where it can run)."""
+    CPU through pipelines.features.cpu_runtime's graph where it can run)."""
     import torch
 
     graph = None
     if not str(lm.device).startswith("cuda"):
-        from .cpu_runtime import choose
+        from pipelines.features.cpu_runtime import choose
 
         graph = choose(lm).graph
     out: list[str] = []

@@ -250,7 +250,7 @@ def _convert(lm: Any, folder: Path, meta: dict, threads: int) -> CpuGraph:
 
 
 def choose(lm: Any, *, cache_dir: str | Path | None = None, threads: int | None = None) -> Choice:
-    """The CPU runtime for ``lm`` (a ``pipelines.classifiers.LoadedModel`` on the CPU), decided
+    """The CPU runtime for ``lm`` (a ``pipelines.features.classifiers.LoadedModel`` on the CPU), decided
     once per loaded model and kept in ``lm.extra``: the OpenVINO graph (loaded from the cache or
     converted into it) or torch with the reason."""
     cached = lm.extra.get("cpu_choice")

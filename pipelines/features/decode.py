@@ -3,7 +3,7 @@ libjpeg-turbo on the CPU), then one resize per distinct input size, crop and nor
 tensor operations that follow the model's timm data config.
 
 This is the ``torchvision`` decoder; ``pil`` (Pillow and timm's eval transform, in
-``pipelines.extract``) is the other. Both give what a model should see: EXIF orientation
+``pipelines.features.extract``) is the other. Both give what a model should see: EXIF orientation
 applied, greyscale as RGB, the decompression-bomb limit checked before any pixel is decoded.
 A file nvJPEG should not take (PNG and other formats, CMYK/YCCK, 12-bit, arithmetic-coded) is
 decoded by the CPU in the same batch: torchvision's libjpeg-turbo where it is a JPEG it can
@@ -36,8 +36,8 @@ from typing import Any, Iterator, Literal, Sequence
 import numpy as np
 from PIL import UnidentifiedImageError
 
-from .images import DEFAULT_MAX_PIXELS, load_rgb_for_model
-from .source_layouts import MemberRef
+from pipelines.sources.images import DEFAULT_MAX_PIXELS, load_rgb_for_model
+from pipelines.sources.layouts import MemberRef
 
 DECODERS = ("pil", "torchvision")
 INTERPOLATIONS = ("nearest", "bilinear", "bicubic")  # what F.interpolate can do for timm's configs

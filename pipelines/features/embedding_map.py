@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .near_dups import normalise
+from pipelines.features.near_dups import normalise
 
 METHODS = ("umap", "pca")
 

@@ -17,10 +17,9 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from pipelines.source_layouts import MemberRef
-
-from .classifiers import LoadedModel
-from .images import DEFAULT_MAX_PIXELS, load_rgb_for_model
+from pipelines.features.classifiers import LoadedModel
+from pipelines.sources.images import DEFAULT_MAX_PIXELS, load_rgb_for_model
+from pipelines.sources.layouts import MemberRef
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +83,7 @@ class _Files:
     def __getitem__(self, i: int):
         try:
             src = self.paths[i]
-            # a source member (pipelines.source_layouts.MemberRef) is read through its layout, checked
+            # a source member (pipelines.sources.layouts.MemberRef) is read through its layout, checked
             # against its ingest hash; a plain path is opened as it is
             data = src.read() if isinstance(src, MemberRef) else None
             im = load_rgb_for_model(str(src), min_side=self.min_side, max_pixels=self.max_pixels, data=data)
@@ -139,7 +138,7 @@ def fast_model(lm: LoadedModel) -> tuple[Any, Any]:
     where bf16 is unsupported) in channels_last, made once per loaded model (the float32 original
     stays for ODIN's gradients and the saved classifier head); on the CPU a float32 copy in
     channels_last (1.2-1.7x the contiguous layout there; used only where the OpenVINO graph of
-    pipelines.cpu_runtime cannot run)."""
+    pipelines.features.cpu_runtime cannot run)."""
     import torch
 
     if not lm.device.startswith("cuda"):
@@ -182,7 +181,7 @@ def batches(lm: LoadedModel, paths: Sequence[str], *, decoder: str, batch_size: 
     """(indices, inputs on lm.device, bad) batches of ``paths`` through ``decoder``."""
     import torch
 
-    from .decode import Preprocess, TensorBatches, check_decoder
+    from pipelines.features.decode import Preprocess, TensorBatches, check_decoder
 
     check_decoder(decoder)
     if decoder == "pil":
@@ -208,7 +207,7 @@ def decoded(lm: LoadedModel, paths: Sequence[str], *, decoder: str = "pil", batc
     """The batches ``extract`` would decode from ``paths`` for ``lm``, kept in memory (float32 on
     ``lm.device``), to be passed to ``extract(prepared=...)`` of several models with the same
     preprocessing: the images are decoded once."""
-    from .decode import check_decoder
+    from pipelines.features.decode import check_decoder
 
     return list(batches(lm, paths, decoder=check_decoder(decoder), batch_size=batch_size, num_workers=num_workers,
                         max_pixels=max_pixels))
@@ -249,17 +248,17 @@ def extract(
     decoder: str | None = None, prepared: Sequence[tuple[list[int], Any, list]] | None = None,
 ) -> Extraction:
     """Run ``lm`` over ``paths``. ``decoder``: ``torchvision`` (tensor decode and resize,
-    nvJPEG on a GPU; ``pipelines.decode``) or ``pil`` (Pillow and timm's transform in DataLoader
+    nvJPEG on a GPU; ``pipelines.features.decode``) or ``pil`` (Pillow and timm's transform in DataLoader
     workers, JPEGs decoded at reduced size); default torchvision on a GPU, pil otherwise. On a
     GPU the forward pass runs with bfloat16 weights in channels_last, batch 256 unless told
     otherwise, halving on out-of-memory. On the CPU it runs through OpenVINO
-    (``pipelines.cpu_runtime``: the graph converted once per model and weights, cached), or in
+    (``pipelines.features.cpu_runtime``: the graph converted once per model and weights, cached), or in
     torch with channels_last where that cannot be had, with a note in ``notes`` saying why.
     Results leave the device once per batch. ``prepared``: batches decoded before (``decoded``),
     used instead of reading ``paths`` again (several networks over the same images)."""
     import torch
 
-    from .decode import check_decoder, default_decoder
+    from pipelines.features.decode import check_decoder, default_decoder
 
     decoder = check_decoder(decoder or default_decoder(lm.device))
     cuda = lm.device.startswith("cuda")
@@ -274,7 +273,7 @@ def extract(
     chunks: dict[str, list[np.ndarray]] = {"feat": [], "top_i": [], "stats": [], "logits": []}
     graph = None
     if not cuda:
-        from .cpu_runtime import choose
+        from pipelines.features.cpu_runtime import choose
 
         choice = choose(lm)
         graph, runtime = choice.graph, choice.runtime

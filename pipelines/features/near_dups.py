@@ -41,8 +41,8 @@ def pixel_signature(path: str | os.PathLike) -> np.ndarray | None:
     mirrored copy matches). None when the file cannot be read."""
     from PIL import Image
 
-    from .images import load_rgb_for_model
-    from .source_layouts import MemberRef
+    from pipelines.sources.images import load_rgb_for_model
+    from pipelines.sources.layouts import MemberRef
 
     try:
         data = path.read() if isinstance(path, MemberRef) else None  # a source member, checked against its ingest hash
@@ -80,7 +80,7 @@ def knn(queries: np.ndarray, base: np.ndarray, k: int, *, exact_below: int = DEF
     """The ``k`` most similar ``base`` rows for every query row: (similarities, indices, exact),
     each array [n_queries, k], best first; index -1 (similarity -inf) where fewer exist.
     ``device``: "auto" searches exactly on a GPU where torch sees one (any size: blockwise
-    products, ``pipelines.gpu_search``) and with faiss on the CPU otherwise; "cuda"/"cpu" force
+    products, ``pipelines.features.gpu_search``) and with faiss on the CPU otherwise; "cuda"/"cpu" force
     the torch search there; None forces faiss."""
     same = queries is base
     x = normalise(base)
@@ -89,11 +89,11 @@ def knn(queries: np.ndarray, base: np.ndarray, k: int, *, exact_below: int = DEF
     if len(q) == 0 or n == 0:
         return np.full((len(q), max(k, 1)), -np.inf, dtype=np.float32), np.full((len(q), max(k, 1)), -1, dtype=np.int64), True
     if device == "auto":
-        from .gpu_search import preferred_device
+        from pipelines.features.gpu_search import preferred_device
 
         device = preferred_device()
     if device is not None:
-        from .gpu_search import exact_topk
+        from pipelines.features.gpu_search import exact_topk
 
         sims, ids = exact_topk(q, x, k, device=device)
         return sims, ids, True

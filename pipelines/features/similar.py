@@ -1,6 +1,6 @@
 """Find similar: the nearest stored feature vectors to one image's, for browsing (docs/browse.md,
 "Find similar"). Features are L2-normalised, so inner product is cosine similarity, as in the
-duplicate search (``pipelines.near_dups``). Below ``exact_below`` vectors the index is exact
+duplicate search (``pipelines.features.near_dups``). Below ``exact_below`` vectors the index is exact
 (faiss ``IndexFlatIP``); above, it is faiss's inverted file (``IndexIVFFlat``): k-means
 (spherical) cells, about 4 sqrt(n) of them as the duplicate search uses, and a query compares
 itself with the members of the ``nprobe`` cells nearest it. Unlike the duplicate search's batch
@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from .near_dups import DEFAULT_EXACT_BELOW, normalise
+from pipelines.features.near_dups import DEFAULT_EXACT_BELOW, normalise
 
 DEFAULT_NPROBE = 48  # for an index saved before the build measured its own
 TARGET_RECALL = 0.95

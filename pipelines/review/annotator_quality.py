@@ -12,7 +12,7 @@ the other annotators' medians (those with ``min_timed`` reviews too). 0.5 s per 
 7,846 images an hour) is flagged by the first two.
 
 Gold. Each gold review is a trial with a known answer; accuracy is k/n with its Wilson score
-interval (Wilson 1927, as in ``pipelines.agreement.wilson_interval``). An annotator is flagged
+interval (Wilson 1927, as in ``pipelines.review.agreement.wilson_interval``). An annotator is flagged
 when they have at least ``min_gold`` (5) gold answers and the interval's upper end is below
 ``gold_threshold`` (80%): with 95% confidence their accuracy is under it. (One wrong answer out
 of one already has an upper end of 79%, hence the minimum.)
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pipelines.agreement import wilson_interval
+from pipelines.review.agreement import wilson_interval
 
 
 @dataclass(frozen=True)

@@ -213,7 +213,7 @@ def load_rgb(path: str | os.PathLike, *, background: tuple[int, int, int] = (255
     ``background``; 16/32-bit greyscale is scaled to 8 bits by its bit depth; CMYK and other
     modes go through Pillow's conversion.
     """
-    from pipelines.source_layouts import openable
+    from pipelines.sources.layouts import openable
 
     with Image.open(openable(path)) as im:  # a source member (MemberRef) is read through its layout
         im.load()

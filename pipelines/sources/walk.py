@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from .wordnet import is_wnid, lookup_lemma, synset_info
+from pipelines.classes.wordnet import is_wnid, lookup_lemma, synset_info
 
 # Refusal codes for entries that are never opened.
 PATH_ESCAPES_ROOT = "path_escapes_root"

@@ -117,7 +117,7 @@ class ClassFilter:
     slow = ("curation.services.class_filter:class_filter_execute", 3.0)
 
     def prepare(self, tmp_path, env):
-        from pipelines.imagenet import resolve_class_list
+        from pipelines.classes.imagenet import resolve_class_list
 
         (tmp_path / "cands.txt").write_text("\n".join(resolve_class_list("imagenet-21k")[:400]) + "\n")
 
@@ -157,7 +157,7 @@ def _features(source: str):
 
 class Extract:
     kind = "extract"
-    slow = ("pipelines.extract:extract", 1.0)
+    slow = ("pipelines.features.extract:extract", 1.0)
 
     def prepare(self, tmp_path, env):
         make_image_folder(tmp_path / "pool", n_good=24, classes=["sky", "hayfield"])
@@ -187,13 +187,13 @@ def _names() -> dict[int, str]:
 
 class Duplicates:
     kind = "dedup"
-    slow = ("pipelines.near_dups:find_duplicates", 60)  # features loaded, the groups not yet written
+    slow = ("pipelines.features.near_dups:find_duplicates", 60)  # features loaded, the groups not yet written
 
     def prepare(self, tmp_path, env):
         from PIL import Image as PILImage
 
         from fixtures.images import transformed_copies
-        from pipelines.classifiers import imagenet_1k_classes
+        from pipelines.features.classifiers import imagenet_1k_classes
         from tests.conftest import real_photo
         from tests.review_data import ingest
 
@@ -394,7 +394,7 @@ def _without_timings(value):
 
 class Evaluation:
     kind = "evaluate"
-    slow = ("pipelines.extract:extract", 1.0)
+    slow = ("pipelines.features.extract:extract", 1.0)
     args = ["evaluate", "--export", "wexp", "--id-test", "source:wtest", "--id-fit", "source:wfit", "--methods", "msp,energy,knn",
             "--sanity-seeds", "0"]
 

@@ -66,7 +66,7 @@ def test_extraction_killed_mid_job_is_resumed_by_the_stage_command(env, workers,
     call_command("add_source", "pool", str(root), stdout=io.StringIO(), stderr=io.StringIO())  # ingest here, in-process
     env = {**env, "OODC_EXTRACT_CHUNK_SIZE": "4", "OODC_EXTRACT_BATCH_SIZE": "4"}
     workers.env = env
-    w1 = workers.start("w1", slow=("pipelines.extract:extract", 1.0))
+    w1 = workers.start("w1", slow=("pipelines.features.extract:extract", 1.0))
     queued = manage(env, "run_image_pipeline", "--sources", "pool", "--no-dedup", "--no-wait")
     assert queued.returncode == 0, queued.stderr
     job = Job.objects.get(kind="extract")
@@ -101,7 +101,7 @@ def test_duplicate_search_killed_mid_step_is_resumed_and_the_waiting_command_fin
     call_command("add_source", "pool", str(root), stdout=io.StringIO(), stderr=io.StringIO())
     call_command("run_image_pipeline", sources=["pool"], no_dedup=True, stdout=io.StringIO(), stderr=io.StringIO())
     workers.env = env
-    w1 = workers.start("w1", slow=("pipelines.near_dups:group_near_duplicates", 120))
+    w1 = workers.start("w1", slow=("pipelines.features.near_dups:group_near_duplicates", 120))
     waiting = background(env, tmp_path, "pipeline", "run_image_pipeline", "--sources", "pool")
     wait_until(lambda: Job.objects.filter(kind="dedup", status="running", heartbeat_at__isnull=False).exists(), 120,
                "the duplicate search to start", workers)
@@ -157,7 +157,7 @@ def test_export_and_evaluation_killed_mid_step_are_resumed_without_duplicates(en
     id_sets(tmp_path, {"wtest": (5, 96), "wfit": (10, 112)})
     env = {**env, "OODC_EVAL_CHUNK_SIZE": "2"}
     workers.env = env
-    w3 = workers.start("w3", slow=("pipelines.extract:extract", 1.0))
+    w3 = workers.start("w3", slow=("pipelines.features.extract:extract", 1.0))
     args = ["evaluate", "--export", "resumed", "--id-test", "source:wtest", "--id-fit", "source:wfit", "--methods", "msp,energy", "--queue"]
     waiting = background(env, tmp_path, "evaluate", *args)
     wait_until(lambda: JobChunk.objects.filter(job__kind="evaluate", done=True).count() >= 2, 180, "two output chunks", workers)

@@ -5,7 +5,7 @@ import pytest
 from scipy.stats import binomtest
 from sklearn.metrics import cohen_kappa_score
 
-from pipelines.agreement import cohen_kappa, fleiss_kappa, wilson_interval
+from pipelines.review.agreement import cohen_kappa, fleiss_kappa, wilson_interval
 
 
 def test_fleiss_kappa_matches_fleiss_1971_worked_example():

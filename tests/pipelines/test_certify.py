@@ -1,4 +1,4 @@
-"""Certifying a pool from a stratified sample (pipelines/certify.py, issue 37).
+"""Certifying a pool from a stratified sample (pipelines/review/certify.py, issue 37).
 
 The bounds are checked against computations written here from their definitions: the
 prior-posterior ratio of Waudby-Smith & Ramdas (2020) by explicit sums over the prior with exact
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from scipy import special, stats
 
-from pipelines import certify as C
+from pipelines.review import certify as C
 
 
 def seq_prob(N: int, t: int, s: int, T: int) -> float:
@@ -174,7 +174,7 @@ def test_bad_input_is_named():
 
 # -- the betting method (the plans' default) ----------------------------------------------------------
 #
-# Written here from the definitions in pipelines/certify.py's notes and docs/review.md, with
+# Written here from the definitions in pipelines/review/certify.py's notes and docs/review.md, with
 # plain loops: draw i takes stratum h with probability pi_h (the base weights over the strata
 # with items left), Y_i = A_{i-1} + x_i M_h(i) / pi_h, and for each candidate total t the
 # wealth K_i(t) = prod (1 + b_j(t) (t - Y_j)).

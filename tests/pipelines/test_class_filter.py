@@ -7,11 +7,11 @@ import json
 import pytest
 from django.conf import settings
 
-from pipelines.class_filter import PRESETS, RULES, SEVERITIES, Candidate, Override, PolicyError, load_policy, run_class_filter
-from pipelines.class_filter.policy import policy_from_mapping
-from pipelines.imagenet import named_list
-from pipelines.wordnet import WordNetUnavailable
-from pipelines.wordnet_graph import NounGraph, graph_cache_path, load_noun_graph
+from pipelines.classes.filter import PRESETS, RULES, SEVERITIES, Candidate, Override, PolicyError, load_policy, run_class_filter
+from pipelines.classes.filter.policy import policy_from_mapping
+from pipelines.classes.imagenet import named_list
+from pipelines.classes.wordnet import WordNetUnavailable
+from pipelines.classes.wordnet_graph import NounGraph, graph_cache_path, load_noun_graph
 
 ID_1K = list(named_list("imagenet-1k"))
 
@@ -280,8 +280,8 @@ def test_missing_wordnet_is_an_error_with_the_fix(tmp_path):
 def test_a_corrupt_graph_cache_is_rebuilt_from_wordnet(graph, tmp_path):
     import shutil
 
-    from pipelines import wordnet_graph
-    from pipelines.wordnet import corpus_dir
+    from pipelines.classes import wordnet_graph
+    from pipelines.classes.wordnet import corpus_dir
 
     data = tmp_path / "nltk_data"
     shutil.copytree(corpus_dir(settings.NLTK_DATA), corpus_dir(data))

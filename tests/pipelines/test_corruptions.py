@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from pipelines.corruptions import BENCHMARK, CORRUPTIONS, EXTRA, CorruptionError, corrupt_array, parse_corruptions, parse_severities, plan, run_task
+from pipelines.evaluation.corruptions import BENCHMARK, CORRUPTIONS, EXTRA, CorruptionError, corrupt_array, parse_corruptions, parse_severities, plan, run_task
 
 # ImageNet-C (make_imagenet_c.py): Gaussian noise adds N(0, c^2) in [0, 1] units; contrast scales
 # the deviations from the image mean by c.

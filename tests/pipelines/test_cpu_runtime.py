@@ -1,4 +1,4 @@
-"""The CPU fast path (pipelines.cpu_runtime, OpenVINO) against torch on the real offline models and
+"""The CPU fast path (pipelines.features.cpu_runtime, OpenVINO) against torch on the real offline models and
 real photos: the same logits, top-5 lists and features; its graph cached per weights and checked
 on load; a model it cannot take runs in torch with a note saying so."""
 from __future__ import annotations
@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from fixtures.images import DISTINCT_REAL_PHOTOS
-from pipelines import cpu_runtime
-from pipelines.classifiers import load_model
-from pipelines.extract import extract
+from pipelines.features import cpu_runtime
+from pipelines.features.classifiers import load_model
+from pipelines.features.extract import extract
 from tests.conftest import real_photo
 
 pytestmark = pytest.mark.slow  # the real models

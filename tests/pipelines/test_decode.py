@@ -1,4 +1,4 @@
-"""The torchvision decoder (pipelines/decode.py) against what it must reproduce: JPEG headers and
+"""The torchvision decoder (pipelines/features/decode.py) against what it must reproduce: JPEG headers and
 EXIF orientation as Pillow reads them, timm's eval transform, the Pillow path's answers per
 file (PNG, CMYK, grey, 16-bit, progressive, EXIF-rotated, broken, bombs), the Pillow path's
 predictions on real photos; the out-of-memory back-off; the exact torch search against faiss.
@@ -13,7 +13,7 @@ import torch
 from PIL import Image, ImageOps
 
 from fixtures.images import DISTINCT_REAL_PHOTOS, awkward_images, broken_files, exif_rotated_jpeg, jpeg_bytes, pattern_image, png_bytes
-from pipelines.decode import JpegHeader, Preprocess, TensorBatches, apply_orientation, jpeg_header
+from pipelines.features.decode import JpegHeader, Preprocess, TensorBatches, apply_orientation, jpeg_header
 from tests.conftest import real_photo
 
 CUDA = torch.cuda.is_available()
@@ -143,7 +143,7 @@ def _jpeg_claiming(data: bytes, width: int, height: int) -> bytes:
 
 
 def _pil_inputs(paths, pre_cfg):
-    from pipelines.images import load_rgb_for_model
+    from pipelines.sources.images import load_rgb_for_model
 
     out = {}
     for i, p in enumerate(paths):
@@ -193,7 +193,7 @@ def test_a_decoder_error_in_a_producer_reaches_the_caller(tmp_path, monkeypatch)
 
 @pytest.mark.slow
 def test_predict_with_torchvision_answers_what_pil_answers_and_agrees(lite0, tmp_path):
-    from pipelines.extract import extract
+    from pipelines.features.extract import extract
 
     rng = np.random.default_rng(2)
     paths = _folder(tmp_path, rng)
@@ -219,7 +219,7 @@ def test_parity_with_the_pillow_path_on_derived_real_photos(lite0, tmp_path):
     """400 photos derived from the real ones shipped with scikit-image/scikit-learn (random
     crops, scales and JPEG qualities): top-1 agreement >= 0.88 overall and >= 0.97 where the
     Pillow path is confident (top-1 >= 0.5); feature cosine >= 0.97 on average."""
-    from pipelines.extract import extract
+    from pipelines.features.extract import extract
 
     rng = np.random.default_rng(3)
     photos = [Image.open(real_photo(n, pkg)).convert("RGB") for pkg, n in DISTINCT_REAL_PHOTOS]
@@ -254,8 +254,8 @@ def test_out_of_memory_halves_the_batch_says_so_and_changes_no_result(tmp_path, 
     until it fits, the note says so, and the outputs are those of an unconstrained run. (The
     back-off is torch's forward, the GPU path's: the CPU fast path is turned off here.)"""
     monkeypatch.setenv("OODC_CPU_RUNTIME", "torch")
-    from pipelines.classifiers import LoadedModel
-    from pipelines.extract import extract
+    from pipelines.features.classifiers import LoadedModel
+    from pipelines.features.extract import extract
 
     torch.manual_seed(0)
 
@@ -315,7 +315,7 @@ def _clustered(rng, n, d=64, spread=0.3):
 def test_torch_search_equals_faiss_exact_search(half):
     import faiss
 
-    from pipelines.gpu_search import exact_topk
+    from pipelines.features.gpu_search import exact_topk
 
     rng = np.random.default_rng(4)
     x, q = _clustered(rng, 3000), _clustered(rng, 200)
@@ -329,8 +329,8 @@ def test_torch_search_equals_faiss_exact_search(half):
 
 
 def test_near_duplicate_groups_and_knn_scores_are_the_same_on_either_search(monkeypatch):
-    from pipelines.detectors import Outputs, get_detector
-    from pipelines.near_dups import group_near_duplicates
+    from pipelines.evaluation.detectors import Outputs, get_detector
+    from pipelines.features.near_dups import group_near_duplicates
 
     rng = np.random.default_rng(5)
     x = _clustered(rng, 600, spread=0.05)  # tight clusters: many groups above the threshold
@@ -341,7 +341,7 @@ def test_near_duplicate_groups_and_knn_scores_are_the_same_on_either_search(monk
 
     fit = Outputs(features=_clustered(rng, 500), logits=np.zeros((500, 10), np.float32), labels=np.zeros(500, np.int64))
     data = Outputs(features=_clustered(rng, 80), logits=np.zeros((80, 10), np.float32), labels=np.zeros(80, np.int64))
-    import pipelines.detectors.knn as knn_module
+    import pipelines.evaluation.detectors.knn as knn_module
 
     monkeypatch.setattr(knn_module, "preferred_device", lambda: None)
     cpu = get_detector("knn", k=50).fit(fit).score(data)
@@ -379,7 +379,7 @@ def test_gpu_batches_decode_like_the_cpu_and_fall_back_per_file(tmp_path):
 @gpu
 @pytest.mark.skipif(not CUDA, reason="needs CUDA")
 def test_gpu_search_equals_cpu_search():
-    from pipelines.gpu_search import exact_topk
+    from pipelines.features.gpu_search import exact_topk
 
     rng = np.random.default_rng(7)
     x, q = _clustered(rng, 20000, d=256), _clustered(rng, 500, d=256)

@@ -3,10 +3,10 @@ detector must meet."""
 import numpy as np
 import pytest
 
-from pipelines.detectors import DETECTORS, DetectorError, Head, Outputs, detector_names, get_detector
-from pipelines.detectors.odin import odin_key
-from pipelines.detectors.vim import principal_dim
-from pipelines.metrics import ood_metrics
+from pipelines.evaluation.detectors import DETECTORS, DetectorError, Head, Outputs, detector_names, get_detector
+from pipelines.evaluation.detectors.odin import odin_key
+from pipelines.evaluation.detectors.vim import principal_dim
+from pipelines.evaluation.metrics import ood_metrics
 
 C, D = 5, 40
 
@@ -222,7 +222,7 @@ def test_ash_keeps_exactly_the_reference_top_k():
 
 
 def test_ash_with_ties_at_the_cut_still_keeps_k():
-    from pipelines.detectors.ash import ash_keep_count, top_k_mask
+    from pipelines.evaluation.detectors.ash import ash_keep_count, top_k_mask
 
     rng = np.random.default_rng(4)
     # coarse values, as bf16-extracted features have: many ties at the 90th percentile
@@ -263,8 +263,8 @@ def test_odin_steps_epsilon_in_pixel_space_as_the_reference(tmp_path):
     from PIL import Image as PILImage
     from torchvision.transforms import functional as TF
 
-    from pipelines.classifiers import LoadedModel
-    from pipelines.detectors.odin import odin_scores
+    from pipelines.evaluation.detectors.odin import odin_scores
+    from pipelines.features.classifiers import LoadedModel
 
     torch.manual_seed(0)
     mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)

@@ -3,9 +3,9 @@ ASH's choice among ties, ODIN's gradient convention, OpenOOD's AUPR, Head.restri
 import numpy as np
 import pytest
 
-from pipelines.detectors import DetectorError, Head, Outputs, get_detector
-from pipelines.evaluation import Conventions, detector_info
-from pipelines.metrics import ood_metrics
+from pipelines.evaluation.detectors import DetectorError, Head, Outputs, get_detector
+from pipelines.evaluation.metrics import ood_metrics
+from pipelines.evaluation.run import Conventions, detector_info
 
 
 def test_kl_matching_takes_no_floor_under_the_class_mean_as_pytorch_ood():
@@ -56,8 +56,8 @@ def test_odin_gradient_is_a_convention_and_c_oods_setting_is_credited_only_with_
     from PIL import Image as PILImage
     from torchvision.transforms import functional as TF
 
-    from pipelines.classifiers import LoadedModel
-    from pipelines.detectors.odin import odin_key, odin_scores
+    from pipelines.evaluation.detectors.odin import odin_key, odin_scores
+    from pipelines.features.classifiers import LoadedModel
 
     torch.manual_seed(1)
     mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
@@ -103,7 +103,7 @@ def test_odin_gradient_is_a_convention_and_c_oods_setting_is_credited_only_with_
     assert "not C-OOD's setting" in det.notes[0]
     assert "C-OOD's setting (its gradient rule" in get_detector("odin", gradient="cood").fit(empty).notes[0]
     assert "gradient=liang" in detector_info(["odin"])["odin"]["settings"]
-    from pipelines.detectors import method_params
+    from pipelines.evaluation.detectors import method_params
 
     with pytest.raises(DetectorError, match="--odin-gradient: 'x' is not one of liang, cood"):
         method_params({"odin_gradient": "x"})
@@ -158,9 +158,9 @@ def test_rankfeat_removes_the_rank_one_part_of_the_last_map_as_openood(tmp_path)
     from PIL import Image as PILImage
     from torchvision.transforms import functional as TF
 
-    from pipelines.classifiers import LoadedModel
-    from pipelines.detectors import DETECTORS
-    from pipelines.detectors.rankfeat import rankfeat_key, rankfeat_scores
+    from pipelines.evaluation.detectors import DETECTORS
+    from pipelines.evaluation.detectors.rankfeat import rankfeat_key, rankfeat_scores
+    from pipelines.features.classifiers import LoadedModel
 
     class Tiny(torch.nn.Module):
         def __init__(self):
@@ -211,7 +211,7 @@ def test_rankfeat_removes_the_rank_one_part_of_the_last_map_as_openood(tmp_path)
 
 
 def test_models_come_from_names_files_and_timm_patterns(tmp_path):
-    from pipelines.evaluation import ModelListError, model_list
+    from pipelines.evaluation.run import ModelListError, model_list
 
     listing = tmp_path / "models.txt"
     listing.write_text("# C-OOD style list\nefficientnet_lite0\n\nresnet18.a1_in1k  # a timm tag\n", encoding="utf-8")
@@ -235,9 +235,9 @@ def test_mahalanobis_ensemble_over_layers_through_the_input_level_path(tmp_path)
     from PIL import Image as PILImage
     from torchvision.transforms import functional as TF
 
-    from pipelines.classifiers import LoadedModel
-    from pipelines.detectors import Outputs
-    from pipelines.detectors.mds_ensemble import mds_key, pooled_layers
+    from pipelines.evaluation.detectors import Outputs
+    from pipelines.evaluation.detectors.mds_ensemble import mds_key, pooled_layers
+    from pipelines.features.classifiers import LoadedModel
 
     class Staged(torch.nn.Module):
         def __init__(self):

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from pipelines.detectors import DETECTORS, DetectorError, Outputs, get_detector
+from pipelines.evaluation.detectors import DETECTORS, DetectorError, Outputs, get_detector
 from tests.pipelines.test_detectors_reference import _case
 
 KINDS = ("continuous", "tied", "saturated")
@@ -126,8 +126,8 @@ def test_adascale_perturbs_along_the_top_logit_gradient_as_openood(tmp_path):
     from PIL import Image as PILImage
     from torchvision.transforms import functional as TF
 
-    from pipelines.classifiers import LoadedModel
-    from pipelines.detectors.adascale import perturbed_features
+    from pipelines.evaluation.detectors.adascale import perturbed_features
+    from pipelines.features.classifiers import LoadedModel
 
     class Tiny(torch.nn.Module):
         def __init__(self):
@@ -290,8 +290,8 @@ def test_gram_vectors_of_stage_outputs_as_openood(tmp_path):
     from PIL import Image as PILImage
     from torchvision.transforms import functional as TF
 
-    from pipelines.classifiers import LoadedModel
-    from pipelines.detectors.gram import gram_layers
+    from pipelines.evaluation.detectors.gram import gram_layers
+    from pipelines.features.classifiers import LoadedModel
 
     class Staged(torch.nn.Module):
         def __init__(self):
@@ -410,7 +410,7 @@ def test_openmax_equals_openood_with_libmr(kind):
 def test_openmax_weibull_fit_is_the_likelihood_maximum():
     from scipy.stats import weibull_min
 
-    from pipelines.detectors.openmax import weibull_mle
+    from pipelines.evaluation.detectors.openmax import weibull_mle
 
     t = 1 + np.random.default_rng(0).weibull(2.0, 20) * 3
     scale, shape = weibull_mle(t)

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 import torch
 
-from pipelines.detectors import DETECTORS, DetectorError, Outputs, Param, get_detector
+from pipelines.evaluation.detectors import DETECTORS, DetectorError, Outputs, Param, get_detector
 from tests.pipelines.test_detectors_reference import _case, _close, f64, lse, sm
 
 KINDS = ("continuous", "tied", "saturated")

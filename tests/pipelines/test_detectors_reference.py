@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import torch
 
-from pipelines.detectors import DETECTORS, Head, Outputs, get_detector
+from pipelines.evaluation.detectors import DETECTORS, Head, Outputs, get_detector
 
 C, D = 12, 24
 FIT, TEST = 360, 80

@@ -17,11 +17,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pipelines.classifiers import imagenet_1k_classes
-from pipelines.detectors import DETECTORS, DetectorError, Outputs, TextHead, default_detectors, detector_names, get_detector
-from pipelines.evaluation import EvalInputs, evaluate_model
-from pipelines.metrics import ood_metrics
-from pipelines.vlm import TextEncoder, zero_shot_head
+from pipelines.evaluation.detectors import DETECTORS, DetectorError, Outputs, TextHead, default_detectors, detector_names, get_detector
+from pipelines.evaluation.metrics import ood_metrics
+from pipelines.evaluation.run import EvalInputs, evaluate_model
+from pipelines.evaluation.vlm import TextEncoder, zero_shot_head
+from pipelines.features.classifiers import imagenet_1k_classes
 from tests.vlm_model import tiny_clip_model
 
 WNIDS = imagenet_1k_classes()[0]
@@ -136,7 +136,7 @@ def _neglabel_reference(cm, names, images, *, nouns, adjectives, seed, groups=10
 def test_neglabel_matches_its_code(world, monkeypatch):
     cm, text, sets = world
     corpus = {"noun": NOUNS * 1 + [f"{w} stone" for w in NOUNS] + [f"old {w}" for w in NOUNS], "adj": ADJECTIVES * 1}
-    monkeypatch.setattr("pipelines.detectors.neglabel.wordnet_corpus", lambda kind: corpus[kind])
+    monkeypatch.setattr("pipelines.evaluation.detectors.neglabel.wordnet_corpus", lambda kind: corpus[kind])
     from dataclasses import replace
 
     text = replace(text, encode=full_context_encoder(cm))  # the same text embeddings as the reference's
@@ -206,8 +206,8 @@ def test_every_text_detector_meets_the_contract(name, monkeypatch):
     """The contract of tests/pipelines/test_detectors.py for the detectors that need a text head:
     ID images close to their class's text, OOD images in random directions; finite scores, one
     per image, higher = more ID, the same scores twice."""
-    monkeypatch.setattr("pipelines.detectors.neglabel.wordnet_corpus", lambda kind: [f"{kind} word {i}" for i in range(400)])
-    monkeypatch.setattr("pipelines.detectors.csp.lexicographer_words",
+    monkeypatch.setattr("pipelines.evaluation.detectors.neglabel.wordnet_corpus", lambda kind: [f"{kind} word {i}" for i in range(400)])
+    monkeypatch.setattr("pipelines.evaluation.detectors.csp.lexicographer_words",
                         lambda: ([f"noun {i}" for i in range(400)], [f"adjective {i}" for i in range(100)]))
     d, c = 32, 8
     encode = _fake_encoder(d, c)
@@ -305,7 +305,7 @@ def test_csp_matches_its_code(world, monkeypatch):
     cm, text, sets = world
     adjectives = ADJECTIVES + ["icy", "hollow", "tiny", "vast", "narrow", "ancient", "wooden", "frozen"]
     nouns = NOUNS + [f"old {w}" for w in NOUNS]
-    monkeypatch.setattr("pipelines.detectors.csp.lexicographer_words", lambda: (nouns, adjectives))
+    monkeypatch.setattr("pipelines.evaluation.detectors.csp.lexicographer_words", lambda: (nouns, adjectives))
     memo = PromptMemo(cm)
     text = replace(text, encode=memo)
     for params in ({"groups": 4, "seed": 0}, {"groups": 3, "seed": 5, "conjugate_seed": 7, "fraction": 0.4, "percentile": 0.5}):

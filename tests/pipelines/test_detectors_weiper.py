@@ -19,7 +19,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pipelines.detectors import DETECTORS, DetectorError, Head, Outputs, get_detector
+from pipelines.evaluation.detectors import DETECTORS, DetectorError, Head, Outputs, get_detector
 from tests.pipelines.test_detectors_reference import _case
 
 KINDS = ("continuous", "tied", "saturated")
@@ -174,7 +174,7 @@ def test_weiper_is_reproducible_by_its_seed_and_needs_a_head():
     with pytest.raises(DetectorError, match="--weiper-histogram"):
         DETECTORS["weiper"].parameters[-1].check("weiper", "chunked")
     # ID images score above OOD ones on these data
-    from pipelines.metrics import ood_metrics
+    from pipelines.evaluation.metrics import ood_metrics
 
     s = get_detector("weiper").fit(fit, head).score(test)
     assert ood_metrics(s[:len(s) // 2], s[len(s) // 2:])["auroc"] > 0.8
@@ -183,7 +183,7 @@ def test_weiper_is_reproducible_by_its_seed_and_needs_a_head():
 def test_weiper_heads_kept_between_passes_or_drawn_again_give_the_same_scores(monkeypatch):
     """The perturbed heads are kept when they fit KEEP_HEADS_BYTES and drawn again on each pass
     otherwise: the seeded draws are the same, so the scores are identical either way."""
-    import pipelines.detectors.weiper as weiper
+    import pipelines.evaluation.detectors.weiper as weiper
 
     fit, test, head = _case("continuous")
     kept = get_detector("weiper", r=7).fit(fit, head)
@@ -271,7 +271,7 @@ def test_weiper_binning_by_arithmetic_equals_comparisons_with_the_edges(lo, hi):
     """The histogram's fast bin lookup must put every value where comparing it with the edges does
     (the reference's `samples < bins[1:]` and `>= bins[:-1]`), edges themselves and their float
     neighbours included."""
-    from pipelines.detectors.weiper import Histograms, bin_edges
+    from pipelines.evaluation.detectors.weiper import Histograms, bin_edges
 
     rng = np.random.default_rng(0)
     edges = bin_edges(lo, hi, 100)
@@ -328,7 +328,7 @@ def test_relations_pair_by_pair_path_equals_openoods_formula(kind, pw):
 @pytest.mark.parametrize("shape, singular", [((120, 200), False), ((200, 120), False), ((60, 60), False), ((120, 200), True)])
 def test_vims_origin_by_qr_equals_the_pseudo_inverse(shape, singular):
     """ViM's u = -pinv(W) b (OpenOOD's vim_postprocessor.py), for wide, tall, square and rank-deficient heads."""
-    from pipelines.detectors.vim import head_origin
+    from pipelines.evaluation.detectors.vim import head_origin
 
     rng = np.random.default_rng(1)
     w, b = rng.normal(0, 0.05, shape), rng.normal(0, 0.5, shape[0])

@@ -1,4 +1,4 @@
-"""pipelines.export_diff: an export's difference from the previous version, checked against
+"""pipelines.export.diff: an export's difference from the previous version, checked against
 set arithmetic written here (issue 31.3)."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from pipelines.export_diff import NOT_SELECTED, PreviousMember, PreviousVersion, export_diff, summary_line
+from pipelines.export.diff import NOT_SELECTED, PreviousMember, PreviousVersion, export_diff, summary_line
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ def test_the_page_sample_is_bounded_and_sorted_by_class_then_path():
 
 
 def test_every_reason_the_export_can_give_has_a_meaning():
-    from pipelines.export_diff import meaning
+    from pipelines.export.diff import meaning
 
     for code in ("review_open", "review_conflict", "final_id", "final_unclear", "image_broken", "excluded_by_curator",
                  "duplicate_near_duplicate_of:12", "class_rejected", "class_unmapped", "below_min_per_class_3", "missing",

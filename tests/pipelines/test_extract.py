@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from fixtures.images import broken_files, decompression_bomb_png
-from pipelines.classifiers import MODELS, ModelUnavailable, load_model
-from pipelines.extract import extract
+from pipelines.features.classifiers import MODELS, ModelUnavailable, load_model
+from pipelines.features.extract import extract
 from tests.conftest import real_photo
 
 pytestmark = pytest.mark.slow  # the real model

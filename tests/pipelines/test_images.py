@@ -6,7 +6,7 @@ import pytest
 from PIL import Image
 
 from fixtures.images import awkward_images, broken_files, exif_rotated_jpeg, pattern_image, write
-from pipelines.images import inspect_image, load_rgb
+from pipelines.sources.images import inspect_image, load_rgb
 
 
 @pytest.fixture(scope="module")

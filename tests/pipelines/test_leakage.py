@@ -1,10 +1,10 @@
-"""The export leakage check's computation (pipelines.leakage.find_leaks), from its rule: a
+"""The export leakage check's computation (pipelines.export.leakage.find_leaks), from its rule: a
 leaking image is byte-identical to a reference (the same image, or another file), or its
 nearest reference by features is at least the threshold similar and passes the pixel check;
 an image without features is named as unchecked."""
 import numpy as np
 
-from pipelines.leakage import Entry, find_leaks
+from pipelines.export.leakage import Entry, find_leaks
 
 
 def test_find_leaks_names_identical_files_near_duplicates_and_unchecked_images():

@@ -1,11 +1,11 @@
-"""The sanity check's low-level side (pipelines/low_level.py): each set's statistics and how
+"""The sanity check's low-level side (pipelines/evaluation/low_level.py): each set's statistics and how
 every non-ID set differs from the ID test set, on real files."""
 from __future__ import annotations
 
 import numpy as np
 from PIL import Image
 
-from pipelines.low_level import low_level_report
+from pipelines.evaluation.low_level import low_level_report
 
 
 def _files(folder, n: int, size: int, fmt: str) -> list[str]:

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import average_precision_score, roc_auc_score, roc_curve
 
-from pipelines.metrics import failure_detection_auroc, mean_outlier_aware_accuracy, ood_metrics
+from pipelines.evaluation.metrics import failure_detection_auroc, mean_outlier_aware_accuracy, ood_metrics
 
 
 def _sk_fpr(y, s):
@@ -161,7 +161,7 @@ def test_large_continuous_and_float32_scores_still_match_scikit_learn():
 def test_full_spectrum_counts_shifted_id_as_positive_and_shift_as_negative():
     """ImageNet-FS-X (paper 004 sec. 2.2): shifted ID images are ID. Checked with scikit-learn on
     the concatenated positives, not with our own helpers."""
-    from pipelines.metrics import full_spectrum_metrics
+    from pipelines.evaluation.metrics import full_spectrum_metrics
 
     rng = np.random.default_rng(3)
     id_s = rng.normal(2.0, 1.0, 400)

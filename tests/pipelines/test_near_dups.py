@@ -7,8 +7,8 @@ import pytest
 from PIL import Image
 
 from fixtures.images import DISTINCT_REAL_PHOTOS, transformed_copies
-from pipelines.extract import extract
-from pipelines.near_dups import DEFAULT_THRESHOLD, group_near_duplicates, knn, nearest
+from pipelines.features.extract import extract
+from pipelines.features.near_dups import DEFAULT_THRESHOLD, group_near_duplicates, knn, nearest
 from tests.conftest import real_photo
 
 
@@ -75,7 +75,7 @@ def test_pixel_check_passes_copies_and_stops_look_alikes(lite0, tmp_path):
     """Two flat gradients in different colours look alike to a classifier (their features are
     as close as a photo's copies are); the pixel check tells them apart, and passes copies."""
     from fixtures.images import pattern_image, png_bytes
-    from pipelines.near_dups import DEFAULT_MAX_PIXEL_DIFF, normalise, pixel_difference, pixel_signature
+    from pipelines.features.near_dups import DEFAULT_MAX_PIXEL_DIFF, normalise, pixel_difference, pixel_signature
 
     rng = np.random.default_rng(0)
     sky = tmp_path / "sky.png"
@@ -96,9 +96,9 @@ def test_pixel_check_passes_copies_and_stops_look_alikes(lite0, tmp_path):
 
 
 def test_find_duplicates_groups_candidates_and_compares_them_with_the_id_images():
-    """The duplicate search's computation on its own (pipelines.near_dups.find_duplicates): the
+    """The duplicate search's computation on its own (pipelines.features.near_dups.find_duplicates): the
     verdicts written from the rule, not from the service that persists them."""
-    from pipelines.near_dups import find_duplicates
+    from pipelines.features.near_dups import find_duplicates
 
     rng = np.random.default_rng(0)
     basis = np.linalg.qr(rng.normal(size=(32, 32)))[0][:6]  # six orthonormal directions: unrelated images

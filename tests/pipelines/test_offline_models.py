@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipelines.classifiers import OFFLINE_LITE, _wheel_weights, load_model, offline_model_installed
+from pipelines.features.classifiers import OFFLINE_LITE, _wheel_weights, load_model, offline_model_installed
 from tests.conftest import real_photo
 
 pytestmark = pytest.mark.slow

@@ -28,7 +28,7 @@ def test_the_table_holds_no_package_text():
 
 
 def test_the_id_classes_it_can_offer_are_imagenet_classes_and_the_rest_are_not(wn):
-    from pipelines.imagenet import named_list
+    from pipelines.classes.imagenet import named_list
 
     id_wnids = set(named_list("imagenet-1k"))
     wnids = {r.wnid for r in stamp_table()}
@@ -81,8 +81,8 @@ def test_the_recorded_calibration_is_what_the_model_measures():
     """fixtures/id_calibration.json (benchmarks/calibrate_demo_classes.py) holds what the model
     measures on the seeded calibration composites: re-measured here for three classes of Lite0."""
     from fixtures.real_photos import calibration_set, recorded_calibration
-    from pipelines.classifiers import load_model, top1_wnids
-    from pipelines.imagenet import named_list
+    from pipelines.classes.imagenet import named_list
+    from pipelines.features.classifiers import load_model, top1_wnids
 
     recorded = recorded_calibration("efficientnet_lite0", per_class=6, seed=7919)
     assert recorded is not None, "fixtures/id_calibration.json is stale: run benchmarks/calibrate_demo_classes.py"

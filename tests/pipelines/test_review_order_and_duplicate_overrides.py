@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines.near_dups import Membership, apply_overrides
-from pipelines.review_order import class_runs
+from pipelines.features.near_dups import Membership, apply_overrides
+from pipelines.review.order import class_runs
 
 
 def served(priorities: dict[int, float]) -> list[int]:

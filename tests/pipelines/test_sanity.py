@@ -7,7 +7,7 @@ import pytest
 from PIL import Image, ImageFilter
 
 from fixtures.images import pattern_image
-from pipelines.sanity import RANDOM_LABEL, SanitySets, colourfulness, jpeg_quality, random_weight_check, random_weight_model, sample
+from pipelines.evaluation.sanity import RANDOM_LABEL, SanitySets, colourfulness, jpeg_quality, random_weight_check, random_weight_model, sample
 
 KINDS = ("dots", "stripes", "checker", "blobs", "gradient")
 

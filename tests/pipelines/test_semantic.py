@@ -2,7 +2,7 @@
 
 The expected numbers are computed here from the formulas (Seco et al. 2004 intrinsic IC; Lin 1998),
 by hand on a small hierarchy and with NLTK's own Lin and path code on real WordNet, not with
-pipelines.semantic's helpers."""
+pipelines.classes.semantic's helpers."""
 from __future__ import annotations
 
 import math
@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from django.conf import settings
 
-from pipelines.class_filter import Candidate, load_policy, run_class_filter
-from pipelines.class_filter.strength import flag_level, flag_strength, image_evidence
-from pipelines.imagenet import named_list
-from pipelines.semantic import SemanticIndex, intrinsic_ic
-from pipelines.wordnet_graph import RELATIONS, NounGraph, load_noun_graph
+from pipelines.classes.filter import Candidate, load_policy, run_class_filter
+from pipelines.classes.filter.strength import flag_level, flag_strength, image_evidence
+from pipelines.classes.imagenet import named_list
+from pipelines.classes.semantic import SemanticIndex, intrinsic_ic
+from pipelines.classes.wordnet_graph import RELATIONS, NounGraph, load_noun_graph
 
 # -- a hand-made hierarchy -----------------------------------------------------------------------
 #   entity ─┬─ animal ─┬─ dog ─┬─ puppy

@@ -7,9 +7,9 @@ from collections import Counter
 import pytest
 from django.conf import settings
 
-from pipelines.imagenet import named_list, timm_info_dir
-from pipelines.semantic_split import IMAGENET_PARENTS, SplitError, semantic_split
-from pipelines.wordnet_graph import load_noun_graph
+from pipelines.classes.imagenet import named_list, timm_info_dir
+from pipelines.classes.semantic_split import IMAGENET_PARENTS, SplitError, semantic_split
+from pipelines.classes.wordnet_graph import load_noun_graph
 from tests.pipelines.test_semantic import toy_graph
 
 W = {name: f"n{offset:08d}" for name, offset in

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from pipelines.severity import severity_levels, severity_requirements
+from pipelines.evaluation.severity import severity_levels, severity_requirements
 
 
 def _constant_classes(n_classes, rng, sizes=None):

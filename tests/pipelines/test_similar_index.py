@@ -1,4 +1,4 @@
-"""Find similar's index (pipelines/similar.py): an inverted file measures the cells a query must
+"""Find similar's index (pipelines/features/similar.py): an inverted file measures the cells a query must
 probe to reach the target recall on its own data, keeps that with the index on disk, and the
 recall holds on queries it did not measure (checked against brute force written here)."""
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipelines import similar
+from pipelines.features import similar
 
 faiss = pytest.importorskip("faiss")
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from PIL import Image as PILImage
 
-from pipelines import unit_tests as ut
-from pipelines.unit_tests import make_picture, write_unit_tests
+from pipelines.export import unit_tests as ut
+from pipelines.export.unit_tests import make_picture, write_unit_tests
 
 NAMES = ("uniform_noise gaussian_noise rademacher_noise pixel_permutation black white grey monochrome tricolour "
          "primary_tricolour horizontal_stripes vertical_stripes smooth_noise smooth_noise_plus smooth_colour "

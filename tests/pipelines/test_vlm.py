@@ -12,10 +12,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pipelines.classifiers import ModelUnavailable, imagenet_1k_classes, load_model
-from pipelines.detectors import Outputs
-from pipelines.evaluation import EvalInputs, restrict_to_classes
-from pipelines.vlm import ClipModel, TextEncoder, class_names, encode_images, load_clip, resolve_weights, templates, zero_shot_head
+from pipelines.evaluation.detectors import Outputs
+from pipelines.evaluation.run import EvalInputs, restrict_to_classes
+from pipelines.evaluation.vlm import ClipModel, TextEncoder, class_names, encode_images, load_clip, resolve_weights, templates, zero_shot_head
+from pipelines.features.classifiers import ModelUnavailable, imagenet_1k_classes, load_model
 from tests.vlm_model import TINY_ARCH, tiny_clip_file, tiny_clip_model
 
 WNIDS = imagenet_1k_classes()[0]
@@ -59,7 +59,7 @@ def test_images_give_the_global_embedding_and_glmcm_local_tokens(cm):
     paths = _photos() + ["/no/such/file.jpg"]
     emb = encode_images(cm, paths, num_workers=0, batch_size=2)
     assert emb.row_of.tolist() == [0, 1, 2, 3, 4, -1] and "no/such/file.jpg" in emb.errors[5]
-    from pipelines.images import DEFAULT_MAX_PIXELS, load_rgb_for_model
+    from pipelines.sources.images import DEFAULT_MAX_PIXELS, load_rgb_for_model
 
     # the images as every model of the toolkit reads them (a JPEG decoded at reduced size where it is large)
     x = torch.stack([cm.transform(load_rgb_for_model(p, min_side=cm.resize_side, max_pixels=DEFAULT_MAX_PIXELS)) for p in paths[:5]])
@@ -94,7 +94,7 @@ def test_the_zero_shot_head_is_open_clips_and_names_come_from_open_clip_or_wordn
 def test_text_is_encoded_over_the_longest_prompt_as_over_the_full_context(cm):
     """The causal text tower pools at the end-of-text token: trimming the padding changes nothing
     but float rounding (and saves most of the cost of short prompts)."""
-    from pipelines.vlm import encode_text_trimmed
+    from pipelines.evaluation.vlm import encode_text_trimmed
 
     texts = ["the nice tench", "This is a striped photo", "this is a photo of a great white shark, also called white pointer."]
     tokens = cm.tokenizer(texts)
@@ -148,7 +148,7 @@ def test_weights_come_from_a_file_or_stop_with_one_line(tmp_path, monkeypatch):
     import huggingface_hub.constants as hc
 
     monkeypatch.setattr(hc, "HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
-    monkeypatch.setattr("pipelines.vlm.unreachable", lambda url: "ConnectionRefusedError: refused")
+    monkeypatch.setattr("pipelines.evaluation.vlm.unreachable", lambda url: "ConnectionRefusedError: refused")
     monkeypatch.setattr("os.path.expanduser", lambda p: str(tmp_path / p.lstrip("~/")) if p.startswith("~") else p)
     with pytest.raises(ModelUnavailable) as info:
         resolve_weights("clip:ViT-B-16-quickgelu:openai")

@@ -2,8 +2,8 @@
 
 import pytest
 
-from pipelines import imagenet
-from pipelines.wordnet import LEXNAMES, WordNetUnavailable, load_wordnet, provision_wordnet, synset_info
+from pipelines.classes import imagenet
+from pipelines.classes.wordnet import LEXNAMES, WordNetUnavailable, load_wordnet, provision_wordnet, synset_info
 
 
 def test_provisioning_from_debian_files_gives_wordnet_30(tmp_path):

@@ -8,7 +8,7 @@ from curation.services.certification import (
     certification_refresh,
     method_name,
 )
-from pipelines import certify as C
+from pipelines.review import certify as C
 
 
 def share(x):

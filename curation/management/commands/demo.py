@@ -13,7 +13,7 @@ from curation.services.review import review_queue_sync
 from curation.services.users import users_create_demo
 from fixtures.archives import folder_to_wds
 from fixtures.real_photos import MAX_ID_CLASSES, MIN_ID_ACCURACY, RealPhotosUnavailable, generate_real_demo, read_answer_key, stamp_table
-from pipelines.detectors import detector_names, get_detector
+from pipelines.evaluation.detectors import detector_names, get_detector
 
 DEMO_GOLD_RATE = 0.1  # a tenth of what a person is served is a gold check (the settings allow 0 to 0.5)
 LEFT_FOR_PEOPLE = {"n04487996"}  # trophy: one class the demo's stand-in leaves for people to review
@@ -169,8 +169,8 @@ class Command(BaseCommand):
     def _build(self, root: Path, model_name: str, per_class: int):
         """The demo's data (once per settings and model): ID classes chosen by the model's accuracy
         on calibration composites, printed per class with its accuracy on the ID test set."""
-        from pipelines.classifiers import ModelUnavailable, load_model, top1_wnids
-        from pipelines.imagenet import imagenet_lemmas, named_list
+        from pipelines.classes.imagenet import imagenet_lemmas, named_list
+        from pipelines.features.classifiers import ModelUnavailable, load_model, top1_wnids
 
         out = self.stdout
         loaded = {}
@@ -208,7 +208,7 @@ class Command(BaseCommand):
 
     def _per_class_accuracy(self, run: EvaluationRun, model_name: str) -> None:
         """The model's accuracy on the ID test set, per ID class (from the evaluation's results)."""
-        from pipelines.imagenet import imagenet_lemmas, named_list
+        from pipelines.classes.imagenet import imagenet_lemmas, named_list
 
         per_class = ((run.results or {}).get("models", {}).get(model_name) or {}).get("id_accuracy_per_class") or {}
         if not per_class:

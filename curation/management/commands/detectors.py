@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand
 
-from pipelines.detectors import DETECTORS, detector_names
+from pipelines.evaluation.detectors import DETECTORS, detector_names
 
 
 def detectors_table() -> str:

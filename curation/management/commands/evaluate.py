@@ -6,11 +6,11 @@ from curation.management.cli import comma_list, one_line_parser_errors, whole_nu
 from curation.management.progress import InlineBar, resume_and_wait, wait_for_job
 from curation.models import EvaluationRun, Export
 from curation.services.evaluation import PRESETS, EvaluationError, EvaluationRunning, evaluation_create, evaluation_run_inline
-from pipelines.decode import DECODERS
-from pipelines.detectors import DETECTORS, parameters
-from pipelines.metrics import AUPR_METHODS, FPR_METHODS, OAA_CONVENTIONS
-from pipelines.severity import ESTIMATION, PER_CLASS, PROTOCOLS
-from pipelines.vlm import TEMPLATE_KEYS
+from pipelines.evaluation.detectors import DETECTORS, parameters
+from pipelines.evaluation.metrics import AUPR_METHODS, FPR_METHODS, OAA_CONVENTIONS
+from pipelines.evaluation.severity import ESTIMATION, PER_CLASS, PROTOCOLS
+from pipelines.evaluation.vlm import TEMPLATE_KEYS
+from pipelines.features.decode import DECODERS
 
 
 def find_export(spec: str, *, kind: str) -> Export:
@@ -51,7 +51,7 @@ def numeric_options(o: dict) -> dict:
         "seed": whole_number_option(o["seed"], "--seed", lo=0, hi=2**32 - 1),
         "sanity_seeds": whole_number_option(o["sanity_seeds"], "--sanity-seeds", lo=0, hi=20),
     }
-    from pipelines.detectors import DetectorError
+    from pipelines.evaluation.detectors import DetectorError
 
     for det, p in parameters():  # parsed by argparse as the declared type; here finite and in the declared range
         value = o.get(p.key(det))
@@ -148,8 +148,8 @@ class Command(BaseCommand):
 
         o.update(numeric_options(o))  # every number checked (digits 0-9, in range) before anything is looked up
         models, methods = _csv(o["models"], "--models"), _csv(o["methods"], "--methods")  # checked before any look-up
-        from pipelines.classifiers import MODELS
-        from pipelines.evaluation import ModelListError, model_list
+        from pipelines.evaluation.run import ModelListError, model_list
+        from pipelines.features.classifiers import MODELS
 
         try:  # files of names and timm patterns become names (C-OOD's many-model runs)
             models = model_list(models, registered=list(MODELS))

@@ -4,9 +4,9 @@ from curation.management.cli import comma_list
 from curation.management.progress import InlineBar, resume_and_wait, wait_for_job
 from curation.models import Export, Source
 from curation.services.exports import ExportRequestError, check_export_names, export_create, export_path, export_run_inline
-from pipelines.export import LAYOUTS
-from pipelines.export_diff import summary_line
-from pipelines.semantic import DIFFICULTY_HELP
+from pipelines.classes.semantic import DIFFICULTY_HELP
+from pipelines.export.diff import summary_line
+from pipelines.export.write import LAYOUTS
 
 
 def read_wnids(classes: str | None, classes_file: str | None) -> list[str]:

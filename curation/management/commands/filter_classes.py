@@ -9,10 +9,10 @@ from curation.management.cli import output_file
 from curation.management.progress import wait_for_job
 from curation.models import Job
 from curation.services.class_filter import ClassFilterError, class_filter_run_inline, class_filter_start
-from pipelines import csv_cells
-from pipelines.class_filter import FilterInputError, PolicyError
-from pipelines.class_filter.policy import DEFAULT_PRESET, PRESETS
-from pipelines.wordnet import WordNetUnavailable
+from pipelines.classes.filter import FilterInputError, PolicyError
+from pipelines.classes.filter.policy import DEFAULT_PRESET, PRESETS
+from pipelines.classes.wordnet import WordNetUnavailable
+from pipelines.export import csv_cells
 
 
 class Command(BaseCommand):

@@ -5,8 +5,8 @@ from tqdm import tqdm
 
 from curation.management.cli import output_file
 from curation.management.model_cli import add_model_arguments, files_and_model
-from pipelines import csv_cells
-from pipelines.near_dups import DEFAULT_MAX_PIXEL_DIFF, DEFAULT_THRESHOLD
+from pipelines.export import csv_cells
+from pipelines.features.near_dups import DEFAULT_MAX_PIXEL_DIFF, DEFAULT_THRESHOLD
 
 
 class Command(BaseCommand):
@@ -32,9 +32,9 @@ class Command(BaseCommand):
         out = output_file(out, "--out")
         import numpy as np
 
-        from pipelines.extract import extract
-        from pipelines.images import sha256_file
-        from pipelines.near_dups import PixelCheck, find_duplicates
+        from pipelines.features.extract import extract
+        from pipelines.features.near_dups import PixelCheck, find_duplicates
+        from pipelines.sources.images import sha256_file
 
         if not 0 < threshold <= 1:
             raise CommandError("--threshold is a cosine similarity in (0, 1]")

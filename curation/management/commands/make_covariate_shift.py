@@ -5,7 +5,7 @@ from django.core.management.base import BaseCommand, CommandError
 from curation.management.cli import comma_list, output_folder
 from curation.management.progress import InlineBar
 from curation.services.covariate_shift import CovariateShiftError, covariate_shift_make
-from pipelines.corruptions import BENCHMARK, EXTRA
+from pipelines.evaluation.corruptions import BENCHMARK, EXTRA
 from pipelines.names import PathOutsideRoot
 
 

@@ -9,7 +9,7 @@ from curation.management.cli import comma_list, output_folder
 from curation.management.progress import InlineBar
 from curation.models import Source
 from curation.services.exports import ExportRequestError, export_path, export_run_inline, id_samples_of_source, unit_tests_create, unit_tests_recipe_text
-from pipelines.unit_tests import CONVENTIONS, UNIT_TESTS, id_samples_from_folder, write_unit_tests
+from pipelines.export.unit_tests import CONVENTIONS, UNIT_TESTS, id_samples_from_folder, write_unit_tests
 
 
 class Command(BaseCommand):
@@ -80,7 +80,7 @@ class Command(BaseCommand):
         if not samples:
             raise CommandError("no readable ID image to mirror" + (f" in {id_images}" if id_images else ""))
         chosen = tests_chosen or list(UNIT_TESTS)
-        from pipelines import export as px
+        from pipelines.export import write as px
 
         with tqdm(total=per_test * len(chosen), desc="unit tests", unit="img", file=sys.stderr, dynamic_ncols=True) as bar:
             try:

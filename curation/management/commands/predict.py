@@ -5,7 +5,7 @@ from tqdm import tqdm
 
 from curation.management.cli import output_file
 from curation.management.model_cli import add_model_arguments, files_and_model
-from pipelines import csv_cells
+from pipelines.export import csv_cells
 
 
 class Command(BaseCommand):
@@ -22,7 +22,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, paths, model, weights, topk, out, batch_size, workers, device, decoder, **opts):
         out = output_file(out, "--out")
-        from pipelines.extract import extract
+        from pipelines.features.extract import extract
 
         if topk < 1 or topk > 1000:
             raise CommandError("--topk must be between 1 and 1000")

@@ -4,7 +4,7 @@ from django.core.management.base import BaseCommand, CommandError
 from curation.management.progress import InlineBar, resume_and_wait, wait_for_job
 from curation.models import ClassVisualSignal, Job, Source
 from curation.services.image_pipeline import JobAlreadyRunning, PipelineError, dedup_run_inline, dedup_start, extract_run_inline, extract_start
-from pipelines.classifiers import PRODUCTION_MODEL, ModelUnavailable
+from pipelines.features.classifiers import PRODUCTION_MODEL, ModelUnavailable
 
 
 class Command(BaseCommand):

@@ -2,8 +2,8 @@ from django.core.management.base import BaseCommand, CommandError
 
 from curation.management.cli import output_folder
 from curation.services.id_classes import IdClassSetError, semantic_split_create
+from pipelines.classes.wordnet import WordNetUnavailable
 from pipelines.names import PathOutsideRoot
-from pipelines.wordnet import WordNetUnavailable
 
 
 class Command(BaseCommand):

@@ -1,8 +1,8 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from curation.services.id_classes import IdClassSetError, id_class_set_register
-from pipelines.imagenet import ClassListError
-from pipelines.wordnet import WordNetUnavailable
+from pipelines.classes.imagenet import ClassListError
+from pipelines.classes.wordnet import WordNetUnavailable
 
 
 class Command(BaseCommand):

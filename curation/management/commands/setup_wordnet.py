@@ -1,8 +1,8 @@
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from pipelines.wordnet import WordNetUnavailable, provision_wordnet
-from pipelines.wordnet_graph import load_noun_graph
+from pipelines.classes.wordnet import WordNetUnavailable, provision_wordnet
+from pipelines.classes.wordnet_graph import load_noun_graph
 
 
 class Command(BaseCommand):

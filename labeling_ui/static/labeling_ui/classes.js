@@ -1,5 +1,5 @@
 // Flagged classes: map an unmapped folder to a WordNet noun by searching (↑/↓ and Enter, or click);
-// the server ranks the nouns by the class search's rule (pipelines/class_search.py), the typed text is marked.
+// the server ranks the nouns by the class search's rule (pipelines/classes/search.py), the typed text is marked.
 (function () {
   "use strict";
   document.querySelectorAll("form.class-map").forEach((form) => {

@@ -1,4 +1,4 @@
-// Class search in the browser: the one ranking rule of pipelines/class_search.py, written again
+// Class search in the browser: the one ranking rule of pipelines/classes/search.py, written again
 // here because the review and adjudication screens search the ID classes without a round trip (the
 // list Enter records is the list on screen, never a late answer to an earlier key).
 // tests/test_class_search_browser.py checks that this copy and the Python one give the same lists.

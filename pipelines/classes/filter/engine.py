@@ -11,8 +11,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
 
-from pipelines.semantic import SemanticIndex
-from pipelines.wordnet_graph import NounGraph
+from pipelines.classes.semantic import SemanticIndex
+from pipelines.classes.wordnet_graph import NounGraph
 
 from .policy import Policy
 from .rules import RULES, Candidate, FilterContext, Hit, describe_hit
@@ -49,12 +49,12 @@ class Decision:
     detail: str
     fired: list[dict] = field(default_factory=list)  # every rule that fired: rule, severity, related_wnid, related_name, text
     n_images: int | None = None
-    # semantic distance to the ID set (pipelines.semantic); None for a class not in WordNet
+    # semantic distance to the ID set (pipelines.classes.semantic); None for a class not in WordNet
     semantic_similarity: float | None = None
     closest_id_wnid: str = ""
     closest_id_name: str = ""
     path_distance: int | None = None
-    # flags only (pipelines.class_filter.strength): how strongly the flag suggests contamination,
+    # flags only (pipelines.classes.filter.strength): how strongly the flag suggests contamination,
     # and the ID wnids whose predictions on the class's images count as image evidence
     flag_strength: float | None = None
     flag_level: str = ""

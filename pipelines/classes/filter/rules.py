@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Callable
 
-from pipelines.wordnet_graph import WORD_RE as _WORD_RE
-from pipelines.wordnet_graph import NounGraph, lemma_key
+from pipelines.classes.wordnet_graph import WORD_RE as _WORD_RE
+from pipelines.classes.wordnet_graph import NounGraph, lemma_key
 
 SEVERITIES = ("remove", "flag", "off")
 

@@ -5,7 +5,7 @@ one. Three kinds of evidence, each a probability-like number, combined as a nois
 them alone can make a flag strong, and more evidence never lowers the score)::
 
     R = 1 - prod(1 - w[rule] for every flag rule that fired)        # WordNet rules
-    S = semantic similarity to the closest ID class (Lin, 0..1)     # pipelines.semantic
+    S = semantic similarity to the closest ID class (Lin, 0..1)     # pipelines.classes.semantic
     E = (top1_share + top5_share) / 2                               # images, once extracted
 
     without images:  strength = 1 - (1 - R) * (1 - a*S)

@@ -49,7 +49,7 @@ class Outputs:
     # computed once per set by ``shared``; never part of equality or the repr
     cache: dict = field(default_factory=dict, repr=False, compare=False)
     # a vision-language model's local (patch) embeddings [n, P, D], as GL-MCM reads them; None for
-    # classifiers (pipelines.vlm.encode_images)
+    # classifiers (pipelines.evaluation.vlm.encode_images)
     local: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self):
@@ -103,7 +103,7 @@ class TextHead:
     wnids: tuple[str, ...]
     names: tuple[str, ...]
     embeddings: np.ndarray
-    template: str = ""  # the template key (pipelines.vlm.TEMPLATE_KEYS)
+    template: str = ""  # the template key (pipelines.evaluation.vlm.TEMPLATE_KEYS)
     template_text: str = ""  # the template itself, in words, for the results
     names_source: str = ""
     logit_scale: float = 100.0
@@ -386,8 +386,8 @@ def stage_rows(lm: Any, paths: Sequence[str], *, stages: int, per_map: Callable[
     Mahalanobis ensemble); ``what`` names the detector in errors."""
     import torch
 
-    from pipelines.extract import batches
-    from pipelines.images import DEFAULT_MAX_PIXELS
+    from pipelines.features.extract import batches
+    from pipelines.sources.images import DEFAULT_MAX_PIXELS
 
     model = lm.model
     if not hasattr(model, "forward_intermediates"):

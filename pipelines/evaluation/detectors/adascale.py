@@ -146,8 +146,8 @@ def perturbed_features(lm: Any, paths: Sequence[str], *, o: float, batch_size: i
     forward_head(pre_logits=True), get_classifier)."""
     import torch
 
-    from pipelines.extract import batches
-    from pipelines.images import DEFAULT_MAX_PIXELS
+    from pipelines.features.extract import batches
+    from pipelines.sources.images import DEFAULT_MAX_PIXELS
 
     model = lm.model
     if not all(hasattr(model, a) for a in ("forward_features", "forward_head", "get_classifier")):

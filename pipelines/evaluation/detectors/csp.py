@@ -30,7 +30,7 @@ def lexicographer_words() -> tuple[list[str], list[str]]:
     files in name order (adj.* first), each word once (the first file that has it keeps it).
     Needs WordNet under NLTK_DATA."""
     if "words" not in _WORDS:
-        from pipelines.wordnet import load_wordnet
+        from pipelines.classes.wordnet import load_wordnet
 
         wn = load_wordnet(Path(os.environ.get("NLTK_DATA") or "nltk_data"))
         files: dict[str, list[str]] = {}

@@ -25,7 +25,7 @@ class GLMCM(Detector):
     zero-shot out-of-distribution detection", IJCV 2025): MCM on the global image embedding plus
     lambda times the largest softmax probability over all patch tokens and classes, the local
     tokens being the last block's value path through ln_post and the projection
-    (pipelines.vlm). T = 1 and lambda = 1 as the authors' code and ImageNet-X's."""
+    (pipelines.evaluation.vlm). T = 1 and lambda = 1 as the authors' code and ImageNet-X's."""
 
     name = "gl_mcm"
     label = "GL-MCM (zero-shot CLIP)"

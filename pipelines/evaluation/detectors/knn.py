@@ -1,6 +1,7 @@
 import numpy as np
 
-from ..gpu_search import exact_topk, preferred_device
+from pipelines.features.gpu_search import exact_topk, preferred_device
+
 from . import OPENOOD, Detector, DetectorError, Head, Outputs, Param, register_detector
 
 

@@ -24,7 +24,7 @@ def wordnet_corpus(kind: str) -> list[str]:
     if kind not in ("noun", "adj"):
         raise ValueError(f"corpus {kind!r}: noun or adj")
     if kind not in _CORPUS:
-        from pipelines.wordnet import load_wordnet
+        from pipelines.classes.wordnet import load_wordnet
 
         wn = load_wordnet(Path(os.environ.get("NLTK_DATA") or "nltk_data"))
         words = [w.replace("_", " ") for w in wn.all_lemma_names(pos="n" if kind == "noun" else "a")]

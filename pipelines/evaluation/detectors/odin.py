@@ -88,7 +88,7 @@ class ODIN(Detector):
 def odin_scores(lm: Any, paths: Sequence[str], *, temperature: float = DEFAULT_TEMPERATURE, epsilon: float = DEFAULT_EPSILON,
                 gradient: str = "liang", batch_size: int = 16, max_pixels: int | None = None, progress: Callable[[int], None] | None = None,
                 decoder: str = "pil") -> np.ndarray:
-    """ODIN scores for image files with a loaded model (pipelines.classifiers.LoadedModel): with x the
+    """ODIN scores for image files with a loaded model (pipelines.features.classifiers.LoadedModel): with x the
     normalised input, x' = x - epsilon * sign(grad_x L) / std (per channel), L the cross-entropy
     of softmax(f(x)/T) against its own top class (``gradient="cood"``: L the cross-entropy of
     softmax(softmax(f(x))), T out of the gradient); score = max softmax(f(x')/T). This is a step of
@@ -97,8 +97,8 @@ def odin_scores(lm: Any, paths: Sequence[str], *, temperature: float = DEFAULT_T
     images go through ``decoder`` as the run's features do."""
     import torch
 
-    from pipelines.extract import batches
-    from pipelines.images import DEFAULT_MAX_PIXELS
+    from pipelines.features.extract import batches
+    from pipelines.sources.images import DEFAULT_MAX_PIXELS
 
     if gradient not in GRADIENTS:
         raise DetectorError(f"ODIN: gradient {gradient!r} is not one of {', '.join(GRADIENTS)}")

@@ -69,12 +69,12 @@ class RankFeat(Detector):
 
 def rankfeat_scores(lm: Any, paths: Sequence[str], *, temperature: float = 1.0, batch_size: int = 16, max_pixels: int | None = None,
                     progress: Callable[[int], None] | None = None, decoder: str = "pil") -> np.ndarray:
-    """RankFeat scores for image files with a loaded model (pipelines.classifiers.LoadedModel whose
+    """RankFeat scores for image files with a loaded model (pipelines.features.classifiers.LoadedModel whose
     model has timm's forward_features / forward_head); NaN for a file that cannot be decoded."""
     import torch
 
-    from pipelines.extract import batches
-    from pipelines.images import DEFAULT_MAX_PIXELS
+    from pipelines.features.extract import batches
+    from pipelines.sources.images import DEFAULT_MAX_PIXELS
 
     model = lm.model
     if not (hasattr(model, "forward_features") and hasattr(model, "forward_head")):

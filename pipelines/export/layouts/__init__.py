@@ -25,17 +25,17 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pipelines import csv_cells
+from pipelines.export import csv_cells
 
-# An item (pipelines.export.ExportItem: wnid, class_name, file_name, sha256, image_id) and a
-# placed file (pipelines.export.Placed: item, files = layout -> path); typed loosely here so
+# An item (pipelines.export.write.ExportItem: wnid, class_name, file_name, sha256, image_id) and a
+# placed file (pipelines.export.write.Placed: item, files = layout -> path); typed loosely here so
 # this package does not import the export module that uses it.
 ExportItem = Any
 Placed = Any
 
 
 def write_csv(path: Path, header: Sequence[str], rows: Iterable[Sequence]) -> None:
-    """A new CSV file, its cells neutralised against spreadsheet formulas (pipelines/csv_cells.py)."""
+    """A new CSV file, its cells neutralised against spreadsheet formulas (pipelines/export/csv_cells.py)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "x", newline="", encoding="utf-8") as fh:
         w = csv_cells.Writer(fh)
@@ -89,7 +89,7 @@ class Layout:
                     difficulty: dict | None = None) -> dict[int, str] | None:
         """The layout's listings of the placed images (sorted by class), once for all and once
         per sub-split in ``subsets`` (``easy``/``hard``...); ``difficulty`` is wnid ->
-        pipelines.export.ClassDifficulty when the export has sub-splits. A layout without files
+        pipelines.export.write.ClassDifficulty when the export has sub-splits. A layout without files
         of its own returns where each image's row went (image id -> file), for decisions.csv."""
         raise NotImplementedError
 

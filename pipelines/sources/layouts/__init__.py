@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar
 
-from pipelines.sources import NOT_A_REGULAR_FILE, PATH_ESCAPES_ROOT, Refusal, UnsafePath, safe_join
+from pipelines.sources.walk import NOT_A_REGULAR_FILE, PATH_ESCAPES_ROOT, Refusal, UnsafePath, safe_join
 
-DEFAULT_MAX_BYTES = 512 * 1024 * 1024  # one member; the same limit as one file (pipelines.images)
+DEFAULT_MAX_BYTES = 512 * 1024 * 1024  # one member; the same limit as one file (pipelines.sources.images)
 
 # Refusal codes of archive members and containers (stored on Image.error_code).
 UNSAFE_MEMBER_NAME = "unsafe_member_name"

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from pipelines.sources import NOT_A_REGULAR_FILE
+from pipelines.sources.walk import NOT_A_REGULAR_FILE
 
 from . import (
     COMPRESSED_ARCHIVE,

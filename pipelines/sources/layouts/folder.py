@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pipelines.sources import NOT_A_REGULAR_FILE, UnsafePath, safe_join, scan_source
+from pipelines.sources.walk import NOT_A_REGULAR_FILE, UnsafePath, safe_join, scan_source
 
 from . import (
     DEFAULT_MAX_BYTES,

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from pipelines.sources import Refusal
+from pipelines.sources.walk import Refusal
 
 from . import LayoutError, Scan, source_layout
 from ._tar import unsafe_name
