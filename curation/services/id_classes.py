@@ -10,9 +10,10 @@ from curation.audit import audit_record
 from curation.models import IdClassSet, Image, Source
 from curation.services.sources import SourceError, id_source_named
 from pipelines.classes.imagenet import NAMED_LISTS, ClassListError, imagenet_lemmas, read_wnid_file, resolve_class_list
-from pipelines.classes.semantic_split import SemanticSplit, SplitError, semantic_split, write_split
+from pipelines.classes.semantic_split import SemanticSplit, SplitError, semantic_split
 from pipelines.classes.wordnet import load_wordnet, synset_for_wnid
 from pipelines.classes.wordnet_graph import load_noun_graph
+from pipelines.export.split_files import write_split
 from pipelines.names import InvalidName, atomic_write, check_name
 
 

@@ -10,11 +10,12 @@ from django.db import transaction
 
 from curation.audit import audit_record
 from curation.models import CandidateClass, Source
+from pipelines.classes.folders import ClassMapping, map_class_folders, read_class_map
 from pipelines.classes.wordnet import load_wordnet
 from pipelines.names import InvalidName, check_name
 from pipelines.sources.layouts import DEFAULT_LAYOUT, LayoutError, source_layout
 from pipelines.sources.layouts.lists import read_path_list
-from pipelines.sources.walk import ClassMapping, map_class_folders, read_class_map, scan_class_folders
+from pipelines.sources.walk import scan_class_folders
 
 
 class SourceError(ValueError):

@@ -25,16 +25,10 @@ Choices the paper leaves open, decided here (docs/class_filter.md, "Semantic spl
 """
 from __future__ import annotations
 
-import io
-import json
 import random
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import BinaryIO, Callable
 
 from pipelines.classes.wordnet_graph import NounGraph
-from pipelines.export import csv_cells
-from pipelines.names import atomic_write
 
 # Parent overrides that reproduce ImageNet-X (REFERENCE-2.md 1.1, table): child wnid -> parent wnid.
 IMAGENET_PARENTS: dict[str, str] = {
@@ -178,39 +172,3 @@ def semantic_split(graph: NounGraph, wnids: list[str], *, seed: int | None = Non
         ood_wnids += g.children[k:]
     return SemanticSplit(groups=list(groups.values()), id_wnids=id_wnids, ood_wnids=ood_wnids,
                          parent_choices=choices, seed=seed)
-
-
-SPLIT_FILES = ("id_classes.txt", "ood_classes.txt", "parents.csv", "summary.json")
-
-
-def write_split(split: SemanticSplit, out_dir: Path, *, names: dict[str, str] | None = None) -> list[Path]:
-    """Write ``id_classes.txt`` / ``ood_classes.txt`` (one wnid a line, in group order, as the
-    authors' lists), ``parents.csv`` (parent_wnid,parent_name,child_wnid,child_name,side) and
-    ``summary.json`` into ``out_dir``; each file atomically, all inside ``out_dir``."""
-    names = names or {}
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-
-    def text(lines: list[str]) -> Callable[[BinaryIO], object]:
-        return lambda fh: fh.write(("\n".join(lines) + "\n").encode("utf-8"))
-
-    def parents_csv(fh: BinaryIO) -> None:
-        buf = io.StringIO()
-        writer = csv_cells.Writer(buf)
-        writer.writerow(["parent_wnid", "parent_name", "child_wnid", "child_name", "side"])
-        for g in split.groups:
-            for child, side in zip(g.children, g.sides):
-                writer.writerow([g.parent, g.parent_name, child, names.get(child, ""), side])
-        fh.write(buf.getvalue().encode("utf-8"))
-
-    summary = {**split.summary(), "parent_choices": {w: {"parent": p, "why": why} for w, (p, why) in split.parent_choices.items()}}
-    writers = {
-        "id_classes.txt": text(split.id_wnids), "ood_classes.txt": text(split.ood_wnids), "parents.csv": parents_csv,
-        "summary.json": lambda fh: fh.write((json.dumps(summary, indent=2) + "\n").encode("utf-8")),
-    }
-    out = []
-    for name in SPLIT_FILES:
-        path = out_dir / name
-        atomic_write(path, writers[name], root=out_dir)
-        out.append(path)
-    return out

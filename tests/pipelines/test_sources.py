@@ -3,7 +3,8 @@ import os
 
 import pytest
 
-from pipelines.sources.walk import ClassMapError, SafeJoiner, UnsafePath, map_class_folders, read_class_map, safe_join, scan_source
+from pipelines.classes.folders import ClassMapError, map_class_folders, read_class_map
+from pipelines.sources.walk import SafeJoiner, UnsafePath, safe_join, scan_source
 
 
 def test_scan_lists_files_in_class_folders_and_refuses_what_must_not_be_read(tmp_path):

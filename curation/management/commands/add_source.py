@@ -6,10 +6,10 @@ from curation.management.progress import InlineBar, resume_and_wait, wait_for_jo
 from curation.models import Job, Source
 from curation.services.ingest import IngestAlreadyRunning, ingest_run_inline, ingest_start
 from curation.services.sources import SourceError, source_register
+from pipelines.classes.folders import ClassMapError
 from pipelines.classes.wordnet import WordNetUnavailable
 from pipelines.sources.layouts import DEFAULT_LAYOUT, SOURCE_LAYOUTS
 from pipelines.sources.layouts.lists import LIST_FORMATS
-from pipelines.sources.walk import ClassMapError
 
 
 class Command(BaseCommand):

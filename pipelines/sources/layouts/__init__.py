@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar
 
-from pipelines.sources.walk import NOT_A_REGULAR_FILE, PATH_ESCAPES_ROOT, Refusal, UnsafePath, safe_join
+from pipelines.sources.walk import NOT_A_REGULAR_FILE, PATH_ESCAPES_ROOT, Refusal, UnsafePath, root_real, safe_join
 
 DEFAULT_MAX_BYTES = 512 * 1024 * 1024  # one member; the same limit as one file (pipelines.sources.images)
 
@@ -322,8 +322,6 @@ def walk_containers(root: Path, suffixes: tuple[str, ...], scan: Scan, *, also: 
 
 def container_file(ref: MemberRef) -> Path:
     """The container's absolute path, refused when it would leave the root."""
-    from .folder import root_real
-
     try:
         return safe_join(ref.root, ref.container, root_real=root_real(ref.root))
     except UnsafePath as exc:

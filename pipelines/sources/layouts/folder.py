@@ -1,13 +1,12 @@
 """ROOT/<class folder>/<image files>: the layout sources have always had (the default)."""
 from __future__ import annotations
 
-import functools
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pipelines.sources.walk import NOT_A_REGULAR_FILE, UnsafePath, safe_join, scan_source
+from pipelines.sources.walk import NOT_A_REGULAR_FILE, UnsafePath, root_real, safe_join, scan_source
 
 from . import (
     DEFAULT_MAX_BYTES,
@@ -21,12 +20,6 @@ from . import (
     SourceLayout,
     register_source_layout,
 )
-
-
-@functools.lru_cache(maxsize=64)
-def root_real(root: str) -> str:
-    """A source root's real path, resolved once per process (every read checks its file against it)."""
-    return os.path.realpath(root)
 
 
 @register_source_layout
