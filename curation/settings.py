@@ -266,6 +266,11 @@ NEAR_DUP_THRESHOLD = float(os.environ.get("OODC_NEAR_DUP_THRESHOLD", "0.70"))  #
 ID_DUP_THRESHOLD = float(os.environ.get("OODC_ID_DUP_THRESHOLD", "0.70"))
 NEAR_DUP_MAX_PIXEL_DIFF = float(os.environ.get("OODC_NEAR_DUP_MAX_PIXEL_DIFF", "4.0"))
 NEAR_DUP_EXACT_BELOW = int(os.environ.get("OODC_NEAR_DUP_EXACT_BELOW", "50000"))
+# the duplicate search's cells (pipelines/features/dup_search.py): how many nearest cells each is compared with,
+# and its work units (rows per assignment chunk, candidates per join chunk); docs/image_pipeline.md
+NEAR_DUP_NPROBE = int(os.environ.get("OODC_NEAR_DUP_NPROBE", "16"))
+DEDUP_ASSIGN_CHUNK = int(os.environ.get("OODC_DEDUP_ASSIGN_CHUNK", "200000"))
+DEDUP_JOIN_CHUNK = int(os.environ.get("OODC_DEDUP_JOIN_CHUNK", "50000"))
 AMBIGUITY_THRESHOLD = float(os.environ.get("OODC_AMBIGUITY_THRESHOLD", "0.5"))
 AMBIGUITY_MIN_IMAGES = int(os.environ.get("OODC_AMBIGUITY_MIN_IMAGES", "5"))
 

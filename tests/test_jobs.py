@@ -176,7 +176,8 @@ def test_interrupted_job_is_stale_then_resumed_without_redoing_done_chunks(kind,
     jobs.resume(job)
     assert _finished(job), job.message
     chunks = {c.index: c for c in JobChunk.objects.filter(job=job)}
-    assert len(chunks) == plan_total and all(c.done for c in chunks.values())
+    # a phased kind (the duplicate search) adds its later phases' chunks after the planned ones
+    assert set(range(plan_total)) <= set(chunks) and all(c.done for c in chunks.values())
     assert all(chunks[i].attempts == n for i, n in done_first.items())  # done chunks were not done again
     with pytest.raises(jobs.JobNotResumable, match="nothing to resume"):
         jobs.resume(job)

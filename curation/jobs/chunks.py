@@ -83,6 +83,26 @@ def chunks_write(*, job_id: int, payloads: Sequence[Any], total: int | None = No
     return list(range(len(payloads)))
 
 
+def chunks_add(*, job_id: int, phase: str, payloads: Sequence[Any], total: int | None = None) -> list[int]:
+    """Write the chunks of a later ``phase`` of job ``job_id`` (payloads are dicts; each gets
+    ``"phase": phase``), numbered after the chunks it has, under the job's lock, once: a second
+    call (a finalize step delivered twice) returns that phase's chunks still to do. ``total``
+    replaces the job's total (the units of every phase)."""
+    with transaction.atomic():
+        job = Job.objects.select_for_update().get(pk=job_id)
+        if job.status in FINISHED:
+            return []
+        mine = JobChunk.objects.filter(job_id=job_id, payload__phase=phase)
+        if mine.exists():
+            return list(mine.filter(done=False).order_by("index").values_list("index", flat=True))
+        start = (JobChunk.objects.filter(job_id=job_id).order_by("-index").values_list("index", flat=True).first() or 0) + 1
+        JobChunk.objects.bulk_create([JobChunk(job=job, index=start + i, payload={**p, "phase": phase}) for i, p in enumerate(payloads)])
+        if total is not None:
+            job.total = total
+            job.save(update_fields=["total"])
+    return list(range(start, start + len(payloads)))
+
+
 def chunk_start(*, job_id: int, index: int, related: Sequence[str] = (), max_attempts: int = MAX_ATTEMPTS) -> Chunk | None:
     """Start chunk ``index`` of job ``job_id``: None when there is nothing to do (the chunk is
     done, or its job is done or failed: a redelivery); else the chunk, its attempt counted.

@@ -14,6 +14,11 @@ export). ``queue(step)`` names the Celery queue of a step. The runner (``curatio
 adds the rest for every kind alike: heartbeat, chunk leases, stale detection, resume, failure
 handling, progress, and the one rule for running inline or on workers.
 
+A kind whose work comes in phases (the duplicate search: cells, then the join of the cells)
+returns ``NextPhase(indices)`` from ``finalize`` while there is a phase left: it has written the
+next phase's chunks (once, under the job's lock, as ``chunks.chunks_add``), and the runner runs
+them as it ran the first, then calls ``finalize`` again.
+
 A kind whose work is one step (duplicate search, export, unit tests, class filter) is declared
 with ``single_step``: one chunk, whose ``process`` is the step.
 """
@@ -29,6 +34,13 @@ STEPS = ("plan", "chunk", "finalize")
 def task_name(kind: str, step: str) -> str:
     """The Celery task that runs ``step`` of a ``kind`` job (curation/tasks.py defines them)."""
     return f"curation.{kind}.{step}"
+
+
+@dataclass(frozen=True)
+class NextPhase:
+    """What a phased kind's ``finalize`` returns when the chunks it wrote are to be run next."""
+
+    indices: list[int]
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from curation.jobs.chunks import all_chunks_done, chunks_to_do, unfinished_chunks
 from curation.jobs.heartbeat import Heartbeat, claim_chunk, is_stale, new_owner, release_chunk, silent_for
-from curation.jobs.protocol import JobKind, Progress, kind_of, task_name
+from curation.jobs.protocol import JobKind, NextPhase, Progress, kind_of, task_name
 from curation.models import Job
 from curation.outages import is_outage
 
@@ -140,7 +140,13 @@ def run_step(*, job_id: int, step: str, index: int | None = None, queue_next: bo
             return last
         if step == "finalize":
             with Heartbeat(job_id):
-                return kind.finalize(job_id)
+                result = kind.finalize(job_id)
+            if isinstance(result, NextPhase) and queue_next:  # a phased kind wrote its next phase's chunks
+                for i in result.indices:
+                    dispatch(job, "chunk", i)
+                if not result.indices:
+                    dispatch(job, "finalize")
+            return result
         raise ValueError(f"unknown step {step!r}")
     except Exception as exc:
         if is_outage(exc):  # the database or broker is restarting: the work is not wrong; retried or resumed, not failed
@@ -173,13 +179,20 @@ def run_inline(job: Job, *, progress: Progress | None = None, on_total: Callable
         on_total(job.total)
     if progress and job.progress:
         progress(job.progress)  # a resumed job: what is done already
-    for index in indices or []:
-        run_step(job_id=job.pk, step="chunk", index=index, queue_next=False, progress=progress, on_total=on_total)
-    held = unfinished_chunks(job.pk)
-    if held:
-        raise JobNotResumable(f"job #{job.pk}: {held} chunk(s) are held by another live process; "
-                              "wait for it, or resume once it is stale")
-    return run_step(job_id=job.pk, step="finalize", queue_next=False)
+    while True:
+        for index in indices or []:
+            run_step(job_id=job.pk, step="chunk", index=index, queue_next=False, progress=progress, on_total=on_total)
+        held = unfinished_chunks(job.pk)
+        if held:
+            raise JobNotResumable(f"job #{job.pk}: {held} chunk(s) are held by another live process; "
+                                  "wait for it, or resume once it is stale")
+        result = run_step(job_id=job.pk, step="finalize", queue_next=False)
+        if not isinstance(result, NextPhase):
+            return result
+        indices = result.indices  # a phased kind's next phase
+        if on_total:
+            job.refresh_from_db(fields=["total"])
+            on_total(job.total)
 
 
 @dataclass

@@ -72,3 +72,16 @@ def copy_columns(cur: Any, table: str, names: Sequence[str], columns: Sequence[n
         buf.writelines("\t".join(row) + "\n" for row in zip(*parts))
         buf.seek(0)
         cur.cursor.copy_expert(f"COPY {table} ({', '.join(names)}) FROM STDIN", buf)
+
+
+def copy_text_columns(cur: Any, table: str, names: Sequence[str], columns: Sequence[np.ndarray], chunk: int = 200_000) -> None:
+    """Columns of equal length, already text (numpy string arrays; ``\\N`` is NULL), into
+    ``table`` on PostgreSQL, a chunk of rows per COPY. The values must hold no tab, newline or
+    backslash other than ``\\N`` (ids, numbers and reason slugs do not)."""
+    n = len(columns[0]) if columns else 0
+    for start in range(0, n, chunk):
+        parts = [col[start:start + chunk].tolist() for col in columns]
+        buf = io.StringIO()
+        buf.writelines("\t".join(row) + "\n" for row in zip(*parts))
+        buf.seek(0)
+        cur.cursor.copy_expert(f"COPY {table} ({', '.join(names)}) FROM STDIN", buf)

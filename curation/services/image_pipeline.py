@@ -22,10 +22,9 @@ from django.utils import timezone
 from curation.audit import audit_record
 from curation.jobs import JobActive, enqueue_on_commit, run_inline
 from curation.jobs.chunks import chunk_finish, chunk_start, chunks_to_do, chunks_write, unfinished_chunks
-from curation.models import ClassDecision, ClassVisualSignal, DuplicateOverride, FeatureShard, Image, ImageEmbedding, Job, JobChunk, Source
+from curation.models import ClassDecision, DuplicateOverride, FeatureShard, Image, ImageEmbedding, Job, JobChunk, Source
 from curation.selectors import class_policy
 from curation.services.bulk import insert_rows
-from curation.services.class_filter import class_filter_refresh_source
 from curation.services.jobs import job_mark_running
 from curation.services.loaded_models import ModelNameError, check_model_name, loaded_model
 from curation.version import code_version
@@ -227,6 +226,7 @@ def extract_run_inline(*, job: Job, progress: Callable[[int], None] | None = Non
 
 
 # -- near-duplicates, duplicates of ID images, similarity to ID, visual ambiguity -----------------
+# (the job's steps are in curation/services/duplicate_search.py)
 
 
 def dedup_start(*, model_name: str | None = None, user: User | None = None, enqueue: bool = True) -> Job:
@@ -242,7 +242,8 @@ def dedup_start(*, model_name: str | None = None, user: User | None = None, enqu
             config={"model": model_name, "threshold": settings.NEAR_DUP_THRESHOLD, "id_threshold": settings.ID_DUP_THRESHOLD,
                     "max_pixel_diff": settings.NEAR_DUP_MAX_PIXEL_DIFF,
                     "ambiguity_threshold": settings.AMBIGUITY_THRESHOLD, "ambiguity_min_images": settings.AMBIGUITY_MIN_IMAGES,
-                    "exact_below": settings.NEAR_DUP_EXACT_BELOW},
+                    "exact_below": settings.NEAR_DUP_EXACT_BELOW, "nprobe": settings.NEAR_DUP_NPROBE,
+                    "assign_chunk": settings.DEDUP_ASSIGN_CHUNK, "join_chunk": settings.DEDUP_JOIN_CHUNK, "seed": 0},
         )
         audit_record(actor=user, action="dedup_started", target=job, data={"model": model_name})
         if enqueue:
@@ -285,109 +286,6 @@ def effective_memberships(embeddings: list[ImageEmbedding], overrides: Iterable[
 def duplicate_overrides_of(images: Iterable[int], model_name: str) -> list[tuple[int, str]]:
     return list(DuplicateOverride.objects.filter(image_id__in=list(images), model_name=model_name)
                 .order_by("created_at", "id").values_list("image_id", "action"))
-
-
-def dedup_execute(*, job_id: int) -> Job:
-    """The duplicate search over every extracted source (the computation is
-    pipelines.features.near_dups.find_duplicates); writes each candidate's group, drop reason and nearest
-    ID image, and the class-level visual signals."""
-    from pipelines.features.near_dups import PixelCheck, find_duplicates
-
-    job = Job.objects.get(pk=job_id)
-    if job.status in (Job.Status.DONE, Job.Status.FAILED):
-        return job
-    job_mark_running(job=job, message="loading features")
-    cfg = job.config
-    model_name = cfg["model"]
-    base = (ImageEmbedding.objects.filter(model_name=model_name, ok=True, image__status=Image.Status.OK)
-            .select_related("shard", "image__candidate_class", "image__source").order_by("image_id"))
-    cands = list(base.filter(image__source__role=Source.Role.CANDIDATE))
-    refs = list(base.filter(image__source__role=Source.Role.ID))
-    Job.objects.filter(pk=job.pk).update(total=len(cands) + len(refs))
-    cand_x, ref_x = load_features(cands), load_features(refs)
-
-    def path_of(e: ImageEmbedding):
-        try:
-            return e.image.ref()
-        except UnsafePath:
-            return None
-
-    everyone = cands + refs  # the pixel check numbers candidates first, then the ID images
-    check = PixelCheck([path_of(e) for e in everyone], [e.image.sha256 for e in everyone],
-                       cfg.get("max_pixel_diff", settings.NEAR_DUP_MAX_PIXEL_DIFF))
-    verdicts, _grouping = find_duplicates(
-        cand_x, ref_x, cand_sha256=[e.image.sha256 for e in cands], ref_sha256=[e.image.sha256 for e in refs],
-        priority=[(-(e.image.width * e.image.height), e.image_id) for e in cands], threshold=cfg["threshold"],
-        id_threshold=cfg["id_threshold"], exact_below=cfg["exact_below"], looks_same=check)
-    counts: Counter = Counter()
-    for e, v in zip(cands, verdicts):
-        rep = cands[v.representative]
-        e.dup_group = rep.image_id
-        near = refs[v.nearest_id] if v.nearest_id is not None else None
-        e.nearest_id_image_id = near.image_id if near is not None else None
-        e.nearest_id_similarity = v.nearest_id_similarity
-        e.drop_reason = {"": "", "near_duplicate_of": f"near_duplicate_of:{rep.image_id}",
-                         "duplicate_of_id": f"duplicate_of_id:{e.nearest_id_image_id}"}[v.drop]
-        e.search_group, e.search_drop = e.dup_group, e.drop_reason
-        counts[v.drop or "kept"] += 1
-    # a curator's corrections (DuplicateOverride) hold across re-runs: applied to the groups they touch
-    corrected = duplicate_overrides_of([e.image_id for e in cands], model_name)
-    if corrected:
-        touched = {e.search_group for e in cands if e.image_id in {i for i, _a in corrected}}
-        effective_memberships([e for e in cands if e.search_group in touched], corrected)
-    counts["overridden"] = len(corrected)
-    signals = _visual_signals(cands, cfg, model_name)
-    with transaction.atomic():
-        locked = Job.objects.select_for_update().get(pk=job.pk)
-        if locked.status == Job.Status.DONE:
-            return locked
-        # every embedding of the model is rewritten, so a re-run reproduces the result exactly
-        ImageEmbedding.objects.filter(model_name=model_name).exclude(pk__in=[e.pk for e in cands]).update(
-            dup_group=None, drop_reason="", search_group=None, search_drop="", nearest_id_image=None, nearest_id_similarity=None)
-        ImageEmbedding.objects.bulk_update(cands, ["dup_group", "drop_reason", "search_group", "search_drop", "nearest_id_image",
-                                                   "nearest_id_similarity"], batch_size=1000)
-        ClassVisualSignal.objects.filter(model_name=model_name).exclude(candidate_class_id__in=[s.candidate_class_id for s in signals]).delete()
-        for s in signals:
-            ClassVisualSignal.objects.update_or_create(
-                candidate_class_id=s.candidate_class_id, model_name=model_name,
-                defaults={f: getattr(s, f) for f in ("n_images", "top_wnid", "top_label", "top_share", "threshold", "flagged", "reason")})
-        groups = Counter(e.dup_group for e in cands)
-        locked.status, locked.finished_at, locked.progress = Job.Status.DONE, timezone.now(), locked.total
-        locked.result = {"candidates": len(cands), "id_images": len(refs), "kept": counts["kept"],
-                         "near_duplicate_of": counts["near_duplicate_of"], "duplicate_of_id": counts["duplicate_of_id"],
-                         "groups_with_duplicates": sum(1 for n in groups.values() if n > 1), "curator_overrides": counts["overridden"],
-                         "visually_ambiguous_classes": sum(s.flagged for s in signals)}
-        locked.message = (f"{len(cands)} candidate images: {counts['kept']} kept, {counts['near_duplicate_of']} near-duplicates, "
-                          f"{counts['duplicate_of_id']} duplicates of ID images; {locked.result['visually_ambiguous_classes']} "
-                          f"visually ambiguous class(es)")
-        locked.save()
-        audit_record(actor=locked.created_by, action="dedup_finished", target=locked, data=locked.result)
-        # image evidence has arrived: re-rank the class filter's flags on these sources
-        for source in Source.objects.filter(pk__in={e.image.source_id for e in cands}):
-            class_filter_refresh_source(source=source, model_name=model_name)
-    return locked
-
-
-def _visual_signals(cands: list[ImageEmbedding], cfg: dict, model_name: str) -> list[ClassVisualSignal]:
-    from pipelines.features.classifiers import imagenet_1k_classes
-
-    wnids, labels = imagenet_1k_classes()
-    label = dict(zip(wnids, labels))
-    by_class: dict[int, list[str]] = defaultdict(list)
-    for e in cands:
-        # duplicates are one picture seen twice: only the images that stay are counted
-        if e.image.candidate_class_id and not e.drop_reason:
-            by_class[e.image.candidate_class_id].append(e.top1_wnid)
-    out = []
-    for class_id, tops in sorted(by_class.items()):
-        top, n_top = Counter(tops).most_common(1)[0]
-        share = n_top / len(tops)
-        flagged = len(tops) >= cfg["ambiguity_min_images"] and share > cfg["ambiguity_threshold"]
-        out.append(ClassVisualSignal(
-            candidate_class_id=class_id, model_name=model_name, n_images=len(tops), top_wnid=top, top_label=label.get(top, top),
-            top_share=share, threshold=cfg["ambiguity_threshold"], flagged=flagged,
-            reason=f"visually_ambiguous_with:{top}" if flagged else ""))
-    return out
 
 
 def dedup_run_inline(*, job: Job) -> Job:

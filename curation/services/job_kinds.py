@@ -17,6 +17,11 @@ def _extract_queue(step: str) -> str:
     return os.environ.get("OODC_EXTRACT_QUEUE", "cpu")
 
 
+def _dedup_queue(step: str) -> str:
+    # The join's chunks are matrix products: "gpu" where GPU workers serve them (OODC_DEDUP_QUEUE), else "cpu".
+    return os.environ.get("OODC_DEDUP_QUEUE", "cpu") if step == "chunk" else "cpu"
+
+
 def _eval_queue(step: str) -> str:
     # Model outputs where the models run; detectors and metrics (finalize) on the cpu workers.
     if step == "chunk":
@@ -69,11 +74,11 @@ def _evaluate() -> JobKind:
 
 
 def _dedup() -> JobKind:
-    from curation.services import image_pipeline as s
+    # phased: the plan trains the cells, assignment chunks, then (from the first finalize) join chunks
+    from curation.services import duplicate_search as s
 
-    return single_step(kind=Job.Kind.DEDUP, label="duplicate search",
-                       execute=lambda job_id, progress, on_total: s.dedup_execute(job_id=job_id),
-                       fail=_job_fail, queue=_cpu, resume_hint="`python manage.py run_image_pipeline --resume`")
+    return _chunked(Job.Kind.DEDUP, "duplicate search", s.dedup_plan, s.dedup_process_chunk, s.dedup_finalize,
+                    queue=_dedup_queue, resume_hint="`python manage.py run_image_pipeline --resume`")
 
 
 def _export_id(job_id: int) -> int:

@@ -187,7 +187,7 @@ def _names() -> dict[int, str]:
 
 class Duplicates:
     kind = "dedup"
-    slow = ("pipelines.features.near_dups:find_duplicates", 60)  # features loaded, the groups not yet written
+    slow = ("pipelines.features.dup_search:join", 60)  # the cells assigned, a join unit in progress
 
     def prepare(self, tmp_path, env):
         from PIL import Image as PILImage
@@ -214,7 +214,7 @@ class Duplicates:
         shell(env, "from curation.services.image_pipeline import dedup_start; dedup_start()")
 
     def ready(self, job):
-        return job.status == "running"
+        return JobChunk.objects.filter(job=job, payload__phase="join").exists()  # the worker is in the join
 
     def killed_id(self, job):
         return job.pk
