@@ -29,13 +29,14 @@ from typing import Any, Callable
 import numpy as np
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Count, Min
+from django.db.models import BooleanField, Count, ExpressionWrapper, Min, Q
 from django.utils import timezone
 
 from curation.audit import audit_record
 from curation.jobs.chunks import chunk_finish, chunk_start, chunks_add, chunks_to_do, chunks_write
 from curation.jobs.protocol import NextPhase
 from curation.models import ClassVisualSignal, DuplicateOverride, FeatureShard, Image, ImageEmbedding, Job, JobChunk, Source
+from curation.services.bulk import columns_of
 from curation.services.class_filter import class_filter_refresh_source
 from curation.services.image_pipeline import effective_memberships
 from curation.services.jobs import job_mark_running
@@ -77,24 +78,10 @@ def _stream_rows(model_name: str) -> tuple[dict[str, np.ndarray], list[str]]:
     arrays (one streamed query; no model instances), and the shards' paths."""
     qs = (ImageEmbedding.objects.filter(model_name=model_name, ok=True, image__status=Image.Status.OK, shard__isnull=False,
                                         image__source__role__in=[Source.Role.CANDIDATE, Source.Role.ID])
-          .order_by("image_id").values_list("pk", "image_id", "shard_id", "row", "image__source__role"))
-    cols: dict[str, list] = {"emb": [], "image": [], "shard": [], "row": [], "ref": []}
-    parts: dict[str, list[np.ndarray]] = {k: [] for k in cols}
-    block = 200_000
-    for n, (pk, image_id, shard_id, row, role) in enumerate(qs.iterator(chunk_size=20_000), start=1):
-        cols["emb"].append(pk)
-        cols["image"].append(image_id)
-        cols["shard"].append(shard_id)
-        cols["row"].append(row)
-        cols["ref"].append(role == Source.Role.ID)
-        if n % block == 0:
-            for k, v in cols.items():
-                parts[k].append(np.asarray(v))
-                v.clear()
-    for k, v in cols.items():
-        parts[k].append(np.asarray(v))
-    dtypes = {"emb": np.int64, "image": np.int64, "shard": np.int64, "row": np.int32, "ref": bool}
-    arrays = {k: np.concatenate([p.astype(dtypes[k]) for p in parts[k]]) if parts[k] else np.zeros(0, dtypes[k]) for k in cols}
+          .annotate(is_ref=ExpressionWrapper(Q(image__source__role=Source.Role.ID), output_field=BooleanField()))
+          .order_by("image_id").values_list("pk", "image_id", "shard_id", "row", "is_ref"))
+    emb, image, shard, row, is_ref = columns_of(qs.iterator(chunk_size=20_000), (np.int64, np.int64, np.int64, np.int32, bool))
+    arrays = {"emb": emb, "image": image, "shard": shard, "row": row, "ref": is_ref}
     shard_ids = np.unique(arrays["shard"])
     paths = dict(FeatureShard.objects.filter(pk__in=shard_ids.tolist()).values_list("pk", "path"))
     arrays["shard"] = np.searchsorted(shard_ids, arrays["shard"]).astype(np.int32)  # shard ids -> 0..k-1

@@ -16,10 +16,11 @@ from django.utils import timezone
 
 from curation.audit import audit_record
 from curation.jobs.runner import enqueue_on_commit
-from curation.models import Image, ImageEmbedding, Job, Source
-from curation.services.image_pipeline import PipelineError, load_features
+from curation.models import FeatureShard, Image, ImageEmbedding, Job, Source
+from curation.services.bulk import columns_of
 from curation.version import code_version
-from pipelines.features.embedding_map import METHODS, project
+from pipelines.features.dup_search import FeatureReader, FeatureShardUnreadable
+from pipelines.features.embedding_map import METHODS, project_streamed
 from pipelines.names import atomic_write
 
 DISPLAY_MAX = 50_000  # points drawn on the page (a stable sample above this)
@@ -77,20 +78,26 @@ def embedding_map_execute(*, job_id: int) -> Job:
     job_mark_running(job=job, message="loading features")
     source, model_name, method = job.source, job.config["model"], job.config["method"]
     key = _feature_key(source, model_name)
-    embs = list(_embeddings(source, model_name).select_related("shard").only("id", "image_id", "shard", "row").order_by("image_id"))
+    # the rows as arrays (one streamed query, no model instances) and the features read a block at a time from their shards
+    ids, shard, row_of, strata = columns_of(
+        _embeddings(source, model_name).order_by("image_id").values_list("image_id", "shard_id", "row", "image__candidate_class_id")
+        .iterator(chunk_size=20_000), (np.int64, np.int64, np.int64, np.int64))
+    shard_ids = np.unique(shard)
+    paths = dict(FeatureShard.objects.filter(pk__in=shard_ids.tolist()).values_list("pk", "path"))
+    reader = FeatureReader([Path(settings.FEATURE_STORE) / paths[int(s)] for s in shard_ids])
+    shard_of = np.searchsorted(shard_ids, shard)
+    job_mark_running(job=job, message=f"projecting {len(ids)} images ({method})")
     try:
-        feats = load_features(embs)
-    except PipelineError as exc:
+        xy, made = project_streamed(len(ids), lambda pos: reader.vectors(shard_of[pos], row_of[pos]), method=method, strata=strata,
+                                    fit_max=settings.EMBEDDING_MAP_FIT_MAX)
+    except FeatureShardUnreadable as exc:
         raise MapError(str(exc)) from None
-    job_mark_running(job=job, message=f"projecting {len(embs)} images ({method})")
-    xy = project(feats, method=method)
-    ids = np.array([e.image_id for e in embs], dtype=np.int64)
     path = _map_path(source, model_name, method, key)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, lambda fh: np.savez(fh, ids=ids, xy=xy), root=settings.FEATURE_STORE)
     job.status, job.finished_at, job.progress, job.total = Job.Status.DONE, timezone.now(), 1, 1
-    job.result = {"points": len(ids), "path": str(path.relative_to(settings.FEATURE_STORE)), "method": method, "key": key}
-    job.message = f"map of {source.name}: {len(ids)} images ({method})"
+    job.result = {"points": len(ids), "path": str(path.relative_to(settings.FEATURE_STORE)), "method": method, "key": key, **made}
+    job.message = f"map of {source.name}: {len(ids)} images ({made['how']})"
     job.save()
     audit_record(actor=job.created_by, action="embedding_map_finished", target=job, data={"source": source.name, "points": len(ids)})
     return job

@@ -19,10 +19,13 @@ from django.db import transaction
 from django.db.models import F, Max, Min
 
 from curation.audit import audit_record
-from curation.models import Assignment, Image, ImageEmbedding, ReviewItem, Source
+from curation.models import Assignment, FeatureShard, Image, ImageEmbedding, ReviewItem, Source
 from curation.selectors import annotator_scope
+from curation.services.bulk import columns_of
 from curation.services.image_pipeline import PipelineError, load_features
 from pipelines.features import similar as sim
+from pipelines.features.dup_search import FeatureReader, FeatureShardUnreadable
+from pipelines.names import atomic_write
 
 INLINE_BUILD_MAX = 200_000  # above this many vectors the index is built by the command, not in a request
 FRONT_DEFAULT = 20
@@ -62,23 +65,45 @@ KEY_CHECK_EVERY = 30.0
 
 def similar_index_build(*, model_name: str, role: str, force_inline: bool = True) -> sim.SimilarIndex:
     """Build (or load, when built before) the index of ``role``'s stored features, on disk under
-    FEATURE_STORE/similar/ keyed by the feature set."""
+    FEATURE_STORE/similar/ keyed by the feature set. The rows come as arrays and the features a
+    block at a time from their shards (``pipelines.features.similar.build_index_streamed``); above
+    SIMILAR_FLAT_MAX_BYTES of vectors the index holds PQ codes and re-ranks from the shards."""
     key = _feature_set_key(model_name, role)
     path = _index_path(model_name, role, key)
-    if path.exists() and Path(f"{path}.ids.npy").exists():
-        return sim.load(path)
-    embs = list(_embeddings(model_name, role).select_related("shard").only("id", "image_id", "shard", "row").order_by("id"))
-    if not force_inline and len(embs) > INLINE_BUILD_MAX:
-        raise SimilarError(f"{len(embs)} stored {role} features have no find-similar index yet: run "
+    if path.exists() and Path(f"{path}.ids.npy").exists() and Path(f"{path}.rows.npz").exists():
+        return _with_reranker(sim.load(path), path)
+    emb_ids, image_ids, shard, row = columns_of(
+        _embeddings(model_name, role).order_by("id").values_list("id", "image_id", "shard_id", "row").iterator(chunk_size=20_000),
+        (np.int64, np.int64, np.int64, np.int32))
+    if not force_inline and len(emb_ids) > INLINE_BUILD_MAX:
+        raise SimilarError(f"{len(emb_ids)} stored {role} features have no find-similar index yet: run "
                            f"`python manage.py similar_index` once (it is kept until the features change)")
+    shard_ids = np.unique(shard)
+    paths = dict(FeatureShard.objects.filter(pk__in=shard_ids.tolist()).values_list("pk", "path"))
+    shards = [paths[int(s)] for s in shard_ids]
+    shard_of = np.searchsorted(shard_ids, shard).astype(np.int32)
+    reader = FeatureReader([Path(settings.FEATURE_STORE) / p for p in shards])
     try:
-        feats = load_features(embs)
-    except PipelineError as exc:
+        idx = sim.build_index_streamed(len(emb_ids), lambda pos: reader.vectors(shard_of[pos], row[pos]), image_ids,
+                                       exact_below=settings.NEAR_DUP_EXACT_BELOW, flat_max_bytes=settings.SIMILAR_FLAT_MAX_BYTES)
+    except FeatureShardUnreadable as exc:
         raise SimilarError(str(exc)) from None
-    idx = sim.build_index(feats, np.array([e.image_id for e in embs], dtype=np.int64), exact_below=settings.NEAR_DUP_EXACT_BELOW)
     path.parent.mkdir(parents=True, exist_ok=True)
     if len(idx):
+        atomic_write(Path(f"{path}.rows.npz"), lambda fh: np.savez(fh, shard=shard_of, row=row, shards=np.array(shards)),
+                     root=settings.FEATURE_STORE)
         sim.save(idx, path)
+    return idx
+
+
+def _with_reranker(idx: sim.SimilarIndex, path: Path) -> sim.SimilarIndex:
+    """A loaded PQ index re-ranks its candidates from the feature shards (its rows' places saved beside it)."""
+    if idx.kind != "ivf_pq":
+        return idx
+    with np.load(f"{path}.rows.npz") as z:
+        shard_of, row, shards = z["shard"], z["row"], [str(s) for s in z["shards"]]
+    reader = FeatureReader([Path(settings.FEATURE_STORE) / p for p in shards])
+    idx.rerank = lambda rows: reader.vectors(shard_of[rows], row[rows])
     return idx
 
 

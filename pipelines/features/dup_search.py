@@ -25,7 +25,7 @@ import os
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -204,7 +204,7 @@ class JoinResult:
 
 
 class _CellCache:
-    def __init__(self, read, limit: int):
+    def __init__(self, read: Callable[[np.ndarray], np.ndarray], limit: int):
         self.read, self.limit, self.bytes = read, limit, 0
         self.items: OrderedDict[tuple[str, int], np.ndarray] = OrderedDict()
 
@@ -222,7 +222,7 @@ class _CellCache:
         return v
 
 
-def join(lay: Layout, lo: int, hi: int, read, *, threshold: float, cache_bytes: int = CELL_CACHE_BYTES) -> JoinResult:
+def join(lay: Layout, lo: int, hi: int, read: Callable[[np.ndarray], np.ndarray], *, threshold: float, cache_bytes: int = CELL_CACHE_BYTES) -> JoinResult:
     """The join over ``lay.cand[lo:hi]``: ``read(positions) -> float32 [n, d]`` gives unit-length
     vectors of rows. Each query is compared with the candidates and ID images of its cell's
     probed cells, in blocks (``QUERY_BLOCK`` x ``BASE_BLOCK`` products)."""
