@@ -3,7 +3,7 @@ from __future__ import annotations
 
 EVAL_CSV_COLUMNS = ["model", "detector", "status", "set", "group", "name", "n", "auroc", "aupr_in", "aupr_out",
                     "fpr95_id_positive", "fpr95_ood_positive", "unit_test_failed", "failure_auroc", "moaa", "id_accuracy",
-                    "fpr_method", "oaa_convention", "decoder", "aupr_method"]
+                    "fpr_method", "oaa_convention", "decoder", "aupr_method", "settings"]
 _METRICS = ("auroc", "aupr_in", "aupr_out", "fpr95_id_positive", "fpr95_ood_positive")
 
 
@@ -15,16 +15,19 @@ def evaluation_list():
 
 def evaluation_csv_rows(run) -> list[dict]:
     """Every figure of a run as flat rows: per (model, detector) the pooled OOD figures, the mean
-    over OOD classes, each OOD class, and each unit test."""
+    over OOD classes, each OOD class, and each unit test. ``settings`` is the detector's settings
+    as the result page shows them (a CLIP detector's temperature, e.g. ``temperature=0.01``)."""
     res = run.results or {}
     names = res.get("class_names", {})
+    info = res.get("detectors", {})
     rows = []
     for model, r in res.get("models", {}).items():
         for det, e in r.get("detectors", {}).items():
             conv = r.get("conventions") or {}
             base = {"model": model, "detector": det, "status": e["status"], "fpr_method": conv.get("fpr_method", "exact"),
                     "oaa_convention": conv.get("oaa_convention", "paper"), "decoder": res.get("decoder", "pil"),
-                    "aupr_method": conv.get("aupr_method", "average-precision")}
+                    "aupr_method": conv.get("aupr_method", "average-precision"),
+                    "settings": (info.get(det) or {}).get("settings", "")}
             if e["status"] != "ok":
                 rows.append({**base, "set": "ood", "group": "pooled", "name": e.get("error", "")})
                 continue

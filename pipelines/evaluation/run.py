@@ -335,7 +335,8 @@ def leaderboard(results: dict) -> dict:
             ranks.setdefault(x["model"], []).append(x["rank"])
             x["x"] = None if x["accuracy"] is None else round(100 * x["accuracy"], 2)
             x["y"] = round(100 - 100 * x["auroc"], 2)  # SVG's y grows downwards
-        detectors.append({"det": det, "label": info.get(det, {}).get("label", det), "rows": rows})
+        detectors.append({"det": det, "label": info.get(det, {}).get("label", det), "rows": rows,
+                          "settings": info.get(det, {}).get("settings", "")})  # e.g. a CLIP detector's temperature
     from pipelines.evaluation.detectors import detector_names
 
     order = {n: i for i, n in enumerate(detector_names())}
@@ -345,13 +346,13 @@ def leaderboard(results: dict) -> dict:
     return {"detectors": detectors, "models": models}
 
 
-LEADERBOARD_CSV_COLUMNS = ["detector", "rank", "model", "auroc", "fpr95_id_positive", "id_accuracy"]
+LEADERBOARD_CSV_COLUMNS = ["detector", "rank", "model", "auroc", "fpr95_id_positive", "id_accuracy", "settings"]
 
 
 def leaderboard_rows(board: dict) -> list[dict]:
     """The leaderboard as flat CSV rows (one per detector x model)."""
     return [{"detector": d["det"], "rank": x["rank"], "model": x["model"], "auroc": x["auroc"], "fpr95_id_positive": x["fpr95"],
-             "id_accuracy": x["accuracy"]} for d in board["detectors"] for x in d["rows"]]
+             "id_accuracy": x["accuracy"], "settings": d.get("settings", "")} for d in board["detectors"] for x in d["rows"]]
 
 
 # -- many models at once ------------------------------------------------------------------------

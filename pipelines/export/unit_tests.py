@@ -27,13 +27,17 @@ Two conventions (``convention=``):
   subsampling, PNG, WebP).
 - ``ninco`` reproduces each recipe as NINCO's code computes it: Gaussian filters wrap at the
   borders (``skimage.filters.gaussian(..., mode='wrap')``); stripes are ``height // n`` (or
-  ``width // n``) pixels each with every leftover row/column going to the last stripe; smooth
-  colour maps the 2.5th-97.5th percentile range onto [c, c + 2 delta] (centred on c + delta);
-  values are truncated to 8 bits (``(x * 255).astype('uint8')``); each test mirrors distinct ID
-  samples (without replacement while there are enough) and the file format follows NINCO's own
-  rule: PNG for an even ID-sample index, JPEG (Pillow's default quality 75) for an odd one.
-  Random draws still come from our per-picture generators (NINCO's notebook used NumPy's global
-  state), so the same seed gives the same files, not NINCO's files.
+  ``width // n``) pixels each with every leftover row/column going to the last stripe, and a
+  side shorter than the stripe count is all the last colour (``noise_stripes``' empty loop);
+  smooth colour maps the 2.5th-97.5th percentile range onto [c, c + 2 delta] (centred on
+  c + delta) with ``scale_color_range``'s own operations; blobs are filtered and cut in float32
+  (``noise_binomial``'s ``np.float32``); values are truncated to 8 bits
+  (``(x * 255).astype('uint8')``); each test mirrors distinct ID samples (without replacement
+  while there are enough) and the file format follows NINCO's own rule: PNG for an even
+  ID-sample index, JPEG (Pillow's default quality 75) for an odd one. For the same random draws
+  every 8-bit picture equals NINCO's (tests/pipelines/test_ninco_unit_tests_fidelity.py, against
+  j-cb/NINCO@8f42ce7). The draws still come from our per-picture generators (NINCO's notebook
+  used NumPy's global state), so the same seed gives the same files, not NINCO's files.
 """
 from __future__ import annotations
 
@@ -120,11 +124,18 @@ def _colour(rng) -> np.ndarray:
 
 def _stripes(colours: np.ndarray, h: int, w: int, *, vertical: bool, convention: str = "paper") -> np.ndarray:
     """Stripes, one colour each: as equal as the pixel count allows (``paper``), or
-    ``length // n`` pixels each with the leftover going to the last stripe (``ninco``)."""
+    ``length // n`` pixels each with the leftover going to the last stripe (``ninco``).
+
+    Where the side is shorter than the stripe count, ``length // n`` is 0 and NINCO's
+    ``noise_stripes`` paints the whole picture with the last colour (its loop's slices are all
+    empty, the line after the loop fills from 0 to the end): ``ninco`` does the same. ``paper``
+    keeps a stripe per pixel there (as many of the colours as fit): a stripe picture, where
+    NINCO's is a monochrome one, which the monochrome test already covers."""
     n = len(colours)
     length = w if vertical else h
     if convention == "ninco":
-        band = np.minimum(np.arange(length) // max(length // n, 1), n - 1)
+        side = length // n
+        band = np.full(length, n - 1) if side == 0 else np.minimum(np.arange(length) // side, n - 1)
     else:
         band = np.minimum((np.arange(length) * n) // length, n - 1)
     line = colours[band]  # (length, 3)
@@ -230,11 +241,17 @@ def _smooth_colour(rng, h, w, id_pixels=None, conv="paper"):
     delta = float(rng.uniform(*SMOOTH_COLOUR_DELTA))
     c = _colour(rng)
     x = blur(rng.uniform(0.0, 1.0, size=(h, w, 3)), sigma, conv)
+    params = {"sigma": sigma, "delta": round(delta, 6), "colour": [round(float(v), 6) for v in c]}
+    if conv == "ninco":
+        # NINCO's scale_color_range, operation for operation (its floating-point rounding too): the
+        # quantiles (1 - 0.95) / 2 and 0.5 + 0.95 / 2, the upper one of the shifted picture, then
+        # 2 x delta + c: the percentile range lands on [c, c + 2 delta]
+        shifted = x - np.quantile(x, (1 - 0.95) / 2, axis=(0, 1))
+        return np.clip(2 * (shifted / np.quantile(shifted, 0.5 + 0.95 / 2, axis=(0, 1))) * delta + c, 0.0, 1.0), params
+    # the paper: [2.5th, 97.5th] percentile -> [c - delta, c + delta]
     lo, hi = np.percentile(x, [2.5, 97.5], axis=(0, 1))
-    # paper: [2.5th, 97.5th] percentile -> [c - delta, c + delta]; NINCO's code: -> [c, c + 2 delta]
-    bottom = c if conv == "ninco" else c - delta
-    x = bottom + (x - lo) * (2 * delta) / np.maximum(hi - lo, 1e-12)
-    return np.clip(x, 0.0, 1.0), {"sigma": sigma, "delta": round(delta, 6), "colour": [round(float(v), 6) for v in c]}
+    x = c - delta + (x - lo) * (2 * delta) / np.maximum(hi - lo, 1e-12)
+    return np.clip(x, 0.0, 1.0), params
 
 
 @recipe("smooth_pixel_permutation", needs_id_pixels=True)
@@ -246,7 +263,10 @@ def _smooth_pixel_permutation(rng, h, w, id_pixels=None, conv="paper"):
 @recipe("blobs")
 def _blobs(rng, h, w, id_pixels=None, conv="paper"):
     sigma = float(rng.choice(BLOB_SIGMAS))
-    x = blur((rng.uniform(0.0, 1.0, size=(h, w, 3)) < BLOB_ONE_PROBABILITY).astype(np.float64), sigma, conv)
+    # NINCO's noise_binomial makes the draws float32, so its filter, cut-off and 8-bit truncation
+    # run in float32 (``ninco``); float64 (``paper``) is the exact blur, rounded once at the end
+    dtype = np.float32 if conv == "ninco" else np.float64
+    x = blur((rng.uniform(0.0, 1.0, size=(h, w, 3)) < BLOB_ONE_PROBABILITY).astype(dtype), sigma, conv)
     x[x < BLOB_CUTOFF] = 0.0
     return np.clip(x, 0.0, 1.0), {"sigma": sigma}
 
@@ -301,7 +321,8 @@ def make_picture(test: str, *, seed: int, index: int, samples: Sequence[IdSample
 
 
 def to_uint8(array: np.ndarray, convention: str = "paper") -> np.ndarray:
-    """8-bit pixels: rounded (``paper``) or truncated as NINCO's ``(x * 255).astype('uint8')``."""
+    """8-bit pixels: rounded (``paper``) or truncated as NINCO's ``(x * 255).astype('uint8')``,
+    in the array's own precision (float32 for NINCO's blobs)."""
     scaled = np.clip(array, 0.0, 1.0) * 255.0
     return (scaled if convention == "ninco" else np.round(scaled)).astype(np.uint8)
 

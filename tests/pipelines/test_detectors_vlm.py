@@ -1,7 +1,8 @@
 """The zero-shot CLIP detectors against their authors' code (issue 46), to 1e-9 relative on the
 same embeddings. Each reference below is written here from the named repository and commit (not
-imported from the toolkit): MCM's and the energy / max-logit scores from deeplearning-wisc/MCM
-utils/detection_util.py@006fb40c23b6 (get_ood_scores_clip), GL-MCM from AtsuMiyai/GL-MCM
+imported from the toolkit): MCM's and the energy scores from deeplearning-wisc/MCM
+utils/detection_util.py@006fb40c23b6 (get_ood_scores_clip), the max-logit score from the same file
+at 640657ea67cb (the commit that adds its branch), GL-MCM from AtsuMiyai/GL-MCM
 utils/detection_util.py@796b9ba7d824, NegLabel's mining from XueJiang16/NegLabel
 mmcls/models/classifiers/multi_modal.py@979e142e8054 and its grouped score from
 mmcls/models/ood/clip_ood.py@5ab9a42151cd with the defaults of custom_config/clip.py@6884a885e592, CSP's pool
@@ -149,7 +150,7 @@ def test_neglabel_matches_its_code(world, monkeypatch):
                                       pct=params.get("percentile", 0.95))
             assert rel(det.score(data), ref) <= 1e-9
     assert {k: v for k, v in DETECTORS["neglabel"].defaults().items() if k != "seed"} == {
-        "temperature": 0.01, "fraction": 0.15, "percentile": 0.95, "groups": 100, "corpus": "nouns+adjectives"}
+        "temperature": 0.01, "fraction": 0.15, "percentile": 0.95, "groups": 100, "corpus": "nouns+adjectives", "words": "wordnet"}
     with pytest.raises(DetectorError, match="cannot fill 100 groups"):
         _fit("neglabel", text)
 

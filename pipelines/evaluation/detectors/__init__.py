@@ -159,6 +159,9 @@ class Param:
     source: str = ""  # where the default comes from, e.g. "NINCO"
     choices: tuple[str, ...] = ()  # a convention where reference codes differ (kind str): its named options
     text: str = ""  # what a free-text parameter (kind str, no choices) takes, e.g. "uniform, or a file of weights"
+    # a free-text parameter's own check (e.g. that the files it names exist), run with the others before a run starts;
+    # it raises DetectorError naming the flag
+    validate: Callable[[Any], None] | None = None
 
     def __post_init__(self):
         if self.choices and (self.kind is not str or self.default not in self.choices):
@@ -201,6 +204,8 @@ class Param:
             value = self.kind(value)
         except (TypeError, ValueError):
             raise DetectorError(f"{self.flag(detector)}: {value!r} is not {'a whole number' if self.kind is int else 'a number'}") from None
+        if self.validate is not None:
+            self.validate(value)
         if (self.low is not None and value < self.low) or (self.high is not None and value > self.high):
             raise DetectorError(f"{self.flag(detector)}: {plain_number(value)} must be between {plain_number(self.low)} and {plain_number(self.high)}")
         return value

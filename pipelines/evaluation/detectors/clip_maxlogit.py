@@ -1,7 +1,11 @@
 import numpy as np
 
 from . import Detector, Head, Outputs, register_detector, require_text
-from .clip_mcm import MCM_REF
+
+# MCM's max-logit branch arrives in 640657ea67cb ("add support for max-logit"): at 006fb40c23b6,
+# the commit the other MCM scores cite, the option is accepted by eval_ood_detection.py but
+# get_ood_scores_clip has no branch for it and returns no score
+MAXLOGIT_REF = "deeplearning-wisc/MCM@640657ea67cb utils/detection_util.py (get_ood_scores_clip, score max-logit)"
 
 
 @register_detector
@@ -14,7 +18,7 @@ class ClipMaxLogit(Detector):
     name = "clip_maxlogit"
     label = "MaxLogit (zero-shot CLIP)"
     paper = "Hendrycks et al., ICML 2022; on CLIP as Ming et al., NeurIPS 2022"
-    reference = MCM_REF.replace("score MCM", "score max-logit")
+    reference = MAXLOGIT_REF
     needs_text = True
 
     def fit(self, fit: Outputs, head: Head | None = None) -> Detector:

@@ -32,6 +32,75 @@ def wordnet_corpus(kind: str) -> list[str]:
     return _CORPUS[kind]
 
 
+WORDNET = "wordnet"
+WORD_KINDS = ("noun", "adj")
+
+
+def word_files(spec: str) -> list[Path]:
+    """The authors' word files named by ``--neglabel-words`` (paths separated by commas), in the
+    order they are read. A folder is read as NegLabel's loader reads its ``wordnet_database``
+    (XueJiang16/NegLabel@979e142e8054 mmcls/models/classifiers/multi_modal.py, lines 62-94):
+    its entries in ``os.listdir`` order, a file's kind the part of its name before the first dot
+    (``noun.artifact.txt`` a noun file, ``adj.all.txt`` an adjective file), any other entry
+    skipped. A file named on its own is read where it stands in the list and must be of one of
+    those kinds. DetectorError in one line otherwise."""
+    fix = "give the authors' word files (their txtfiles/ folder, or noun.*.txt / adj.*.txt files separated by commas) or 'wordnet'"
+    files: list[Path] = []
+    for item in (x.strip() for x in spec.split(",")):
+        if not item:
+            continue
+        path = Path(item).expanduser()
+        if path.is_dir():
+            found = [path / n for n in os.listdir(path) if n.split(".")[0] in WORD_KINDS and (path / n).is_file()]
+            if not found:
+                raise DetectorError(f"--neglabel-words: {item} holds no noun.* or adj.* word file; {fix}")
+            files += found
+        elif path.is_file():
+            if path.name.split(".")[0] not in WORD_KINDS:
+                raise DetectorError(f"--neglabel-words: {item}: the authors' loader takes a file's kind from its name "
+                                    f"(noun.* or adj.*), and this name is neither; {fix}")
+            files.append(path)
+        else:
+            raise DetectorError(f"--neglabel-words: {item} is not a file or folder; {fix}")
+    if not files:
+        raise DetectorError(f"--neglabel-words: {spec!r} names no file; {fix}")
+    return files
+
+
+def check_words(spec: str) -> None:
+    """``--neglabel-words`` checked before a run starts: 'wordnet', or word files that exist
+    (``word_files``' one-line DetectorError otherwise)."""
+    if spec.strip() != WORDNET:
+        word_files(spec)
+
+
+def read_word_files(files: list[Path], kinds: list[str]) -> dict[str, list[str]]:
+    """The candidate words of ``files`` by kind, in the authors' order (multi_modal.py at
+    979e142e8054): file after file, line after line, each line stripped; a word already read,
+    from any file of either kind, is skipped, so the first file that has it decides whether it is
+    a noun or an adjective (in the authors' files 1,637 words are in both). Files of a kind not in
+    ``kinds`` are left out before that, as the authors' ``txt_exclude`` leaves them out. Blank
+    lines are skipped (the authors' loader would keep one empty word; their files have none)."""
+    words: dict[str, list[str]] = {k: [] for k in kinds}
+    seen: set[str] = set()
+    for f in files:
+        kind = f.name.split(".")[0]
+        if kind not in words:
+            continue
+        try:
+            lines = f.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise DetectorError(f"--neglabel-words: {f} could not be read as UTF-8 text ({type(exc).__name__})") from None
+        for line in lines:
+            w = line.strip()
+            if w and w not in seen:
+                seen.add(w)
+                words[kind].append(w)
+    if not any(words.values()):
+        raise DetectorError(f"--neglabel-words: the files hold no {' or '.join(kinds)} words")
+    return words
+
+
 def mine_negatives(pos: np.ndarray, negs: list[np.ndarray], *, percentile: float, fraction: float,
                    block: int = 1000) -> tuple[np.ndarray, list[int]]:
     """NegMining (Jiang et al., ICLR 2024, sec. 3.1): each candidate's ``percentile`` quantile of
@@ -76,7 +145,10 @@ class NegLabel(Detector):
     negative labels; an image's score is the softmax share (tau = 0.01 on cosines, i.e. CLIP's
     100 x cosine) of the ID labels among ID and negative labels, averaged over 100 random groups
     of the negatives. The authors draw the groups with torch.randperm on CUDA under seed 0, which
-    no CPU generator reproduces: here numpy's, seeded (``seed``)."""
+    no CPU generator reproduces: here numpy's, seeded (``seed``). The candidate words are
+    WordNet 3.0's through NLTK by default (136,139: 117,798 nouns and 18,341 adjectives that are
+    not nouns), about twice the authors' pool: their word files (``txtfiles/``, 70,000 words)
+    are read instead with ``words`` (``--neglabel-words``)."""
 
     name = "neglabel"
     label = "NegLabel (zero-shot CLIP)"
@@ -92,8 +164,12 @@ class NegLabel(Detector):
         Param("groups", int, 100, 1, 10000, help="groups of negative labels the score is averaged over", source="NegLabel's config"),
         Param("seed", int, 0, 0, 2**32 - 1, help="seed of the random grouping (numpy; the authors': torch CUDA, seed 0)",
               source="ours"),
-        Param("corpus", str, CORPORA[0], choices=CORPORA, help="WordNet's words that may be negative labels",
+        Param("corpus", str, CORPORA[0], choices=CORPORA, help="the kinds of words that may be negative labels",
               source="NegLabel's txtfiles: nouns and adjectives"),
+        Param("words", str, WORDNET, help="where the candidate words come from: WordNet 3.0 through NLTK (136,139 words), or the "
+              "authors' word files (their txtfiles/: 70,000 words)", source="ours; the authors read their own word files",
+              text="wordnet, or the authors' word files: a folder or files, separated by commas",
+              validate=lambda v: check_words(str(v))),
     )
 
     def fit(self, fit: Outputs, head: Head | None = None) -> Detector:
@@ -103,10 +179,18 @@ class NegLabel(Detector):
         # ID labels with NegLabel's own prompt (the run's zero-shot template is for the other detectors)
         self.pos = text.encode([NOUN_PROMPT.format(n) for n in text.names])
         kinds = ["noun"] + (["adj"] if self.params["corpus"] == "nouns+adjectives" else [])
-        try:
-            words = {k: wordnet_corpus(k) for k in kinds}
-        except RuntimeError as exc:  # WordNet not provisioned
-            raise DetectorError(f"NegLabel: {str(exc).splitlines()[0]}") from None
+        spec = str(self.params["words"] or WORDNET).strip()
+        if spec == WORDNET:
+            try:
+                words = {k: wordnet_corpus(k) for k in kinds}
+            except RuntimeError as exc:  # WordNet not provisioned
+                raise DetectorError(f"NegLabel: {str(exc).splitlines()[0]}") from None
+            origin = "WordNet"
+        else:
+            files = word_files(spec)
+            words = read_word_files(files, kinds)
+            used = [f.name for f in files if f.name.split(".")[0] in kinds]
+            origin = f"{sum(map(len, words.values())):,} words of {len(used)} word files (read in this order: {', '.join(used)})"
         seen: set[str] = set()
         cands = []
         for k in kinds:  # each word once: a word that is also a noun counts as a noun
@@ -121,7 +205,7 @@ class NegLabel(Detector):
         perm = np.random.default_rng(self.params["seed"]).permutation(usable)
         self.groups = perm.reshape(g, -1)
         self.notes.append(f"{len(self.neg):,} negative labels ({' + '.join(f'{c:,} {k}s' for c, k in zip(counts, kinds))}) mined from "
-                          f"WordNet against {len(text.names)} ID labels; {g} groups of {usable // g}"
+                          f"{origin} against {len(text.names)} ID labels; {g} groups of {usable // g}"
                           + (f" ({len(self.neg) - usable} dropped to make them equal)" if usable < len(self.neg) else "")
                           + f"; temperature {self.params['temperature']:g} on cosine similarities (CLIP logits / {text.logit_scale:g}); "
                           f"prompt {NOUN_PROMPT!r}")
