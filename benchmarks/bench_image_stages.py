@@ -4,6 +4,11 @@ it replaces as the baseline in the same run.
 
     .venv/bin/python benchmarks/bench_image_stages.py --sizes 50000,200000 --dim 256 [--baseline-up-to 200000]
 
+Also measured at each size: find-similar's index over the candidates (built as the service builds it,
+with PQ codes whatever the size: its build time, peak memory, size on disk, recall@20 against brute
+force on 200 queries and their latency) and the embedding map (PCA, fitted on a quarter of the
+candidates up to 50,000, the rest placed).
+
 Needs PostgreSQL (DATABASE_URL of a user that may create databases; scripts/services.sh starts
 one): each size gets a fresh database ``<name>_bench_dup_<n>``, dropped afterwards unless --keep.
 
@@ -180,6 +185,7 @@ def build(n: int, dim: int, work: Path, seed: int = 0) -> dict:
 
 def step_main(args) -> None:
     _django(args.db, Path(args.store))
+
     from curation.jobs.protocol import NextPhase
     from curation.jobs.runner import run_step
     from curation.models import JobChunk
@@ -231,6 +237,58 @@ def baseline_main(args) -> None:
     print("RESULT " + json.dumps({"wall": time.perf_counter() - t0, "rss_mb": _rss_mb(), "dropped": sum(bool(v.drop) for v in verdicts)}))
 
 
+def similar_main(args) -> None:
+    """Find-similar over the candidates (issue 56): the index built as the service builds it (rows as
+    arrays, features in blocks; PQ codes re-ranked from the shards above OODC_SIMILAR_FLAT_MAX_BYTES),
+    its peak memory and size, then recall@20 against brute force and the query latency."""
+    _django(args.db, Path(args.store))
+    from django.conf import settings
+
+    from curation.models import ImageEmbedding, Source
+    from curation.services.similar import _feature_set_key, _index_path, similar_index_build
+    from pipelines.features import similar as sim
+
+    t0 = time.perf_counter()
+    idx = similar_index_build(model_name="efficientnet_lite0", role=Source.Role.CANDIDATE)
+    build_s, build_rss = time.perf_counter() - t0, _rss_mb()
+    path = _index_path("efficientnet_lite0", Source.Role.CANDIDATE, _feature_set_key("efficientnet_lite0", Source.Role.CANDIDATE))
+    size = sum(Path(f"{path}{suffix}").stat().st_size for suffix in ("", ".ids.npy", ".rows.npz"))
+    x = np.load(Path(args.work) / "x.npy", mmap_mode="r")
+    pos = {int(i): k for k, i in enumerate(ImageEmbedding.objects.order_by("image_id").values_list("image_id", flat=True))}
+    cand_rows = np.array([pos[int(i)] for i in idx.ids], dtype=np.int64)  # index row -> row of x
+    rng = np.random.default_rng(2)
+    queries = rng.choice(len(idx.ids), size=200, replace=False)
+    base = np.asarray(x[cand_rows], dtype=np.float32)
+    base /= np.linalg.norm(base, axis=1, keepdims=True)
+    hits, lat = 0, []
+    for r in queries.tolist():
+        q = base[r]
+        t = time.perf_counter()
+        got = sim.search(idx, q, 20, exclude=int(idx.ids[r]))
+        lat.append(time.perf_counter() - t)
+        s = base @ q
+        s[r] = -np.inf
+        want = set(idx.ids[np.argpartition(-s, 20)[:20]].tolist())
+        hits += len({i for i, _c in got} & want)
+    print("RESULT " + json.dumps({"kind": idx.kind, "nprobe": idx.nprobe, "build_s": build_s, "rss_mb": build_rss, "index_bytes": size,
+                                  "recall20": hits / (20 * len(queries)), "p50_ms": 1000 * float(np.percentile(lat, 50)),
+                                  "p95_ms": 1000 * float(np.percentile(lat, 95)), "flat_max": settings.SIMILAR_FLAT_MAX_BYTES}))
+
+
+def map_main(args) -> None:
+    """The embedding map of the candidate source as its job makes it (PCA; fitted on a sample above OODC_MAP_FIT_MAX)."""
+    _django(args.db, Path(args.store))
+    from curation.models import Job, Source
+    from curation.services.embedding_map import embedding_map_execute
+
+    source = Source.objects.get(name="bench-cand")
+    job = Job.objects.create(kind=Job.Kind.EMBEDDING_MAP, source=source, config={"model": "efficientnet_lite0", "method": "pca", "key": ""})
+    t0 = time.perf_counter()
+    job = embedding_map_execute(job_id=job.pk)
+    print("RESULT " + json.dumps({"wall": time.perf_counter() - t0, "rss_mb": _rss_mb(), "fitted": job.result.get("fitted"),
+                                  "placed": job.result.get("placed")}))
+
+
 def _run(cmd: list[str], env: dict) -> subprocess.Popen:
     return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -239,7 +297,8 @@ def _result(p: subprocess.Popen) -> dict:
     out, err = p.communicate()
     if p.returncode != 0:
         raise SystemExit(f"a step failed (exit {p.returncode}):\n{err[-3000:]}")
-    return json.loads(next(line for line in out.splitlines() if line.startswith("RESULT "))[7:])
+    parts = [line.split("duplicate search #", 1)[1].split(": ", 1)[1] for line in err.splitlines() if "duplicate search #" in line]
+    return {**json.loads(next(line for line in out.splitlines() if line.startswith("RESULT "))[7:]), "parts": parts}
 
 
 # -- one size ----------------------------------------------------------------------------------------
@@ -278,12 +337,13 @@ def size_main(args) -> None:
             # each worker gets its share of the cores for BLAS and faiss (two workers with two threads each on two
             # cores would measure oversubscription, not the work)
             threads = str(max(1, (os.cpu_count() or 1) // n_proc))
-            step_env = {**env, "OMP_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
+            step_env = {**env, "OMP_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
+                        "LOG_LEVEL": "INFO"}  # the last finalize logs its parts' times
             procs = [_run([*base, "--step", step], step_env) for _ in range(n_proc)]
             results = [_result(p) for p in procs]
             wall = time.perf_counter() - t
             disk = sum(p.stat().st_size for p in (store / "dedup").rglob("*") if p.is_file()) if (store / "dedup").exists() else 0
-            stages.append({"stage": name, "wall": wall, "rss_mb": [r["rss_mb"] for r in results],
+            stages.append({"stage": name, "wall": wall, "rss_mb": [r["rss_mb"] for r in results], "parts": [x for r in results for x in r["parts"]],
                            "chunks": [r.get("chunks") for r in results], "work_bytes": disk})
         job.refresh_from_db()
         assert job.status == Job.Status.DONE, job.message
@@ -313,6 +373,10 @@ def size_main(args) -> None:
         exact |= {(int(q[i]), int(j)) for i, j in zip(r, c) if q[i] != j}
     report["exact_sample_pairs"] = len(exact)
     report["exact_recall"] = _recall_of_cells(work, store, x, sample, exact, settings)
+    tail = ["--db", args.db, "--store", str(store), "--work", str(work)]
+    # find-similar with PQ codes whatever the size (OODC_SIMILAR_FLAT_MAX_BYTES=0), so the out-of-core index is what is measured
+    report["similar"] = _result(_run([*me, *tail, "--similar"], {**env, "OODC_SIMILAR_FLAT_MAX_BYTES": "0"}))
+    report["map"] = _result(_run([*me, *tail, "--map"], {**env, "OODC_MAP_FIT_MAX": str(min(50_000, args.one // 4))}))
     if args.one <= args.baseline_up_to:
         report["baseline"] = _result(_run([*me, "--db", args.db, "--store", str(store), "--baseline"], env))
     (Path(args.work) / f"report_{args.one}.json").write_text(json.dumps(report, indent=1, default=str))
@@ -352,9 +416,15 @@ def main() -> None:
     p.add_argument("--job", type=int, help=argparse.SUPPRESS)
     p.add_argument("--step", help=argparse.SUPPRESS)
     p.add_argument("--baseline", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--similar", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--map", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.baseline:
         return baseline_main(args)
+    if args.similar:
+        return similar_main(args)
+    if args.map:
+        return map_main(args)
     if args.step:
         return step_main(args)
     if args.one:
@@ -406,11 +476,22 @@ def _print(r: dict) -> None:
     for s1, s2 in zip(one["stages"], two["stages"]):
         print(f"{s1['stage']:8s} {s1['wall']:11.1f} {max(s1['rss_mb']):9.0f} {s2['wall']:12.1f} {'/'.join(f'{m:.0f}' for m in s2['rss_mb']):>16s} "
               f"{s2['wall'] / max(s1['wall'], 1e-9):6.2f} {s1['work_bytes'] / 2**20:15.1f}")
+    for label, run in (("1 worker", one), ("2 workers", two)):
+        parts = [x for s in run["stages"] for x in s.get("parts", [])]
+        if parts:
+            print(f"  last finalize, {label}: {'; '.join(parts)}")
     t1, t2 = sum(s["wall"] for s in one["stages"]), sum(s["wall"] for s in two["stages"])
     print(f"{'total':8s} {t1:11.1f} {'':9s} {t2:12.1f} {'':16s} {t2 / t1:6.2f}")
     print(f"cells {one['result'].get('cells')}, planted copies grouped {one['planted_found']:.1%}, ID copies found "
           f"{one['id_copies_found']:.1%}, look-alikes refused {one['look_alikes_refused']:.1%}; exact-search recall on the "
           f"planted and 1,000 sampled candidates: {r['exact_recall']} of {r['exact_sample_pairs']} pairs; two workers equal one: {r['two_workers_equal_one']}")
+    if "similar" in r:
+        s = r["similar"]
+        print(f"find-similar ({s['kind']}, nprobe {s['nprobe']}): built in {s['build_s']:.0f} s, peak {s['rss_mb']:.0f} MB, index "
+              f"{s['index_bytes'] / 2**20:.0f} MiB; recall@20 {s['recall20']:.3f}; query p50 {s['p50_ms']:.1f} ms, p95 {s['p95_ms']:.1f} ms")
+    if "map" in r:
+        m = r["map"]
+        print(f"embedding map (pca): {m['wall']:.0f} s, peak {m['rss_mb']:.0f} MB; fitted on {m['fitted']}, placed {m['placed']}")
     if "baseline" in r:
         b = r["baseline"]
         peak = max(max(s["rss_mb"]) for s in one["stages"])

@@ -90,7 +90,8 @@ def copy_text_columns(cur: Any, table: str, names: Sequence[str], columns: Seque
 def columns_of(rows: Iterable[Sequence[Any]], dtypes: Sequence[Any], *, block: int = 200_000, null: int = -1) -> list[np.ndarray]:
     """The columns of ``rows`` (a streamed ``values_list(...).iterator()``) as numpy arrays of
     ``dtypes``, built a block of rows at a time, so 13.2M rows never exist as Python tuples at
-    once (a list of them is about 150 bytes a row). None becomes ``null``."""
+    once (a list of them is about 150 bytes a row). None becomes ``null``. A dtype may instead be a
+    function from a block's values (a list) to their array."""
     parts: list[list[np.ndarray]] = [[] for _ in dtypes]
     buf: list[Sequence[Any]] = []
 
@@ -99,6 +100,9 @@ def columns_of(rows: Iterable[Sequence[Any]], dtypes: Sequence[Any], *, block: i
             return
         for k, dt in enumerate(dtypes):
             col = [r[k] for r in buf]
+            if callable(dt) and not isinstance(dt, type):  # a converter: list -> array (e.g. hex digits -> uint64)
+                parts[k].append(dt(col))
+                continue
             if any(v is None for v in col):
                 col = [null if v is None else v for v in col]
             parts[k].append(np.asarray(col, dtype=dt))
@@ -109,4 +113,5 @@ def columns_of(rows: Iterable[Sequence[Any]], dtypes: Sequence[Any], *, block: i
         if len(buf) == block:
             flush()
     flush()
-    return [np.concatenate(p) if p else np.zeros(0, dtype=dt) for p, dt in zip(parts, dtypes)]
+    return [np.concatenate(p) if p else (dt([]) if callable(dt) and not isinstance(dt, type) else np.zeros(0, dtype=dt))
+            for p, dt in zip(parts, dtypes)]
