@@ -388,7 +388,7 @@ def _recall_of_cells(work: Path, store: Path, x: np.ndarray, sample: np.ndarray,
     sample size, 4 sqrt(n) cells, 16 probed) put in probed cells of each other."""
     if not exact:
         return None
-    from pipelines.features.dup_search import TRAIN_MAX, TRAIN_PER_CELL, assign_cells, cells_for, probe_table, train_cells
+    from pipelines.features.dup_search import TRAIN_MAX, TRAIN_PER_CELL, assign_cells, calibrate_probes, cells_for, probe_table, train_cells
 
     n = len(x)
     nlist = cells_for(n, settings.NEAR_DUP_EXACT_BELOW)
@@ -396,9 +396,10 @@ def _recall_of_cells(work: Path, store: Path, x: np.ndarray, sample: np.ndarray,
         return 1.0
     rng = np.random.default_rng(0)
     take = min(n, TRAIN_PER_CELL * nlist, TRAIN_MAX)
-    centroids = train_cells(x[np.sort(rng.choice(n, size=take, replace=False))], nlist, seed=0)
+    sample = x[np.sort(rng.choice(n, size=take, replace=False))]
+    centroids = train_cells(sample, nlist, seed=0)
     cells = assign_cells(x, centroids)
-    probe = probe_table(centroids, settings.NEAR_DUP_NPROBE)
+    probe = probe_table(centroids, calibrate_probes(centroids, sample, at_least=settings.NEAR_DUP_NPROBE, seed=0)[0])
     hit = sum(cells[j] in probe[cells[q]] or cells[q] in probe[cells[j]] for q, j in exact)
     return hit / len(exact)
 
@@ -482,7 +483,8 @@ def _print(r: dict) -> None:
             print(f"  last finalize, {label}: {'; '.join(parts)}")
     t1, t2 = sum(s["wall"] for s in one["stages"]), sum(s["wall"] for s in two["stages"])
     print(f"{'total':8s} {t1:11.1f} {'':9s} {t2:12.1f} {'':16s} {t2 / t1:6.2f}")
-    print(f"cells {one['result'].get('cells')}, planted copies grouped {one['planted_found']:.1%}, ID copies found "
+    print(f"cells {one['result'].get('cells')}, probed {one['result'].get('probed_cells')} (calibrated: they meet "
+          f"{one['result'].get('calibration_met')} of synthetic copies at cosine 0.90), planted copies grouped {one['planted_found']:.1%}, ID copies found "
           f"{one['id_copies_found']:.1%}, look-alikes refused {one['look_alikes_refused']:.1%}; exact-search recall on the "
           f"planted and 1,000 sampled candidates: {r['exact_recall']} of {r['exact_sample_pairs']} pairs; two workers equal one: {r['two_workers_equal_one']}")
     if "similar" in r:

@@ -120,7 +120,7 @@ class _Search:
 
 
 def dedup_plan(*, job_id: int) -> list[int]:
-    from pipelines.features.dup_search import TRAIN_MAX, TRAIN_PER_CELL, cells_for, train_cells
+    from pipelines.features.dup_search import TRAIN_MAX, TRAIN_PER_CELL, calibrate_probes, cells_for, train_cells
 
     job = Job.objects.get(pk=job_id)
     planned = chunks_to_do(job)
@@ -141,7 +141,8 @@ def dedup_plan(*, job_id: int) -> list[int]:
     search = _Search(job.pk)
     sample = search.vectors(sample_pos) if take else np.zeros((0, search.reader.dim() or 1), dtype=np.float32)
     centroids = train_cells(sample, nlist, seed=int(cfg.get("seed", SEED))) if n else np.ones((1, 1), dtype=np.float32)
-    _save(d / "cells.npz", centroids=centroids, sample=sample_pos)
+    nprobe, met = calibrate_probes(centroids, sample, at_least=int(cfg.get("nprobe", NPROBE)), seed=int(cfg.get("seed", SEED)))
+    _save(d / "cells.npz", centroids=centroids, sample=sample_pos, nprobe=np.array([nprobe]), met=np.array([met]))
     size = int(cfg.get("assign_chunk", ROWS_PER_ASSIGN_CHUNK))
     n_cand = int((~arrays["ref"]).sum())
     payloads = [{"phase": "assign", "lo": s, "hi": min(n, s + size)} for s in range(0, n, size)] or [{"phase": "assign", "lo": 0, "hi": 0}]
@@ -223,8 +224,8 @@ def _assign_done(job: Job, search: _Search) -> NextPhase:
         lo, hi = int(payload["lo"]), int(payload["hi"])
         if hi > lo:
             cells[lo:hi] = _load(search.dir / f"assign_{index:05d}.npz")["cells"]
-    centroids = _load(search.dir / "cells.npz")["centroids"]
-    lay = layout(cells, search.rows["ref"], probe_table(centroids, int(job.config.get("nprobe", NPROBE))))
+    z = _load(search.dir / "cells.npz")
+    lay = layout(cells, search.rows["ref"], probe_table(z["centroids"], int(z["nprobe"][0])))
     _save(search.dir / "layout.npz", cand=lay.cand, cand_start=lay.cand_start, ref=lay.ref, ref_start=lay.ref_start, probe=lay.probe)
     ranges = join_ranges(lay, int(job.config.get("join_chunk", ROWS_PER_JOIN_CHUNK))) or [(0, 0)]
     return NextPhase(chunks_add(job_id=job.pk, phase="join", payloads=[{"lo": lo, "hi": hi} for lo, hi in ranges]))
@@ -320,16 +321,18 @@ def _write_results(job: Job, search: _Search) -> Job:
         for st in JobChunk.objects.filter(job=job, payload__phase="join").values_list("stats", flat=True):
             chunk_stats.update({k: v for k, v in st.items() if isinstance(v, int)})
         locked.status, locked.finished_at, locked.progress = Job.Status.DONE, timezone.now(), locked.total
-        nlist = len(_load(search.dir / "cells.npz")["centroids"])
+        z = _load(search.dir / "cells.npz")
+        nlist, nprobe, met = len(z["centroids"]), int(z["nprobe"][0]), float(z["met"][0])
         locked.result = {"candidates": len(cand_pos), "id_images": n - len(cand_pos), "kept": counts["kept"],
                          "near_duplicate_of": counts["near_duplicate_of"], "duplicate_of_id": counts["duplicate_of_id"],
                          "groups_with_duplicates": sum(1 for v in groups.values() if v > 1), "curator_overrides": corrected,
-                         "visually_ambiguous_classes": signals, "cells": nlist, "exact": nlist == 1,
+                         "visually_ambiguous_classes": signals, "cells": nlist, "exact": nlist == 1, "probed_cells": nprobe,
+                         "calibration_met": round(met, 4),
                          "feature_pairs": chunk_stats["feature_pairs"], "pairs_after_pixel_check": chunk_stats["pairs"],
                          "rows_written": written}
         locked.message = (f"{len(cand_pos)} candidate images: {counts['kept']} kept, {counts['near_duplicate_of']} near-duplicates, "
                           f"{counts['duplicate_of_id']} duplicates of ID images; {signals} visually ambiguous class(es)"
-                          + ("" if nlist == 1 else f" ({nlist} cells, {job.config.get('nprobe', NPROBE)} probed)"))
+                          + ("" if nlist == 1 else f" ({nlist} cells, {nprobe} probed: they meet {met:.1%} of copies at cosine 0.90)"))
         locked.save()
         audit_record(actor=locked.created_by, action="dedup_finished", target=locked, data=locked.result)
     source_ids = set(Image.objects.filter(pk__in=ImageEmbedding.objects.filter(model_name=model_name, ok=True).values("image_id"),

@@ -12,7 +12,10 @@ stay in their float16 shards, memory-mapped, and each step reads the rows it nee
 2. **Assignment** (chunks of rows): each row's nearest centroid.
 3. **Join** (chunks of the cell-sorted candidates): each candidate is compared with every
    candidate and every ID image in the ``nprobe`` cells nearest its own cell's centroid; pairs at
-   or above the threshold are kept, and the most similar ID image with its similarity.
+   or above the threshold are kept, and the most similar ID image with its similarity. ``nprobe``
+   is measured, not guessed (``calibrate_probes``): the fewest cells that meet 99% of synthetic
+   copies at cosine 0.90 of sampled images (16 probed cells met 90% of planted 0.90-0.99 copies at
+   a million 256-d vectors in 4,000 cells, all of them at 200,000 in 1,788).
 4. **Grouping** (the finalize step): union-find over the kept pairs, which are few.
 
 Every chunk's work depends only on the plan (the sample, the cells, the chunk boundaries), never
@@ -148,6 +151,49 @@ def probe_table(centroids: np.ndarray, nprobe: int) -> np.ndarray:
         row = [c, *(int(p) for p in probe[c] if p != c and p >= 0)]
         probe[c] = np.array((row + [c] * k)[:k], dtype=np.int32)
     return probe
+
+
+PROBE_LADDER = (16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
+CALIBRATION_COSINE = 0.90  # the copies the probes must reach: a resized or recompressed copy is 0.95 and more
+CALIBRATION_TARGET = 0.99
+
+
+def calibrate_probes(centroids: np.ndarray, sample: np.ndarray, *, at_least: int = 16, cosine: float = CALIBRATION_COSINE,
+                     target: float = CALIBRATION_TARGET, pairs: int = 2000, seed: int = 0) -> tuple[int, float]:
+    """How many cells each cell must be compared with so that a copy at ``cosine`` of an image is
+    met: for ``pairs`` sampled vectors, a partner at exactly that cosine in a random direction; the
+    pair is met when either's cell is among the other cell's nearest ``nprobe`` (the join looks
+    from both sides). The smallest ``nprobe`` of ``PROBE_LADDER`` (at least ``at_least``) whose
+    share of met pairs reaches ``target``, with that share; every cell when none does."""
+    nlist = len(centroids)
+    if nlist == 1 or len(sample) == 0:
+        return 1, 1.0
+    import faiss
+
+    rng = np.random.default_rng(seed + 7)
+    v = sample[rng.choice(len(sample), size=min(pairs, len(sample)), replace=False)]
+    r = rng.standard_normal(v.shape).astype(np.float32)
+    r -= (r * v).sum(axis=1, keepdims=True) * v
+    r /= np.linalg.norm(r, axis=1, keepdims=True)
+    w = normalised(cosine * v + np.sqrt(1 - cosine ** 2) * r)
+    cv, cw = assign_cells(v, centroids), assign_cells(w, centroids)
+    ladder = [p for p in PROBE_LADDER if at_least <= p < nlist] + [nlist]
+    index = faiss.IndexFlatIP(centroids.shape[1])
+    index.add(np.ascontiguousarray(centroids, dtype=np.float32))
+    order = index.search(np.ascontiguousarray(centroids, dtype=np.float32), min(nlist, max(ladder)))[1]
+    rank = np.full((2, len(v)), nlist, dtype=np.int64)  # where the other's cell stands in a cell's probe order
+    for side, (a, b) in enumerate(((cv, cw), (cw, cv))):
+        hit = order[a] == b[:, None]
+        found = hit.any(axis=1)
+        rank[side, found] = hit[found].argmax(axis=1)
+        rank[side, a == b] = 0
+    met = rank.min(axis=0)
+    share = 0.0
+    for nprobe in ladder:
+        share = float((met < nprobe).mean())
+        if share >= target:
+            return nprobe, share
+    return nlist, share
 
 
 @dataclass(frozen=True)

@@ -113,3 +113,27 @@ def test_the_reader_gives_float16_shard_rows_in_the_order_asked(tmp_path):
 def test_components_join_chains_and_leave_singletons_alone():
     label = components(6, np.array([0, 1, 4]), np.array([1, 2, 5]))
     assert label[0] == label[1] == label[2] and label[4] == label[5] and len({label[0], label[3], label[4]}) == 3
+
+
+def test_the_probes_are_measured_to_meet_copies_at_the_calibration_cosine():
+    """More cells need more probes: the count is chosen so that 99% of copies at cosine 0.90 of
+    sampled vectors are met, and copies planted at that cosine are then found by the join."""
+    rng = np.random.default_rng(4)
+    dim, n = 64, 6000
+    x = rng.normal(size=(n, dim)).astype(np.float32)  # a diffuse cloud: the hardest case for cells
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    centroids = ds.train_cells(x[rng.choice(n, 2000, replace=False)], 200, seed=0)
+    nprobe, met = ds.calibrate_probes(centroids, x, at_least=4, seed=0)
+    assert met >= 0.99 and nprobe > 4
+    assert ds.calibrate_probes(centroids, x, at_least=10**6)[0] == 200  # a floor above the cells probes them all
+    # copies at cosine 0.90 of 300 vectors: the join with the measured probes finds at least 98% of them
+    a = rng.choice(n, 300, replace=False)
+    r = rng.normal(size=(300, dim)).astype(np.float32)
+    r -= (r * x[a]).sum(axis=1, keepdims=True) * x[a]
+    r /= np.linalg.norm(r, axis=1, keepdims=True)
+    y = np.concatenate([x, 0.9 * x[a] + np.sqrt(1 - 0.81) * r]).astype(np.float32)
+    y /= np.linalg.norm(y, axis=1, keepdims=True)
+    lay = layout(ds.assign_cells(y, centroids), np.zeros(len(y), dtype=bool), ds.probe_table(centroids, nprobe))
+    res = join(lay, 0, len(y), lambda pos: y[pos], threshold=0.85)
+    found = {(int(p), int(q)) for p, q in zip(res.pair_a, res.pair_b)}
+    assert sum((int(i), n + k) in found for k, i in enumerate(a)) >= 0.98 * len(a)
