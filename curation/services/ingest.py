@@ -25,9 +25,9 @@ from curation.services.jobs import job_mark_running
 from curation.services.sources import source_sync_classes
 from curation.version import code_version
 from pipelines.sources.images import EMPTY_FILE, FILE_TOO_LARGE, UNREADABLE, inspect_image_bytes
-from pipelines.sources.layouts import DEFAULT_MAX_BYTES, MemberOutsideRoot, MemberRef, prefetch_members, read_member
+from pipelines.sources.layouts import DEFAULT_MAX_BYTES, MemberOutsideRoot, MemberRef, NotRegularFile, prefetch_members, read_member
 from pipelines.sources.layouts.lists import scan_layout
-from pipelines.sources.walk import PATH_ESCAPES_ROOT
+from pipelines.sources.walk import NOT_A_REGULAR_FILE, PATH_ESCAPES_ROOT
 
 ProgressCallback = Callable[[int], None]
 
@@ -218,6 +218,8 @@ def _inspect(ref: MemberRef, max_pixels: int, early: bytes | OSError | None = No
         data = early if early is not None else read_member(ref, verify=False)
     except MemberOutsideRoot as exc:
         return broken(PATH_ESCAPES_ROOT, str(exc))
+    except NotRegularFile as exc:  # its archive became a fifo or device since the scan: refused, never waited on
+        return broken(NOT_A_REGULAR_FILE, str(exc))
     except OSError as exc:  # MemberUnreadable says what and why; a plain OSError gets its strerror
         return broken(UNREADABLE, str(exc) if not getattr(exc, "strerror", None) else f"{ref}: cannot read the file ({exc.strerror})")
     if not data:

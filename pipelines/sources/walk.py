@@ -17,6 +17,13 @@ SYMLINKED_DIRECTORY = "symlinked_directory"
 UNDECODABLE_NAME = "undecodable_name"
 NOT_IN_CLASS_FOLDER = "not_in_class_folder"
 NOT_A_REGULAR_FILE = "not_a_regular_file"
+NAME_TOO_LONG = "name_too_long"
+
+# The longest member path and class name a source may have: the database columns that hold them
+# (curation/models/sources.py: Image.relative_path and Image.container, CandidateClass.folder).
+# SQLite takes longer values, PostgreSQL refuses the insert; longer names are refused at scan time.
+MAX_PATH_CHARS = 1024
+MAX_CLASS_CHARS = 255
 
 
 class UnsafePath(ValueError):

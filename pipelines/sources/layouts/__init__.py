@@ -29,12 +29,23 @@ import hashlib
 import importlib
 import os
 import pkgutil
+import stat
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any, ClassVar
+from typing import Any, BinaryIO, ClassVar
 
-from pipelines.sources.walk import NOT_A_REGULAR_FILE, PATH_ESCAPES_ROOT, Refusal, UnsafePath, root_real, safe_join
+from pipelines.sources.walk import (
+    MAX_CLASS_CHARS,
+    MAX_PATH_CHARS,
+    NAME_TOO_LONG,
+    NOT_A_REGULAR_FILE,
+    PATH_ESCAPES_ROOT,
+    Refusal,
+    UnsafePath,
+    root_real,
+    safe_join,
+)
 
 DEFAULT_MAX_BYTES = 512 * 1024 * 1024  # one member; the same limit as one file (pipelines.sources.images)
 
@@ -49,6 +60,9 @@ FOREIGN_SCHEMA = "foreign_schema"
 NO_CLASS = "no_class"
 LISTED_NOT_FOUND = "listed_not_found"
 FILE_TOO_LARGE = "file_too_large"
+BAD_TAR_HEADER = "bad_tar_header"
+BAD_PAX_RECORD = "bad_pax_record"
+UNREADABLE = "unreadable"  # as pipelines.sources.images names a file it cannot read
 
 
 class LayoutError(ValueError):
@@ -58,6 +72,11 @@ class LayoutError(ValueError):
 
 class MemberUnreadable(OSError):
     """A member's bytes cannot be had: its container vanished or shrank, or its path left the root."""
+
+
+class NotRegularFile(MemberUnreadable):
+    """A container (or a list) that is a fifo, socket or device: never opened, since reading one
+    could wait forever."""
 
 
 class MemberOutsideRoot(MemberUnreadable):
@@ -92,9 +111,43 @@ class Scan:
         self.refused.append(Refusal(rel, class_key, code, message))
 
     def finish(self) -> Scan:
+        """Sorts the class keys, after refusing the members whose path or class is longer than
+        the database holds (``name_too_long``, whatever the layout)."""
+        if any(len(m.path) > MAX_PATH_CHARS or len(m.class_key) > MAX_CLASS_CHARS for m in self.members):
+            kept = []
+            for m in self.members:
+                if len(m.path) > MAX_PATH_CHARS:
+                    self.refuse(fitted_path(m.path), m.class_key, NAME_TOO_LONG,
+                                f"{_shown(m.path)}: the member path has {len(m.path):,} characters, more than the {MAX_PATH_CHARS:,} "
+                                "a member path may have (the database column that holds it); refused: give it a shorter name "
+                                "(in its archive) or move it to a shallower folder")
+                elif len(m.class_key) > MAX_CLASS_CHARS:
+                    self.refuse(m.path, "", NAME_TOO_LONG,
+                                f"{m.path}: its class {_shown(m.class_key)} has {len(m.class_key):,} characters, more than the "
+                                f"{MAX_CLASS_CHARS:,} a class name may have; refused: give the class a shorter name")
+                else:
+                    kept.append(m)
+            self.members = kept
+        for i, r in enumerate(self.refused):  # a refusal's own row must fit too (a listed path, a member's #offset)
+            if len(r.rel_path) > MAX_PATH_CHARS or len(r.class_folder) > MAX_CLASS_CHARS:
+                cls = r.class_folder if len(r.class_folder) <= MAX_CLASS_CHARS else ""
+                self.refused[i] = Refusal(fitted_path(r.rel_path), cls, r.code, r.message)
         keys = {m.class_key for m in self.members} | {r.class_folder for r in self.refused if r.class_folder}
         self.class_keys = sorted(keys)
         return self
+
+
+def fitted_path(path: str) -> str:
+    """``path`` as a row of the database can hold it: itself when it fits, else its first
+    characters and a digest of the whole (the same path gives the same row on every scan)."""
+    if len(path) <= MAX_PATH_CHARS:
+        return path
+    digest = hashlib.sha256(path.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    return f"{path[:MAX_PATH_CHARS - 17]}#{digest}"
+
+
+def _shown(name: str, keep: int = 80) -> str:
+    return repr(name if len(name) <= keep else name[:keep] + "...")
 
 
 @dataclass(frozen=True)
@@ -216,7 +269,7 @@ def prefetch_members(refs: Sequence[MemberRef]) -> dict[int, bytes | OSError]:
         idx.sort(key=lambda i: refs[i].offset)
         try:
             path = container_file(refs[idx[0]])
-            fh = open(path, "rb")
+            fh = open_regular(path)
         except OSError:
             for i in idx:
                 out[i] = _alone(refs[i])
@@ -269,9 +322,44 @@ def openable(src: Any) -> Any:
 _COMPRESSED_MAGIC = ((b"\x1f\x8b", "gzip"), (b"BZh", "bzip2"), (b"\xfd7zXZ\x00", "xz"), (b"\x28\xb5\x2f\xfd", "zstd"))
 
 
+def _file_kind(mode: int) -> str:
+    return ("a fifo" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a character device" if stat.S_ISCHR(mode)
+            else "a block device" if stat.S_ISBLK(mode) else "a folder" if stat.S_ISDIR(mode) else "not a plain file")
+
+
+def not_regular(path: str | os.PathLike, mode: int) -> str:
+    """The refusal message of a file (a container, a list) that is not a regular file."""
+    return (f"{os.fspath(path)}: not a regular file ({_file_kind(mode)}); only regular files are read (reading a fifo or "
+            "device could wait forever): refused, put the file itself in its place")
+
+
+def _nonblocking(path: str, flags: int) -> int:
+    return os.open(path, flags | getattr(os, "O_NONBLOCK", 0))
+
+
+def open_regular(path: str | os.PathLike) -> BinaryIO:
+    """``path`` opened for reading when it is a regular file, else ``NotRegularFile``: checked
+    with stat before the open (a device is never opened), opened without blocking (a fifo put in
+    its place meanwhile cannot make the open wait) and checked again on the open file."""
+    st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise NotRegularFile(not_regular(path, st.st_mode))
+    fh = open(path, "rb", opener=_nonblocking)
+    try:
+        st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegularFile(not_regular(path, st.st_mode))
+        os.set_blocking(fh.fileno(), True)
+    except BaseException:
+        fh.close()
+        raise
+    return fh
+
+
 def compression_of(path: str | os.PathLike) -> str:
-    """'gzip', 'bzip2', 'xz' or 'zstd' when the file starts with that compressor's magic, else ''."""
-    with open(path, "rb") as fh:
+    """'gzip', 'bzip2', 'xz' or 'zstd' when the file starts with that compressor's magic, else ''.
+    Raises ``NotRegularFile`` for a fifo or device (``open_regular``)."""
+    with open_regular(path) as fh:
         head = fh.read(6)
     return next((kind for magic, kind in _COMPRESSED_MAGIC if head.startswith(magic)), "")
 
@@ -290,8 +378,9 @@ def _unpack_hint(kind: str) -> str:
 
 def walk_containers(root: Path, suffixes: tuple[str, ...], scan: Scan, *, also: tuple[str, ...] = ()) -> Iterator[tuple[str, str, os.stat_result]]:
     """(relative path, absolute path, stat) of each file under ``root`` whose name ends with one of
-    ``suffixes``, sorted, recursively; symlinks leaving the root are refused into ``scan``. Files
-    ending with one of ``also`` (compressed archives) are yielded too, for the layout to refuse."""
+    ``suffixes``, sorted, recursively; symlinks leaving the root, and what is not a regular file (a
+    fifo named ``x.tar``), are refused into ``scan``. Files ending with one of ``also`` (compressed
+    archives) are yielded too, for the layout to refuse."""
     root_real = os.path.realpath(root)
     found: list[tuple[str, str]] = []
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
@@ -317,7 +406,18 @@ def walk_containers(root: Path, suffixes: tuple[str, ...], scan: Scan, *, also: 
         except OSError as exc:
             scan.refuse(rel, "", NOT_A_REGULAR_FILE, f"{full}: cannot read it ({exc.strerror or exc})")
             continue
+        if not stat.S_ISREG(st.st_mode):
+            scan.refuse(rel, "", NOT_A_REGULAR_FILE, not_regular(full, st.st_mode))
+            continue
         yield rel, full, st
+
+
+def refuse_unopened(scan: Scan, rel: str, class_key: str, exc: OSError) -> None:
+    """A container that could not be opened, refused into ``scan`` with its reason code."""
+    if isinstance(exc, NotRegularFile):
+        scan.refuse(rel, class_key, NOT_A_REGULAR_FILE, str(exc))
+    else:
+        scan.refuse(rel, class_key, UNREADABLE, f"{exc.filename or rel}: cannot read it ({exc.strerror or exc}); refused")
 
 
 def container_file(ref: MemberRef) -> Path:
@@ -331,9 +431,11 @@ def container_file(ref: MemberRef) -> Path:
 def read_span(path: Path, offset: int, size: int, ref: MemberRef) -> bytes:
     """``size`` bytes at ``offset`` of ``path``: one seek and one read, no temporary copy."""
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path) as fh:
             fh.seek(offset)
             data = fh.read(size)
+    except NotRegularFile as exc:
+        raise NotRegularFile(f"{ref}: {exc}") from None
     except FileNotFoundError:
         raise MemberUnreadable(f"{ref}: its archive {path} no longer exists; re-run add_source") from None
     if len(data) != size:

@@ -18,6 +18,7 @@ from . import (
     MemberUnreadable,
     Scan,
     SourceLayout,
+    open_regular,
     register_source_layout,
 )
 
@@ -62,10 +63,10 @@ class Folder(SourceLayout):
         except UnsafePath as exc:
             raise MemberOutsideRoot(str(exc)) from None
         try:
-            size = os.path.getsize(path)
-            if size > DEFAULT_MAX_BYTES:
-                raise MemberUnreadable(f"{path}: {size} bytes is more than the {DEFAULT_MAX_BYTES}-byte limit ({FILE_TOO_LARGE})")
-            with open(path, "rb") as fh:
+            with open_regular(path) as fh:  # a fifo put in the file's place is refused, not waited on
+                size = os.fstat(fh.fileno()).st_size
+                if size > DEFAULT_MAX_BYTES:
+                    raise MemberUnreadable(f"{path}: {size} bytes is more than the {DEFAULT_MAX_BYTES}-byte limit ({FILE_TOO_LARGE})")
                 return fh.read()
         except FileNotFoundError:
             raise MemberUnreadable(f"{path}: no longer exists; re-run add_source") from None

@@ -24,9 +24,13 @@ from . import (
     Member,
     MemberRef,
     MemberUnreadable,
+    NotRegularFile,
     Scan,
     SourceLayout,
     container_file,
+    not_regular,
+    open_regular,
+    refuse_unopened,
     register_source_layout,
     walk_containers,
 )
@@ -95,9 +99,6 @@ class Parquet(SourceLayout):
             read_names_file(str(options["names_file"]))
 
     def scan(self, root: Path, options: Mapping[str, Any], *, wanted: Mapping[str, str] | None = None) -> Scan:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
         scan = Scan()
         image_col = str(options.get("image_column") or "image")
         label_col = str(options.get("label_column") or "label")
@@ -108,47 +109,61 @@ class Parquet(SourceLayout):
                 continue
             scan.containers += 1
             try:
-                pf = pq.ParquetFile(full)
-                schema = pf.schema_arrow
-            except (pa.ArrowException, OSError) as exc:
-                scan.refuse(rel, "", NOT_AN_ARCHIVE, f"{full}: not a readable Parquet file ({exc}); refused")
+                fh = open_regular(full)  # read through this file object: a fifo put in its place is never waited on
+            except OSError as exc:
+                refuse_unopened(scan, rel, "", exc)
                 continue
-            kind = _image_kind(schema, image_col)
-            if not kind or label_col not in schema.names:
-                missing = [c for c, ok in ((image_col, bool(kind)), (label_col, label_col in schema.names)) if not ok]
-                scan.refuse(rel, "", FOREIGN_SCHEMA, f"{full}: no image column {image_col!r} of bytes or no label column "
-                            f"{label_col!r} (missing: {', '.join(missing)}; it has {', '.join(schema.names)}); name them "
-                            "with --image-column / --label-column")
-                continue
-            names = names_override or classlabel_names(schema, label_col)
-            cols = [label_col] + ([f"{image_col}.path"] if kind == "struct" and schema.field(image_col).type.get_field_index("path") >= 0 else [])
-            try:
-                table = pf.read(columns=cols)
-            except (pa.ArrowException, OSError) as exc:
-                scan.refuse(rel, "", NOT_AN_ARCHIVE, f"{full}: cannot read its rows ({exc}); refused")
-                continue
-            labels = table.column(0).to_pylist()
-            paths = table.column(1).to_pylist() if table.num_columns > 1 else [None] * len(labels)
-            if paths and isinstance(paths[0], dict):
-                paths = [p.get("path") if isinstance(p, dict) else p for p in paths]
-            for row, (label, name) in enumerate(zip(labels, paths)):
-                base = PurePosixPath(str(name)).name if name else ""
-                path = f"{rel}/{row:07d}" + (f"/{base}" if base and base not in (".", "..") else "")
-                if wanted is not None and path not in wanted:
-                    continue
-                cls = _class(label, names)
-                if wanted is not None and wanted.get(path):
-                    cls = wanted[path]
-                if not cls:
-                    scan.refuse(path, "", NO_CLASS, f"{full}: row {row} has label {label!r}, which names no class "
-                                                    f"({len(names or [])} ClassLabel names); give --names-file")
-                    continue
-                scan.members.append(Member(path, cls, -1, st.st_mtime_ns, container=rel, offset=row))
+            with fh:
+                self._scan_file(scan, rel, full, st.st_mtime_ns, fh, image_col, label_col, names_override, wanted)
         if wanted is not None:
             have = {m.path for m in scan.members} | {r.rel_path for r in scan.refused}
             for path in sorted(set(wanted) - have):
                 scan.refuse(path, wanted[path], LISTED_NOT_FOUND, f"{root}/{path}: named by the list but not in the Parquet files")
         return scan.finish()
+
+    def _scan_file(self, scan: Scan, rel: str, full: str, mtime_ns: int, fh: Any, image_col: str, label_col: str,
+                   names_override: list[str] | None, wanted: Mapping[str, str] | None) -> None:
+        """The members of one Parquet file (``rel``), read through ``fh``."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        try:
+            pf = pq.ParquetFile(fh)
+            schema = pf.schema_arrow
+        except (pa.ArrowException, OSError) as exc:
+            scan.refuse(rel, "", NOT_AN_ARCHIVE, f"{full}: not a readable Parquet file ({exc}); refused")
+            return
+        kind = _image_kind(schema, image_col)
+        if not kind or label_col not in schema.names:
+            missing = [c for c, ok in ((image_col, bool(kind)), (label_col, label_col in schema.names)) if not ok]
+            scan.refuse(rel, "", FOREIGN_SCHEMA, f"{full}: no image column {image_col!r} of bytes or no label column "
+                        f"{label_col!r} (missing: {', '.join(missing)}; it has {', '.join(schema.names)}); name them "
+                        "with --image-column / --label-column")
+            return
+        names = names_override or classlabel_names(schema, label_col)
+        cols = [label_col] + ([f"{image_col}.path"] if kind == "struct" and schema.field(image_col).type.get_field_index("path") >= 0 else [])
+        try:
+            table = pf.read(columns=cols)
+        except (pa.ArrowException, OSError) as exc:
+            scan.refuse(rel, "", NOT_AN_ARCHIVE, f"{full}: cannot read its rows ({exc}); refused")
+            return
+        labels = table.column(0).to_pylist()
+        paths = table.column(1).to_pylist() if table.num_columns > 1 else [None] * len(labels)
+        if paths and isinstance(paths[0], dict):
+            paths = [p.get("path") if isinstance(p, dict) else p for p in paths]
+        for row, (label, name) in enumerate(zip(labels, paths)):
+            base = PurePosixPath(str(name)).name if name else ""
+            path = f"{rel}/{row:07d}" + (f"/{base}" if base and base not in (".", "..") else "")
+            if wanted is not None and path not in wanted:
+                continue
+            cls = _class(label, names)
+            if wanted is not None and wanted.get(path):
+                cls = wanted[path]
+            if not cls:
+                scan.refuse(path, "", NO_CLASS, f"{full}: row {row} has label {label!r}, which names no class "
+                                                f"({len(names or [])} ClassLabel names); give --names-file")
+                continue
+            scan.members.append(Member(path, cls, -1, mtime_ns, container=rel, offset=row))
 
     def read(self, ref: MemberRef) -> bytes:
         full = container_file(ref)
@@ -213,6 +228,7 @@ class _RowGroups:
     def column(self, full: str, ref: MemberRef) -> tuple[Any, int]:
         """The image column of ``ref``'s row group (cached) and the row's place in it."""
         import os
+        import stat
 
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -221,6 +237,8 @@ class _RowGroups:
             st = os.stat(full)
         except FileNotFoundError:
             raise MemberUnreadable(f"{ref}: its file {full} no longer exists; re-run add_source") from None
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegularFile(f"{ref}: {not_regular(full, st.st_mode)}")
         ident = (full, st.st_mtime_ns, st.st_size)
         try:
             with self._lock:

@@ -15,7 +15,21 @@ from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from . import LISTED_NOT_FOUND, NO_CLASS, LayoutError, Member, MemberRef, Scan, SourceLayout, container_file, read_span, register_source_layout, walk_containers
+from . import (
+    LISTED_NOT_FOUND,
+    NO_CLASS,
+    LayoutError,
+    Member,
+    MemberRef,
+    Scan,
+    SourceLayout,
+    container_file,
+    open_regular,
+    read_span,
+    refuse_unopened,
+    register_source_layout,
+    walk_containers,
+)
 from ._tar import TarEntry, tar_entries
 
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp", "ppm", "bmp", "tif", "tiff", "gif")
@@ -66,7 +80,12 @@ class WebDataset(SourceLayout):
             if want_shards is not None and rel not in want_shards:
                 continue
             scan.containers += 1
-            with open(full, "rb") as meta_fh:
+            try:
+                meta_fh = open_regular(full)
+            except OSError as exc:  # a fifo put in its place since the walk, or no permission to read it
+                refuse_unopened(scan, rel, "", exc)
+                continue
+            with meta_fh:
                 def small(e: TarEntry) -> bytes | None:
                     if e.size > META_MAX_BYTES:
                         return None
