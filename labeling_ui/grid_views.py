@@ -6,7 +6,7 @@ from django.conf import settings
 from django.http import JsonResponse
 from django.http.request import RawPostDataException
 from django.shortcuts import render
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from curation import selectors
 from curation.models import ReviewItem
@@ -72,14 +72,21 @@ def grid_screen(request):
 
 
 @role_required(ANNOTATOR, api=True)
-@require_GET
+@require_http_methods(["GET", "POST"])
 def api_grid_next(request):
-    """The page; ``tile`` (the tile side the screen uses, when the annotator changed it) is
-    remembered for them."""
+    """The page. GET only reads it (leasing it as the single-image screen's GET does); a POST
+    (JSON ``{size, tile}``, with the CSRF token) also remembers ``tile``, the tile side the
+    annotator changed to: a state change is never a GET another site can make (issue 62, row 9).
+    A GET naming ``tile`` is refused (405) and changes nothing."""
+    if request.method == "GET" and "tile" in request.GET:
+        response = JsonResponse({"error": "the tile size is changed by a POST of {size, tile}, not by a GET"}, status=405)
+        response["Allow"] = "POST"
+        return response
     try:
-        size = _size_from(request)
-        if "tile" in request.GET:
-            grid_tile_save(user=request.user, tile=request.GET["tile"])
+        data = _json_body(request) if request.method == "POST" else None
+        size = _size_from(request, data)
+        if data is not None and "tile" in data:
+            grid_tile_save(user=request.user, tile=data["tile"])
     except ReviewError as exc:
         return JsonResponse({"error": str(exc)}, status=400)
     return JsonResponse({**_page(request, size), "progress": selectors.annotator_progress(request.user)})

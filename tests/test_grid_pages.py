@@ -46,9 +46,10 @@ def test_no_page_is_a_stub(pool, size, prefetch):
 def test_tile_size_is_remembered_per_annotator(pool, client):
     client.login(username="p1", password="p1-pw-12345")
     assert 'data-tile="128"' in client.get("/review/grid/").content.decode()
-    assert client.get("/api/review/grid/next?size=8&tile=176").status_code == 200
+    # a state change only by POST (issue 62 row 9: a GET another site could send changed it)
+    assert client.post("/api/review/grid/next", {"size": 8, "tile": 176}, content_type="application/json").status_code == 200
     assert 'data-tile="176"' in client.get("/review/grid/").content.decode()
-    assert client.get("/api/review/grid/next?size=8&tile=9000").status_code == 400
+    assert client.post("/api/review/grid/next", {"size": 8, "tile": 9000}, content_type="application/json").status_code == 400
     with pytest.raises(ReviewError):
         grid_tile_save(user=pool, tile="12px")
     assert grid_tile_save(user=pool, tile=200) == 200

@@ -383,7 +383,8 @@
   async function load() {
     status("Loading…");
     try {
-      render(await call(`${api.next}?size=${size}${saveTile ? `&tile=${tile}` : ""}`));
+      // a changed tile side is remembered by a POST (with the CSRF token), never by a GET
+      render(await (saveTile ? call(api.next, { size, tile }) : call(`${api.next}?size=${size}`)));
       saveTile = false;
       if (root.classList.contains("is-busy")) return true;
       busyTries = 0;
