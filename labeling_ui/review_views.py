@@ -29,7 +29,7 @@ from curation.services.class_filter import (
     class_flag_answer,
     flagged_classes_accept,
 )
-from curation.services.renditions import VARIANTS, RenditionError, rendition, thumbnail_data_urls
+from curation.services.renditions import VARIANTS, RenditionChanged, RenditionError, rendition, thumbnail_data_urls
 from curation.services.review import (
     NothingToUndo,
     ReviewError,
@@ -213,19 +213,24 @@ def _may_see(request, image: Image) -> bool:
 @login_required
 @require_GET
 def image_file(request, image_id: int, variant: str):
+    """One rendition of a readable image (an exact duplicate too). The member is checked first,
+    even for a 304 (``rendition``): changed since ingest is a 409 saying to re-run add_source,
+    never the copy made before; an unreadable image (broken, missing) is a 404 with its reason."""
     if variant not in VARIANTS:
         raise Http404(f"unknown variant {variant}")
     image = get_object_or_404(Image.objects.select_related("source"), pk=image_id)
     if not _may_see(request, image):
         raise PermissionDenied("you have no access to this image")
+    try:
+        path, ctype = rendition(image, variant)
+    except RenditionChanged as exc:
+        return HttpResponse(str(exc), status=409, content_type="text/plain")
+    except RenditionError as exc:
+        return HttpResponse(str(exc), status=404, content_type="text/plain")
     etag = quote_etag(f"{image.sha256}-{variant}")
     if request.headers.get("If-None-Match") == etag:
         response = HttpResponseNotModified()
     else:
-        try:
-            path, ctype = rendition(image, variant)
-        except RenditionError as exc:
-            return HttpResponse(str(exc), status=404, content_type="text/plain")
         response = FileResponse(open(path, "rb"), content_type=ctype)
     response["ETag"] = etag
     response["Cache-Control"] = "private, max-age=604800"
