@@ -222,17 +222,23 @@ def _run_numbers(params: dict) -> dict[str, int]:
 
 def _check_clip_weights(models: Sequence[str]) -> None:
     """Every vision-language model's weights can be had now (pipelines.evaluation.vlm.resolve_weights: a
-    file, the local cache, or a hub that answers); EvaluationError in one line naming the model and
-    the file to pass otherwise."""
-    from pipelines.evaluation.vlm import is_clip, resolve_weights
+    file, the local cache, or a hub that answers) and open with open_clip's loader
+    (check_weights_file: a pickle, a zip, a truncated file are refused here, before any run row);
+    EvaluationError in one line naming the model and the file to pass otherwise. An OSError from a
+    user-named path (too long, a loop, no permission) is such a line too, never a traceback or a 500."""
+    from pipelines.evaluation.vlm import check_weights_file, is_clip, resolve_weights
     from pipelines.features.classifiers import ModelUnavailable
 
     for m in models:
         if is_clip(m.strip()):
             try:
-                resolve_weights(m.strip())
+                check_weights_file(m.strip(), resolve_weights(m.strip()))
             except ModelUnavailable as exc:
                 raise EvaluationError(str(exc).splitlines()[0]) from None
+            except OSError as exc:
+                name = m.strip() if len(m.strip()) <= 120 else f"{m.strip()[:117]}..."
+                raise EvaluationError(f"model {name!r}: cannot read its weights file ({exc.strerror or type(exc).__name__}); "
+                                      "pass a readable path of the checkpoint") from None
 
 
 def _check_models_resolvable(models: Sequence[str], imported: Sequence[ImageSet]) -> None:

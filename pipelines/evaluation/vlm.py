@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -136,6 +137,12 @@ def _cached_tag_file(cfg: dict) -> Path | None:
     return None
 
 
+def _short(text: str, limit: int = 120) -> str:
+    """A user-named path or model name cut for a one-line message."""
+    text = str(text)
+    return text if len(text) <= limit else f"{text[:limit - 3]}..."
+
+
 def resolve_weights(name: str) -> ClipWeights:
     """Where the weights of ``name`` come from, without loading them: a file, the local cache, or
     a download where the hub answers. ModelUnavailable (one line: the model and the fix) otherwise."""
@@ -148,12 +155,17 @@ def resolve_weights(name: str) -> ClipWeights:
         close = difflib.get_close_matches(arch, open_clip.list_models(), n=3)
         raise ModelUnavailable(f"model {name!r}: {arch!r} is not an open_clip architecture"
                                + (f" (close: {', '.join(close)})" if close else "") + "; open_clip.list_models() lists them")
-    if _looks_like_path(pretrained) or Path(pretrained).is_file():
-        path = Path(pretrained).expanduser()
-        if not path.is_file():
-            raise ModelUnavailable(f"model {name!r}: no weights file {path}; pass the path of the checkpoint "
-                                   f"(e.g. open_clip_pytorch_model.bin of {arch})")
-        return ClipWeights(arch=arch, file=path, source=str(path), identity=f"sha256:{file_digest(path)}")
+    try:  # a path the user named: any OSError (too long, a loop, no permission) is one line, not a traceback
+        if _looks_like_path(pretrained) or Path(pretrained).is_file():
+            path = Path(pretrained).expanduser()
+            if not path.is_file():
+                raise ModelUnavailable(f"model {_short(name)!r}: no weights file {_short(str(path))}; pass the path of the "
+                                       f"checkpoint (e.g. open_clip_pytorch_model.bin of {arch})")
+            return ClipWeights(arch=arch, file=path, source=str(path), identity=f"sha256:{file_digest(path)}")
+    except (OSError, RuntimeError) as exc:  # RuntimeError: expanduser of an unknown ~user
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ModelUnavailable(f"model {_short(name)!r}: cannot read the weights file {_short(pretrained)} ({why}); "
+                               f"pass a readable path of {arch}'s checkpoint (e.g. open_clip_pytorch_model.bin)") from None
     cfg = open_clip.get_pretrained_cfg(arch, pretrained)
     if not cfg:
         tags = open_clip.list_pretrained_tags_by_model(arch)
@@ -183,6 +195,63 @@ def resolve_weights(name: str) -> ClipWeights:
                                    f"{str(exc)[:160]}); pass clip:{arch}:/path/to/weights") from None
     return ClipWeights(arch=arch, file=cached, source=f"{arch} pretrained={pretrained} ({where}; file {cached})",
                        identity=f"sha256:{file_digest(cached)}")
+
+
+def check_weights_file(name: str, w: ClipWeights) -> None:
+    """The checkpoint ``w.file`` opens with the loader open_clip would use for it, without building
+    the model: a safetensors header (keys and shapes), a torch.save file under ``weights_only=True``
+    (memory-mapped where the format allows: no tensor is read), or a big_vision .npz/.npy, which
+    open_clip loads only into a SigLIP-style architecture (a timm image tower). ModelUnavailable in
+    one line naming the file and the fix otherwise (a pickle, a zip, a truncated or corrupt file)."""
+    fix = f"pass {w.arch}'s open_clip checkpoint (open_clip_pytorch_model.bin or open_clip_model.safetensors)"
+    where = f"model {_short(name)!r}: {_short(str(w.file))}"
+    suffix = w.file.suffix.lower()
+    with warnings.catch_warnings():  # a loader's warning would be a second line on the command line
+        warnings.simplefilter("ignore")
+        _open_checkpoint(w, where, fix, suffix)
+
+
+def _open_checkpoint(w: ClipWeights, where: str, fix: str, suffix: str) -> None:
+    import open_clip
+
+    try:
+        if suffix in (".npz", ".npy"):  # open_clip.factory.load_checkpoint: big_vision (SigLIP) weights
+            cfg = open_clip.get_model_config(w.arch) or {}
+            if not (cfg.get("vision_cfg") or {}).get("timm_model_name"):
+                raise ModelUnavailable(f"{where} is big_vision (.npz) weights, which open_clip loads only into a SigLIP "
+                                       f"architecture with a timm image tower, not {w.arch}; {fix}")
+            with np.load(w.file, allow_pickle=False) as npz:
+                keys = list(getattr(npz, "files", []))
+            if not any(k.startswith("params/img/") for k in keys):
+                raise ModelUnavailable(f"{where} holds no big_vision image-tower weights (no params/img/...); {fix}")
+            return
+        if str(w.file).endswith(".safetensors"):  # open_clip.factory.load_state_dict: safetensors.torch.load_file
+            from safetensors import safe_open
+
+            with safe_open(str(w.file), framework="pt") as fh:
+                if not list(fh.keys()):
+                    raise ModelUnavailable(f"{where} holds no tensors; {fix}")
+            return
+        import torch
+
+        try:
+            state = torch.load(w.file, map_location="cpu", weights_only=True, mmap=True)
+        except RuntimeError as exc:
+            if "mmap" not in str(exc):
+                raise
+            state = torch.load(w.file, map_location="cpu", weights_only=True)  # the legacy format: read once
+        if isinstance(state, dict) and "state_dict" in state:
+            state = state["state_dict"]
+        if not isinstance(state, dict) or not state or not all(isinstance(v, torch.Tensor) for v in state.values()):
+            raise ModelUnavailable(f"{where} is not a state dict of tensors ({type(state).__name__}); {fix}")
+    except ModelUnavailable:
+        raise
+    except Exception as exc:  # the loaders' errors come in many types: UnpicklingError, RuntimeError, SafetensorError, ...
+        if type(exc).__name__ == "UnpicklingError":  # torch's own text advises weights_only=False: never for a user's file
+            first = "a pickle that is not a torch.save state dict of tensors"
+        else:
+            first = (str(exc).strip().splitlines() or [""])[0][:160]
+        raise ModelUnavailable(f"{where} is not a checkpoint open_clip can load ({type(exc).__name__}: {first}); {fix}") from None
 
 
 # -- the model -------------------------------------------------------------------------------------
