@@ -462,7 +462,7 @@ class Evaluation:
 
 class EmbeddingMap:
     kind = "embedding_map"
-    slow = ("curation.services.embedding_map:project", 60)  # features loaded, the projection not yet written
+    slow = ("curation.services.embedding_map:project_streamed", 60)  # the rows read, the projection not yet written
 
     def prepare(self, tmp_path, env):
         make_image_folder(tmp_path / "pool", n_good=12, classes=["sky", "hayfield"])
