@@ -43,6 +43,7 @@ from curation.services.bulk import columns_of
 from curation.services.class_filter import class_filter_refresh_source
 from curation.services.image_pipeline import effective_memberships
 from curation.services.jobs import job_mark_running
+from pipelines.features.dup_search import CALIBRATION_TARGET
 from pipelines.names import atomic_write
 
 log = logging.getLogger("curation.jobs")
@@ -332,7 +333,9 @@ def _write_results(job: Job, search: _Search) -> Job:
                          "rows_written": written}
         locked.message = (f"{len(cand_pos)} candidate images: {counts['kept']} kept, {counts['near_duplicate_of']} near-duplicates, "
                           f"{counts['duplicate_of_id']} duplicates of ID images; {signals} visually ambiguous class(es)"
-                          + ("" if nlist == 1 else f" ({nlist} cells, {nprobe} probed: they meet {met:.1%} of copies at cosine 0.90)"))
+                          + ("" if nlist == 1 else f" ({nlist} cells, {nprobe} probed: they meet {met:.1%} of copies at cosine 0.90"
+                             + ("" if met >= CALIBRATION_TARGET else f", below the {CALIBRATION_TARGET:.0%} aimed at: the features are "
+                                "diffuse at this threshold; OODC_NEAR_DUP_EXACT_BELOW above the pool's size makes the search exact") + ")"))
         locked.save()
         audit_record(actor=locked.created_by, action="dedup_finished", target=locked, data=locked.result)
     source_ids = set(Image.objects.filter(pk__in=ImageEmbedding.objects.filter(model_name=model_name, ok=True).values("image_id"),

@@ -164,7 +164,10 @@ def calibrate_probes(centroids: np.ndarray, sample: np.ndarray, *, at_least: int
     met: for ``pairs`` sampled vectors, a partner at exactly that cosine in a random direction; the
     pair is met when either's cell is among the other cell's nearest ``nprobe`` (the join looks
     from both sides). The smallest ``nprobe`` of ``PROBE_LADDER`` (at least ``at_least``) whose
-    share of met pairs reaches ``target``, with that share; every cell when none does."""
+    share of met pairs reaches ``target``, with that share. Where none does, the largest of the
+    ladder and the share it meets (probing every cell of a large pool would make the join
+    quadratic: the job's result says the share, and the curator decides); every cell where the
+    ladder does not reach the cells' count, or ``at_least`` asks for them all."""
     nlist = len(centroids)
     if nlist == 1 or len(sample) == 0:
         return 1, 1.0
@@ -177,7 +180,7 @@ def calibrate_probes(centroids: np.ndarray, sample: np.ndarray, *, at_least: int
     r /= np.linalg.norm(r, axis=1, keepdims=True)
     w = normalised(cosine * v + np.sqrt(1 - cosine ** 2) * r)
     cv, cw = assign_cells(v, centroids), assign_cells(w, centroids)
-    ladder = [p for p in PROBE_LADDER if at_least <= p < nlist] + [nlist]
+    ladder = [p for p in PROBE_LADDER if at_least <= p < nlist] or [nlist]
     index = faiss.IndexFlatIP(centroids.shape[1])
     index.add(np.ascontiguousarray(centroids, dtype=np.float32))
     order = index.search(np.ascontiguousarray(centroids, dtype=np.float32), min(nlist, max(ladder)))[1]
@@ -193,7 +196,7 @@ def calibrate_probes(centroids: np.ndarray, sample: np.ndarray, *, at_least: int
         share = float((met < nprobe).mean())
         if share >= target:
             return nprobe, share
-    return nlist, share
+    return ladder[-1], share
 
 
 @dataclass(frozen=True)
