@@ -101,15 +101,15 @@ def test_duplicate_search_killed_mid_step_is_resumed_and_the_waiting_command_fin
     call_command("add_source", "pool", str(root), stdout=io.StringIO(), stderr=io.StringIO())
     call_command("run_image_pipeline", sources=["pool"], no_dedup=True, stdout=io.StringIO(), stderr=io.StringIO())
     workers.env = env
-    w1 = workers.start("w1", slow=("pipelines.features.near_dups:group_near_duplicates", 120))
+    w1 = workers.start("w1", slow=("pipelines.features.dup_search:join", 120))  # the cells assigned, the join unit in progress
     waiting = background(env, tmp_path, "pipeline", "run_image_pipeline", "--sources", "pool")
-    wait_until(lambda: Job.objects.filter(kind="dedup", status="running", heartbeat_at__isnull=False).exists(), 120,
-               "the duplicate search to start", workers)
+    wait_until(lambda: JobChunk.objects.filter(job__kind="dedup", payload__phase="join", lease_owner__gt="").exists(), 120,
+               "the duplicate search's join to start", workers)
     job = Job.objects.get(kind="dedup")
-    chunk = JobChunk.objects.get(job=job)
+    chunk = JobChunk.objects.get(job=job, payload__phase="join")
     assert chunk.lease_owner and not chunk.done  # held by w1
     kill_and_see_it_stale(workers, w1, job.pk)
-    assert JobChunk.objects.get(job=job).lease_until < timezone.now()  # the dead worker's lease ran out with it
+    assert JobChunk.objects.get(pk=chunk.pk).lease_until < timezone.now()  # the dead worker's lease ran out with it
 
     workers.start("w2")
     resumed = manage(env, "resume_job", "--stale")
@@ -118,7 +118,7 @@ def test_duplicate_search_killed_mid_step_is_resumed_and_the_waiting_command_fin
     assert "is stale" in (tmp_path / "pipeline.cmd.log").read_text()  # the waiting command said so meanwhile
     job.refresh_from_db()
     assert job.status == "done" and job.result["candidates"] == 24
-    assert JobChunk.objects.filter(job=job).count() == 1
+    assert JobChunk.objects.filter(job=job).count() == 2  # one assignment unit, one join unit: none written twice
     assert ImageEmbedding.objects.filter(image__source__name="pool", dup_group__isnull=True).count() == 0
     assert AuditLog.objects.filter(action="job_resumed", target_id=str(job.pk)).exists()
 
