@@ -32,7 +32,6 @@ job's plan (same seed, sample, cells and probes) compares, i.e. the feature pair
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import resource
@@ -47,6 +46,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 SHARD_ROWS = 50_000
+
 
 
 def _django(db_url: str, store: Path) -> None:
@@ -72,21 +72,6 @@ def _rss_mb() -> float:
 # -- the pool ----------------------------------------------------------------------------------------
 
 
-def _picture(seed: int) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    small = rng.integers(0, 256, size=(4, 5, 3)).astype(np.float32)
-    big = np.kron(small, np.ones((8, 8, 1), dtype=np.float32))
-    return np.clip(big + rng.normal(0, 6, big.shape), 0, 255).astype(np.uint8)
-
-
-def _png(a: np.ndarray) -> bytes:
-    from PIL import Image as PILImage
-
-    buf = io.BytesIO()
-    PILImage.fromarray(a).save(buf, format="PNG")
-    return buf.getvalue()
-
-
 def _unit(x: np.ndarray) -> np.ndarray:
     return x / np.linalg.norm(x, axis=-1, keepdims=True)
 
@@ -105,6 +90,7 @@ def build(n: int, dim: int, work: Path, seed: int = 0) -> dict:
     from django.conf import settings
 
     from curation.models import CandidateClass, FeatureShard, Image, ImageEmbedding, Source
+    from tests.dup_pool import picture, png  # the tests' pool's generated pictures
 
     rng = np.random.default_rng(seed)
     n_ref = n // 10
@@ -134,21 +120,21 @@ def build(n: int, dim: int, work: Path, seed: int = 0) -> dict:
     x[look[:, 1]] = _near(rng, x[look[:, 0]], np.full(n_look, 0.95, dtype=np.float32))
     pics: dict[int, np.ndarray] = {}
     for row in chains:
-        pics[int(row[0])] = _picture(seed * 7 + int(row[0]))
+        pics[int(row[0])] = picture(seed * 7 + int(row[0]))
         for p in row[1:]:
             pics[int(p)] = np.clip(pics[int(row[0])].astype(np.int16) + rng.integers(-2, 3, pics[int(row[0])].shape), 0, 255).astype(np.uint8)
     for c, r in zip(id_c.tolist(), id_r.tolist()):
-        pics[r] = _picture(seed * 7 + r)
+        pics[r] = picture(seed * 7 + r)
         pics[c] = np.clip(pics[r].astype(np.int16) + rng.integers(-2, 3, pics[r].shape), 0, 255).astype(np.uint8)
     for a, b in look.tolist():
-        pics[a], pics[b] = _picture(seed * 7 + a), _picture(seed * 7 + b + 10**7)
+        pics[a], pics[b] = picture(seed * 7 + a), picture(seed * 7 + b + 10**7)
     images = []
     for i in range(n):
         source = cand if i < n_cand else ref
         rel = f"c{cls[i]}/{i:08d}.png"
         sha, size = f"{i:064x}", 0
         if i in pics:
-            data = _png(pics[i])
+            data = png(pics[i])
             path = Path(source.root) / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(data)

@@ -28,14 +28,14 @@ class Truth:
     byte_copies: set[tuple[int, int]] = field(default_factory=set)  # identical files among candidates
 
 
-def _picture(seed: int, size: tuple[int, int] = (40, 32)) -> np.ndarray:
+def picture(seed: int, size: tuple[int, int] = (40, 32)) -> np.ndarray:
     rng = np.random.default_rng(seed)
     small = rng.integers(0, 256, size=(4, 5, 3)).astype(np.float32)
     big = np.kron(small, np.ones((size[1] // 4, size[0] // 5, 1), dtype=np.float32))
     return np.clip(big + rng.normal(0, 6, big.shape), 0, 255).astype(np.uint8)
 
 
-def _png(a: np.ndarray) -> bytes:
+def png(a: np.ndarray) -> bytes:
     buf = io.BytesIO()
     PILImage.fromarray(a).save(buf, format="PNG")
     return buf.getvalue()
@@ -73,7 +73,7 @@ def make_pool(root: Path, feature_store: Path, *, n_classes: int = 6, per_class:
     k = 0
     for c in range(n_classes):
         for i in range(per_class):
-            pic = _picture(seed * 100_000 + k)
+            pic = picture(seed * 100_000 + k)
             rows.append((cand, classes[c], f"c{c}/img_{i:04d}.png", pic))
             vectors.append(spread(c))
             pictures.append(pic)
@@ -94,7 +94,7 @@ def make_pool(root: Path, feature_store: Path, *, n_classes: int = 6, per_class:
     # look-alikes: features as close as copies, another picture
     for _ in range(look_alikes):
         a = int(rng.integers(0, n_base))
-        pic = _picture(seed * 100_000 + 50_000 + len(rows))
+        pic = picture(seed * 100_000 + 50_000 + len(rows))
         rows.append((cand, rows[a][1], f"look/l{len(rows)}.png", pic))
         vectors.append(_near(rng, vectors[a], 0.95))
         pictures.append(pic)
@@ -102,7 +102,7 @@ def make_pool(root: Path, feature_store: Path, *, n_classes: int = 6, per_class:
     # ID images (their own class structure: centre n_classes), and candidates that copy some
     ref_start = len(rows)
     for r in range(n_refs):
-        pic = _picture(seed * 100_000 + 70_000 + r)
+        pic = picture(seed * 100_000 + 70_000 + r)
         rows.append((ref, None, f"ref/r{r:04d}.png", pic))
         vectors.append(spread(n_classes))
         pictures.append(pic)
@@ -122,7 +122,7 @@ def make_pool(root: Path, feature_store: Path, *, n_classes: int = 6, per_class:
 
     images = []
     for source, cls, rel, pic in rows:
-        data = _png(pic)
+        data = png(pic)
         path = Path(source.root) / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)

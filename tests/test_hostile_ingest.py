@@ -5,13 +5,10 @@ DATABASE_URL to see it), a list of one endless line. Every bad item is a row wit
 code, the ingest goes on, and bad input is one line."""
 from __future__ import annotations
 
-import contextlib
 import io
 import os
-import signal
 import tarfile
 import time
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -22,7 +19,7 @@ from curation.models import CandidateClass, Image, Source
 from fixtures.archives import write_class_tars, write_hf_parquet, write_wds_shards
 from fixtures.images import jpeg_bytes, pattern_image
 from pipelines.sources.walk import MAX_CLASS_CHARS, MAX_PATH_CHARS
-from tests.pipelines.test_hostile_sources import fifo_watch
+from tests.pipelines.test_hostile_sources import deadline, fifo_watch
 
 pytestmark = pytest.mark.django_db
 
@@ -33,21 +30,6 @@ def jpeg(i: int) -> bytes:
     rng = np.random.default_rng(i)
     palette = [tuple(int(c) for c in rng.integers(0, 255, 3)) for _ in range(3)]
     return jpeg_bytes(pattern_image(rng, ("dots", "stripes", "checker", "blobs")[i % 4], palette, (64, 48)))
-
-
-@contextlib.contextmanager
-def deadline(seconds: float) -> Iterator[None]:
-    """Fails the test instead of hanging the run (SIGALRM interrupts a blocked open of a fifo)."""
-    def expired(signum, frame):
-        raise TimeoutError(f"add_source still running after {seconds} s (blocked on a fifo?)")
-
-    old = signal.signal(signal.SIGALRM, expired)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
 
 
 def add_source(*args, **kw) -> str:
